@@ -1,0 +1,60 @@
+//! Driving futures without a runtime.
+//!
+//! Backends whose operations complete on their own (shared memory, RDMA with
+//! completions polled inside the future) are driven by [`block_on`], a spin
+//! loop on one thread. The simulator brings its own executor.
+
+use core::future::Future;
+use core::pin::pin;
+use core::task::{Context, Poll, Waker};
+
+/// Polls `fut` until it completes, spinning between polls.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        core::hint::spin_loop();
+    }
+}
+
+/// Polls `fut` once; `Some` if it completed.
+pub fn poll_once<F: Future>(fut: core::pin::Pin<&mut F>) -> Option<F::Output> {
+    let mut cx = Context::from_waker(Waker::noop());
+    match fut.poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// A future that is pending once, then ready: lets a spinning executor
+/// interleave other work (used by backends that wait for a deadline).
+pub async fn yield_now() {
+    let mut yielded = false;
+    core::future::poll_fn(|_| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_on_drives_pending_futures() {
+        let v = block_on(async {
+            yield_now().await;
+            yield_now().await;
+            7
+        });
+        assert_eq!(v, 7);
+    }
+}

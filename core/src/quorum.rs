@@ -1,0 +1,146 @@
+//! Waiting for a majority: the paper's "wait until a majority replied",
+//! which must never block on the late replicas.
+//!
+//! [`quorum`] polls one future per replica and resolves as soon as `need` of
+//! them succeeded, or as soon as so many failed that `need` can no longer be
+//! reached. The late futures are dropped: an operation they posted may still
+//! be applied by its node, which the protocols of the core tolerate (their
+//! remote writes are monotone or guarded by CAS).
+
+use core::future::{Future, poll_fn};
+use core::pin::{Pin, pin};
+use core::task::Poll;
+
+/// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
+pub const MAX_REPLICAS: usize = 8;
+
+/// What each replica's future returned by the time the quorum resolved.
+#[derive(Debug)]
+pub struct Replies<T, E> {
+    /// One slot per future, in the order given; `None` for those still
+    /// pending when the quorum resolved.
+    pub results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS>,
+    /// How many succeeded.
+    pub ok: usize,
+    /// How many failed.
+    pub failed: usize,
+}
+
+impl<T, E> Replies<T, E> {
+    /// Whether at least `need` replicas succeeded.
+    pub fn reached(&self, need: usize) -> bool {
+        self.ok >= need
+    }
+
+    /// The successful results with their replica index.
+    pub fn oks(&self) -> impl Iterator<Item = (usize, &T)> {
+        self.results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(v)) => Some((i, v)),
+                _ => None,
+            })
+    }
+
+    /// The first error, if any replica failed.
+    pub fn first_error(&self) -> Option<&E> {
+        self.results.iter().find_map(|r| match r {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        })
+    }
+}
+
+/// A majority of `n`: `n / 2 + 1`.
+pub const fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Polls every future of `futs` concurrently until `need` of them returned
+/// `Ok`, or until `need` can no longer be reached, or until all completed.
+pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let n = futs.len();
+    let mut futs = pin!(futs);
+    let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0 };
+    for _ in 0..n {
+        // Cannot fail: `results` has the same capacity as `futs`.
+        let _ = replies.results.push(None);
+    }
+    poll_fn(|cx| {
+        // SAFETY: structural pinning of the elements of a pinned
+        // `heapless::Vec`. The vector stores its elements inline, and it is
+        // pinned for the rest of this function: it is never moved, pushed to,
+        // popped from or resized, so no element moves between polls or before
+        // it is dropped in place when the vector is dropped. We only hand out
+        // `Pin<&mut F>` to the elements and never move out of them.
+        let elems: &mut [F] = unsafe { Pin::get_unchecked_mut(futs.as_mut()) }.as_mut_slice();
+        for (i, fut) in elems.iter_mut().enumerate() {
+            if replies.results[i].is_some() {
+                continue;
+            }
+            // SAFETY: see above; `fut` is an element of the pinned vector.
+            let fut = unsafe { Pin::new_unchecked(fut) };
+            if let Poll::Ready(r) = fut.poll(cx) {
+                if r.is_ok() {
+                    replies.ok += 1;
+                } else {
+                    replies.failed += 1;
+                }
+                replies.results[i] = Some(r);
+            }
+        }
+        let done = replies.ok + replies.failed == n;
+        let hopeless = n.saturating_sub(replies.failed) < need;
+        if replies.ok >= need || hopeless || done { Poll::Ready(()) } else { Poll::Pending }
+    })
+    .await;
+    replies
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::{block_on, yield_now};
+
+    async fn after(polls: usize, r: Result<usize, &'static str>) -> Result<usize, &'static str> {
+        for _ in 0..polls {
+            yield_now().await;
+        }
+        r
+    }
+
+    fn futs(spec: &[(usize, Result<usize, &'static str>)]) -> heapless::Vec<impl Future<Output = Result<usize, &'static str>>, MAX_REPLICAS> {
+        spec.iter().map(|&(p, r)| after(p, r)).collect()
+    }
+
+    #[test]
+    fn resolves_at_majority_without_the_late_one() {
+        let r = block_on(quorum(futs(&[(0, Ok(0)), (1000, Ok(1)), (1, Ok(2))]), 2));
+        assert!(r.reached(2));
+        assert!(r.results[1].is_none(), "the late replica must not be waited for");
+        assert_eq!(r.oks().map(|(i, _)| i).collect::<heapless::Vec<_, 8>>().as_slice(), &[0, 2]);
+    }
+
+    #[test]
+    fn gives_up_when_majority_is_impossible() {
+        let r = block_on(quorum(futs(&[(0, Err("down")), (1_000_000, Ok(1)), (0, Err("down"))]), 2));
+        assert!(!r.reached(2));
+        assert_eq!(r.failed, 2);
+        assert_eq!(r.first_error(), Some(&"down"));
+    }
+
+    #[test]
+    fn failures_below_the_limit_are_tolerated() {
+        let r = block_on(quorum(futs(&[(0, Err("down")), (3, Ok(1)), (2, Ok(2))]), 2));
+        assert!(r.reached(2));
+    }
+
+    #[test]
+    fn majority_sizes() {
+        assert_eq!([1, 2, 3, 5, 7].map(majority), [1, 2, 2, 3, 4]);
+    }
+}

@@ -1,0 +1,88 @@
+//! Roundtrip accounting: the figure the papers compare (SWARM Table 2,
+//! Clover Table 1, DINOMO Table 6), exact and independent of the machine.
+//!
+//! [`Counted`] wraps any [`Memory`] for the duration of one logical
+//! operation. Each memory operation is stamped, when it is posted, with the
+//! number of sequential roundtrips the caller had completed so far; when the
+//! caller receives its completion, the count becomes at least that stamp plus
+//! one. Operations posted together therefore count once, a majority wait
+//! counts once, and background posts and dropped (late) operations do not
+//! count at all: the result is the length of the longest chain of
+//! memory operations the caller waited for, one after the other.
+
+use core::cell::Cell;
+use core::future::Future;
+
+use crate::{MemError, Memory, NodeId, Op, Outputs, RemoteAddr};
+
+/// A [`Memory`] that counts the sequential roundtrips of what it carries.
+pub struct Counted<'m, M: ?Sized> {
+    mem: &'m M,
+    level: Cell<u32>,
+    ops: Cell<u32>,
+}
+
+impl<'m, M: Memory + ?Sized> Counted<'m, M> {
+    /// Starts counting from zero on `mem`.
+    pub fn new(mem: &'m M) -> Self {
+        Self { mem, level: Cell::new(0), ops: Cell::new(0) }
+    }
+
+    /// Sequential roundtrips so far.
+    pub fn roundtrips(&self) -> u32 {
+        self.level.get()
+    }
+
+    /// Memory operations posted so far (background ones included; a pipeline counts once).
+    pub fn ops(&self) -> u32 {
+        self.ops.get()
+    }
+
+    /// Starts again from zero, for the next logical operation.
+    pub fn reset(&self) {
+        self.level.set(0);
+        self.ops.set(0);
+    }
+
+    /// The wrapped memory.
+    pub fn inner(&self) -> &'m M {
+        self.mem
+    }
+
+    async fn track<T>(&self, op: impl Future<Output = T>) -> T {
+        let posted_at = self.level.get();
+        self.ops.set(self.ops.get() + 1);
+        let out = op.await;
+        self.level.set(self.level.get().max(posted_at + 1));
+        out
+    }
+}
+
+impl<M: Memory + ?Sized> Memory for Counted<'_, M> {
+    type Buf = M::Buf;
+
+    fn node_count(&self) -> usize {
+        self.mem.node_count()
+    }
+
+    fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<Self::Buf, MemError>> {
+        self.track(self.mem.read(addr, len))
+    }
+
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> impl Future<Output = Result<(), MemError>> {
+        self.track(self.mem.write(addr, data))
+    }
+
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> impl Future<Output = Result<u64, MemError>> {
+        self.track(self.mem.cas(addr, expected, new))
+    }
+
+    fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<Self::Buf>, MemError>> {
+        self.track(self.mem.pipeline(node, ops))
+    }
+
+    fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
+        self.ops.set(self.ops.get() + 1);
+        self.mem.post_background(node, ops)
+    }
+}
