@@ -63,10 +63,7 @@ pub fn check_range(node: NodeId, offset: u64, len: usize, size: u64) -> Result<(
     let end = offset.checked_add(len as u64);
     match end {
         Some(end) if end <= size => Ok(()),
-        _ => Err(crate::MemError::new(
-            node,
-            crate::MemErrorKind::OutOfBounds { offset, len: len as u64 },
-        )),
+        _ => Err(crate::MemError::new(node, crate::MemErrorKind::OutOfBounds { offset, len: len as u64 })),
     }
 }
 
@@ -88,10 +85,7 @@ mod tests {
         let n = NodeId(1);
         assert!(check_range(n, 0, 16, 16).is_ok());
         assert!(check_range(n, 16, 0, 16).is_ok());
-        assert!(matches!(
-            check_range(n, 1, 16, 16).unwrap_err().kind,
-            MemErrorKind::OutOfBounds { .. }
-        ));
+        assert!(matches!(check_range(n, 1, 16, 16).unwrap_err().kind, MemErrorKind::OutOfBounds { .. }));
         assert!(check_range(n, u64::MAX, 1, u64::MAX).is_err());
         assert!(matches!(check_word(n, 4, 64).unwrap_err().kind, MemErrorKind::Misaligned { offset: 4 }));
         assert!(check_word(n, 56, 64).is_ok());

@@ -29,6 +29,7 @@ pub mod rtt;
 pub mod slab;
 
 #[cfg(feature = "sim")]
+#[path = "sim/mod.rs"]
 pub mod sim;
 
 pub use addr::{NodeId, RemoteAddr};

@@ -196,10 +196,7 @@ mod tests {
         let bad = [Op::Write { offset: 0, data: &w }, Op::Cas { offset: 9, expected: 0, new: 1 }];
         assert!(check_pipeline(n, &bad, 64).is_err());
         let long = [Op::Read { offset: 0, len: 1 }; MAX_PIPELINE + 1];
-        assert_eq!(
-            check_pipeline(n, &long, 64).unwrap_err().kind,
-            MemErrorKind::BadPipeline { len: MAX_PIPELINE + 1 }
-        );
+        assert_eq!(check_pipeline(n, &long, 64).unwrap_err().kind, MemErrorKind::BadPipeline { len: MAX_PIPELINE + 1 });
     }
 
     #[test]

@@ -34,13 +34,10 @@ impl<T, E> Replies<T, E> {
 
     /// The successful results with their replica index.
     pub fn oks(&self) -> impl Iterator<Item = (usize, &T)> {
-        self.results
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match r {
-                Some(Ok(v)) => Some((i, v)),
-                _ => None,
-            })
+        self.results.iter().enumerate().filter_map(|(i, r)| match r {
+            Some(Ok(v)) => Some((i, v)),
+            _ => None,
+        })
     }
 
     /// The first error, if any replica failed.
@@ -113,7 +110,9 @@ mod tests {
         r
     }
 
-    fn futs(spec: &[(usize, Result<usize, &'static str>)]) -> heapless::Vec<impl Future<Output = Result<usize, &'static str>>, MAX_REPLICAS> {
+    fn futs(
+        spec: &[(usize, Result<usize, &'static str>)],
+    ) -> heapless::Vec<impl Future<Output = Result<usize, &'static str>>, MAX_REPLICAS> {
         spec.iter().map(|&(p, r)| after(p, r)).collect()
     }
 

@@ -1,0 +1,1 @@
+//! The deterministic simulated memory (being written).
