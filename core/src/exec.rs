@@ -33,11 +33,12 @@ pub fn poll_once<F: Future>(fut: core::pin::Pin<&mut F>) -> Option<F::Output> {
 /// interleave other work (used by backends that wait for a deadline).
 pub async fn yield_now() {
     let mut yielded = false;
-    core::future::poll_fn(|_| {
+    core::future::poll_fn(|cx| {
         if yielded {
             Poll::Ready(())
         } else {
             yielded = true;
+            cx.waker().wake_by_ref();
             Poll::Pending
         }
     })
