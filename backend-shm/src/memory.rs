@@ -1,0 +1,224 @@
+//! [`ShmMemory`]: one client's handle on a cluster, implementing the core's
+//! [`Memory`] interface, with optional injected latency and fault injection.
+//!
+//! # Life of an operation
+//!
+//! An operation does nothing until its future is first polled. That poll
+//! *posts* it: the request is checked (node, bounds, alignment, pipeline
+//! length; a bad request fails at once and changes nothing), the node's fault
+//! state is consulted, and the operation is applied to memory right away.
+//! With an injected latency the future then stays pending until `latency`
+//! after the post, spinning on the clock, so operations posted together (a
+//! pipeline, or several futures polled by `join`/`quorum`) overlap and cost
+//! one latency, like roundtrips on a real fabric. A future dropped early has
+//! still been applied, as a posted RDMA operation would be.
+//!
+//! Fault injection ([`crate::Fault`], set on the cluster): a failed node's
+//! operations fail at once with `Unreachable`; a stalled node's operations
+//! wait unapplied until the handle's timeout and then fail with `TimedOut`,
+//! unless the stall ends first.
+
+use std::future::{Future, poll_fn};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use swarm_core::memory::check_pipeline;
+use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, RemoteAddr};
+
+use crate::atomic::AtomicU64;
+use crate::{Fault, ShmBuf, ShmCluster, bytes};
+
+/// Default for how long an operation on a stalled node waits.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A client's handle on a [`ShmCluster`]: the backend's [`Memory`].
+///
+/// Make one per client thread (they are cheap: a reference to the cluster
+/// and two durations). Handles and buffers are `Send`.
+#[derive(Clone)]
+pub struct ShmMemory {
+    cluster: ShmCluster,
+    latency: Duration,
+    timeout: Duration,
+}
+
+impl ShmMemory {
+    pub(crate) fn new(cluster: ShmCluster) -> ShmMemory {
+        ShmMemory { cluster, latency: Duration::ZERO, timeout: DEFAULT_TIMEOUT }
+    }
+
+    /// Makes every operation complete `latency` after it was posted (an
+    /// emulated roundtrip); zero, the default, completes at once.
+    pub fn with_latency(mut self, latency: Duration) -> ShmMemory {
+        self.latency = latency;
+        self
+    }
+
+    /// Sets how long operations on a stalled node wait before failing with
+    /// `TimedOut` (default [`DEFAULT_TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> ShmMemory {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The injected latency.
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+
+    /// The timeout for stalled nodes.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The cluster this handle reaches.
+    pub fn cluster(&self) -> &ShmCluster {
+        &self.cluster
+    }
+
+    /// The node's words, after checking the request against its size.
+    fn checked(&self, node: NodeId, check: impl FnOnce(u64) -> Result<(), MemError>) -> Result<&[AtomicU64], MemError> {
+        let words = self.cluster.words(node).ok_or(MemError::new(node, MemErrorKind::NoSuchNode))?;
+        check(self.cluster.node_size())?;
+        Ok(words)
+    }
+
+    /// Runs one posted operation: checks it, waits out a stall, applies it
+    /// and completes after the injected latency.
+    async fn run<T>(
+        &self,
+        node: NodeId,
+        check: impl FnOnce(u64) -> Result<(), MemError>,
+        apply: impl FnOnce(&[AtomicU64]) -> T,
+    ) -> Result<T, MemError> {
+        let posted = (!self.latency.is_zero()).then(Instant::now);
+        let words = self.checked(node, check)?;
+        self.admit(node).await?;
+        let out = apply(words);
+        if let Some(posted) = posted {
+            // An absurd latency that overflows the clock never completes.
+            let deadline = posted.checked_add(self.latency);
+            spin_until(deadline).await;
+        }
+        Ok(out)
+    }
+
+    /// Waits until `node` may be accessed: at once if healthy, an error if
+    /// failed, and while stalled until the stall ends or the timeout passes.
+    async fn admit(&self, node: NodeId) -> Result<(), MemError> {
+        let mut give_up = None;
+        loop {
+            match self.cluster.fault(node) {
+                Some(Fault::Healthy) => return Ok(()),
+                Some(Fault::Failed) => return Err(MemError::new(node, MemErrorKind::Unreachable)),
+                None => return Err(MemError::new(node, MemErrorKind::NoSuchNode)),
+                Some(Fault::Stalled) => {
+                    let now = Instant::now();
+                    let deadline = *give_up.get_or_insert_with(|| now.checked_add(self.timeout));
+                    if deadline.is_some_and(|d| now >= d) {
+                        return Err(MemError::new(node, MemErrorKind::TimedOut));
+                    }
+                    pending_once().await;
+                }
+            }
+        }
+    }
+}
+
+/// Applies the checked `ops` in order.
+fn apply_pipeline(words: &[AtomicU64], ops: &[Op<'_>]) -> Outputs<ShmBuf> {
+    let mut outs = Outputs::new();
+    for op in ops {
+        let out = match *op {
+            Op::Read { offset, len } => OpOutput::Read(read_buf(words, offset, len)),
+            Op::Write { offset, data } => {
+                bytes::write(words, offset, data);
+                OpOutput::Written
+            }
+            Op::Cas { offset, expected, new } => OpOutput::Cas(bytes::cas(words, offset, expected, new)),
+        };
+        // Cannot fail: `check_pipeline` allowed at most `MAX_PIPELINE` operations.
+        let _ = outs.push(out);
+    }
+    outs
+}
+
+fn read_buf(words: &[AtomicU64], offset: u64, len: usize) -> ShmBuf {
+    let mut buf = ShmBuf::with_capacity(len);
+    bytes::read(words, offset, len, buf.vec_mut());
+    buf
+}
+
+/// Pending until `deadline` (forever if `None`). Wakes itself each time, so
+/// that it also works under executors that wait for a wake-up.
+async fn spin_until(deadline: Option<Instant>) {
+    poll_fn(|cx| {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Pending once (waking itself), then ready.
+async fn pending_once() {
+    let mut first = true;
+    poll_fn(|cx| {
+        if std::mem::take(&mut first) {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await
+}
+
+impl Memory for ShmMemory {
+    type Buf = ShmBuf;
+
+    fn node_count(&self) -> usize {
+        self.cluster.node_count()
+    }
+
+    fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<ShmBuf, MemError>> {
+        self.run(
+            addr.node,
+            move |size| swarm_core::addr::check_range(addr.node, addr.offset, len, size),
+            move |words| read_buf(words, addr.offset, len),
+        )
+    }
+
+    fn write(&self, addr: RemoteAddr, data: &[u8]) -> impl Future<Output = Result<(), MemError>> {
+        self.run(
+            addr.node,
+            move |size| swarm_core::addr::check_range(addr.node, addr.offset, data.len(), size),
+            move |words| bytes::write(words, addr.offset, data),
+        )
+    }
+
+    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> impl Future<Output = Result<u64, MemError>> {
+        self.run(
+            addr.node,
+            move |size| swarm_core::addr::check_word(addr.node, addr.offset, size),
+            move |words| bytes::cas(words, addr.offset, expected, new),
+        )
+    }
+
+    fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<ShmBuf>, MemError>> {
+        self.run(node, move |size| check_pipeline(node, ops, size), move |words| apply_pipeline(words, ops))
+    }
+
+    fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
+        // Applied now, without waiting for the latency; dropped on any error,
+        // and by a failed or stalled node.
+        if let Ok(words) = self.checked(node, |size| check_pipeline(node, ops, size))
+            && self.cluster.fault(node) == Some(Fault::Healthy)
+        {
+            apply_pipeline(words, ops);
+        }
+    }
+}

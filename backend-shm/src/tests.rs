@@ -1,0 +1,436 @@
+//! Unit tests of the backend's semantics: operations, errors, pipelines,
+//! concurrency on neighbouring bytes, latency, faults, and shared clusters.
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use swarm_core::exec::{block_on, poll_once};
+use swarm_core::join::{join2, join3};
+use swarm_core::memory::read_word;
+use swarm_core::quorum::quorum;
+use swarm_core::rtt::Counted;
+use swarm_core::{MAX_PIPELINE, MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
+
+use crate::{Fault, ShmBuf, ShmCluster, ShmError, ShmMemory};
+
+const SIZE: u64 = 4096;
+
+fn at(node: u16, offset: u64) -> RemoteAddr {
+    RemoteAddr::new(NodeId(node), offset)
+}
+
+fn mem(nodes: usize) -> ShmMemory {
+    ShmCluster::in_process(nodes, SIZE).unwrap().memory()
+}
+
+fn read(m: &ShmMemory, node: u16, offset: u64, len: usize) -> Vec<u8> {
+    block_on(m.read(at(node, offset), len)).unwrap().to_vec()
+}
+
+fn kind<T: std::fmt::Debug>(r: Result<T, swarm_core::MemError>) -> MemErrorKind {
+    r.unwrap_err().kind
+}
+
+#[test]
+fn handles_and_buffers_can_move_between_threads() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<ShmMemory>();
+    send::<ShmBuf>();
+    send_sync::<ShmCluster>();
+}
+
+#[test]
+fn read_write_cas_round_trip() {
+    let m = mem(2);
+    assert_eq!(m.node_count(), 2);
+    assert_eq!(read(&m, 1, 0, 16), [0; 16], "fresh memory is zeroed");
+    block_on(m.write(at(1, 3), b"hello, world")).unwrap();
+    assert_eq!(read(&m, 1, 3, 12), b"hello, world");
+    assert_eq!(read(&m, 0, 3, 12), [0; 12], "nodes are separate");
+    assert_eq!(block_on(m.cas(at(1, 64), 0, 42)).unwrap(), 0);
+    assert_eq!(block_on(m.cas(at(1, 64), 0, 43)).unwrap(), 42, "a failed CAS returns the current value");
+    assert_eq!(block_on(read_word(&m, at(1, 64))).unwrap(), 42, "CAS words read back little-endian");
+    block_on(m.write(at(1, SIZE - 4), &[9; 4])).unwrap();
+    assert_eq!(read(&m, 1, SIZE - 4, 4), [9; 4], "the last bytes are usable");
+    assert!(read(&m, 1, SIZE, 0).is_empty(), "an empty read at the end is in bounds");
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let m = mem(2);
+    assert_eq!(kind(block_on(m.read(at(2, 0), 1))), MemErrorKind::NoSuchNode);
+    assert_eq!(kind(block_on(m.write(at(u16::MAX, 0), &[1]))), MemErrorKind::NoSuchNode);
+    assert_eq!(kind(block_on(m.read(at(0, SIZE - 7), 8))), MemErrorKind::OutOfBounds { offset: SIZE - 7, len: 8 });
+    assert_eq!(kind(block_on(m.read(at(0, 1), usize::MAX))), MemErrorKind::OutOfBounds { offset: 1, len: u64::MAX });
+    assert_eq!(kind(block_on(m.write(at(0, u64::MAX), &[1]))), MemErrorKind::OutOfBounds { offset: u64::MAX, len: 1 });
+    assert_eq!(kind(block_on(m.cas(at(0, 12), 0, 1))), MemErrorKind::Misaligned { offset: 12 });
+    assert_eq!(kind(block_on(m.cas(at(0, SIZE), 0, 1))), MemErrorKind::OutOfBounds { offset: SIZE, len: 8 });
+    assert_eq!(kind(block_on(m.pipeline(NodeId(0), &[]))), MemErrorKind::BadPipeline { len: 0 });
+    let long = [Op::Read { offset: 0, len: 8 }; MAX_PIPELINE + 1];
+    assert_eq!(kind(block_on(m.pipeline(NodeId(0), &long))), MemErrorKind::BadPipeline { len: MAX_PIPELINE + 1 });
+    assert_eq!(kind(block_on(m.pipeline(NodeId(9), &long[..1]))), MemErrorKind::NoSuchNode);
+    assert_eq!(read(&m, 0, 0, SIZE as usize), vec![0; SIZE as usize], "no failed request changed memory");
+}
+
+#[test]
+fn a_pipeline_with_one_bad_op_executes_none() {
+    let m = mem(1);
+    let data = [7u8; 16];
+    for bad in [
+        Op::Cas { offset: 9, expected: 0, new: 1 },
+        Op::Read { offset: SIZE, len: 1 },
+        Op::Write { offset: SIZE - 1, data: &data },
+    ] {
+        let ops = [Op::Write { offset: 0, data: &data }, Op::Cas { offset: 16, expected: 0, new: 5 }, bad];
+        assert!(block_on(m.pipeline(NodeId(0), &ops)).is_err());
+        m.post_background(NodeId(0), &ops);
+        assert_eq!(read(&m, 0, 0, 32), [0; 32], "nothing of the pipeline {ops:?} was applied");
+    }
+}
+
+#[test]
+fn pipelines_run_in_order() {
+    let m = mem(1);
+    let ops = [
+        Op::Write { offset: 8, data: &[1, 2, 3] },
+        Op::Read { offset: 8, len: 4 },
+        Op::Cas { offset: 0, expected: 0, new: 9 },
+        Op::Read { offset: 0, len: 8 },
+    ];
+    let outs = block_on(m.pipeline(NodeId(0), &ops)).unwrap();
+    assert_eq!(outs.len(), 4);
+    assert_eq!(outs[0], OpOutput::Written);
+    assert_eq!(&**outs[1].as_read().unwrap(), &[1, 2, 3, 0], "a read sees the write before it");
+    assert_eq!(outs[2].cas(), Some(0));
+    assert_eq!(&**outs[3].as_read().unwrap(), &9u64.to_le_bytes(), "a read sees the CAS before it");
+}
+
+trait AsRead {
+    fn as_read(&self) -> Option<&ShmBuf>;
+}
+
+impl AsRead for OpOutput<ShmBuf> {
+    fn as_read(&self) -> Option<&ShmBuf> {
+        match self {
+            OpOutput::Read(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// Three threads own interleaved byte ranges of the same words (every
+/// alignment: heads, tails, spans of two words) and write them over and over;
+/// nobody may ever see their own bytes changed by a neighbour's write.
+#[test]
+fn unaligned_writes_do_not_clobber_concurrent_neighbours() {
+    let cluster = ShmCluster::in_process(1, SIZE).unwrap();
+    // (offset, len) owned by each thread, repeated every 24 bytes over 8 groups.
+    const LANES: [(u64, usize); 3] = [(3, 5), (8, 5), (13, 6)];
+    let rounds = 20_000u32;
+    thread::scope(|s| {
+        for (t, &(off, len)) in LANES.iter().enumerate() {
+            let m = cluster.memory();
+            s.spawn(move || {
+                for r in 0..rounds {
+                    let group = u64::from(r % 8) * 24;
+                    let val: Vec<u8> = (0..len).map(|i| (r as u8).wrapping_add(i as u8) ^ (t as u8 * 0x55)).collect();
+                    block_on(m.write(at(0, group + off), &val)).unwrap();
+                    assert_eq!(
+                        read(&m, 0, group + off, len),
+                        val,
+                        "thread {t} round {r}: a neighbour clobbered my bytes"
+                    );
+                }
+            });
+        }
+    });
+    let m = cluster.memory();
+    for group in 0..8u32 {
+        let last = (0..rounds).rev().find(|r| r % 8 == group).unwrap();
+        for (t, &(off, len)) in LANES.iter().enumerate() {
+            let val: Vec<u8> = (0..len).map(|i| (last as u8).wrapping_add(i as u8) ^ (t as u8 * 0x55)).collect();
+            assert_eq!(read(&m, 0, u64::from(group) * 24 + off, len), val);
+        }
+    }
+    assert_eq!(read(&m, 0, 0, 3), [0; 3], "bytes nobody owns stay untouched");
+}
+
+#[test]
+fn concurrent_cas_increments_are_never_lost() {
+    let cluster = ShmCluster::in_process(1, SIZE).unwrap();
+    let per_thread = 20_000u64;
+    thread::scope(|s| {
+        for _ in 0..3 {
+            let m = cluster.memory();
+            s.spawn(move || {
+                let mut cur = 0;
+                for _ in 0..per_thread {
+                    loop {
+                        let prev = block_on(m.cas(at(0, 8), cur, cur + 1)).unwrap();
+                        if prev == cur {
+                            cur += 1;
+                            break;
+                        }
+                        cur = prev;
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(block_on(read_word(&cluster.memory(), at(0, 8))).unwrap(), 3 * per_thread);
+}
+
+const LATENCY: Duration = Duration::from_millis(20);
+
+#[test]
+fn latency_delays_completion_but_not_application() {
+    let m = mem(1).with_latency(LATENCY);
+    let start = Instant::now();
+    let mut fut = pin!(m.write(at(0, 0), &[1]));
+    assert!(poll_once(fut.as_mut()).is_none(), "pending until the latency passed");
+    assert_eq!(read_direct(&m, 0), 1, "applied when posted");
+    block_on(fut).unwrap();
+    assert!(start.elapsed() >= LATENCY);
+}
+
+/// Byte `offset` of node 0, read directly, bypassing latency and faults (to
+/// look at memory while an operation is in flight).
+fn read_direct(m: &ShmMemory, offset: u64) -> u8 {
+    let mut out = Vec::new();
+    crate::bytes::read(m.cluster().words(NodeId(0)).unwrap(), offset, 1, &mut out);
+    out[0]
+}
+
+#[test]
+fn operations_posted_together_overlap() {
+    let m = mem(3).with_latency(LATENCY);
+    let c = Counted::new(&m);
+    // Two concurrent operations: both posted by the first poll, one roundtrip.
+    let start = Instant::now();
+    let mut both = pin!(join2(c.write(at(0, 0), &[1]), c.cas(at(0, 8), 0, 1)));
+    assert!(poll_once(both.as_mut()).is_none());
+    assert_eq!((read_direct(&m, 0), read_direct(&m, 8)), (1, 1), "both were posted before either completed");
+    let (w, x) = block_on(both);
+    assert!(w.is_ok() && x.is_ok());
+    assert!(start.elapsed() >= LATENCY);
+    assert_eq!(c.roundtrips(), 1);
+
+    // A pipeline of two is one roundtrip; so are three nodes asked through a quorum.
+    c.reset();
+    let ops = [Op::Write { offset: 16, data: &[2] }, Op::Cas { offset: 24, expected: 0, new: 2 }];
+    block_on(c.pipeline(NodeId(0), &ops)).unwrap();
+    assert_eq!(c.roundtrips(), 1);
+    c.reset();
+    let futs = (0..3).map(|n| c.write(at(n, 32), &[3])).collect();
+    let replies = block_on(quorum(futs, 3));
+    assert!(replies.reached(3));
+    assert_eq!(c.roundtrips(), 1);
+    let (a, b, d) = block_on(join3(c.read(at(0, 0), 1), c.read(at(1, 0), 1), c.read(at(2, 0), 1)));
+    assert!(a.is_ok() && b.is_ok() && d.is_ok());
+    assert_eq!(c.roundtrips(), 2, "one more roundtrip for three concurrent reads");
+
+    // Three operations to three nodes at once: one poll posts them all, and
+    // once one latency has passed since, one more poll completes them all.
+    let mut three = pin!(join3(m.cas(at(0, 56), 0, 1), m.cas(at(1, 56), 0, 1), m.cas(at(2, 56), 0, 1)));
+    assert!(poll_once(three.as_mut()).is_none());
+    thread::sleep(LATENCY);
+    let (a, b, d) = poll_once(three.as_mut()).expect("all three complete one latency after they were posted");
+    assert_eq!((a.unwrap(), b.unwrap(), d.unwrap()), (0, 0, 0));
+
+    // Sequential operations each wait their own latency.
+    let start = Instant::now();
+    block_on(async {
+        m.write(at(0, 40), &[4]).await.unwrap();
+        m.write(at(0, 48), &[4]).await.unwrap();
+    });
+    assert!(start.elapsed() >= 2 * LATENCY);
+}
+
+#[test]
+fn background_posts_are_applied_at_once_without_latency() {
+    let m = mem(1).with_latency(Duration::from_secs(3600));
+    let ops = [Op::Write { offset: 0, data: &[5] }, Op::Cas { offset: 8, expected: 0, new: 5 }];
+    m.post_background(NodeId(0), &ops);
+    assert_eq!((read_direct(&m, 0), read_direct(&m, 8)), (5, 5));
+    m.post_background(NodeId(7), &ops); // errors are discarded
+}
+
+#[test]
+fn failed_nodes_are_unreachable() {
+    let cluster = ShmCluster::in_process(2, SIZE).unwrap();
+    let m = cluster.memory().with_latency(Duration::from_secs(3600));
+    cluster.set_fault(NodeId(1), Fault::Failed).unwrap();
+    assert_eq!(cluster.fault(NodeId(1)), Some(Fault::Failed));
+    assert_eq!(kind(block_on(m.write(at(1, 0), &[1]))), MemErrorKind::Unreachable);
+    assert_eq!(kind(block_on(m.cas(at(1, 0), 0, 1))), MemErrorKind::Unreachable);
+    assert_eq!(kind(block_on(m.pipeline(NodeId(1), &[Op::Read { offset: 0, len: 1 }]))), MemErrorKind::Unreachable);
+    m.post_background(NodeId(1), &[Op::Write { offset: 0, data: &[1] }]);
+    cluster.set_fault(NodeId(1), Fault::Healthy).unwrap();
+    assert_eq!(read(&cluster.memory(), 1, 0, 1), [0], "nothing reached the failed node");
+    // A quorum of three over one failed node still succeeds.
+    let m = cluster.memory();
+    cluster.set_fault(NodeId(0), Fault::Failed).unwrap();
+    let replies = block_on(quorum([m.read(at(0, 0), 1), m.read(at(1, 0), 1)].into_iter().collect(), 1));
+    assert!(replies.reached(1) && replies.failed == 1);
+    assert_eq!(cluster.set_fault(NodeId(2), Fault::Failed).unwrap_err().kind, MemErrorKind::NoSuchNode);
+    assert_eq!(cluster.fault(NodeId(2)), None);
+}
+
+#[test]
+fn stalled_nodes_time_out_or_resume() {
+    let cluster = ShmCluster::in_process(1, SIZE).unwrap();
+    let timeout = Duration::from_millis(30);
+    let m = cluster.memory().with_timeout(timeout);
+    cluster.set_fault(NodeId(0), Fault::Stalled).unwrap();
+    let start = Instant::now();
+    assert_eq!(kind(block_on(m.write(at(0, 0), &[1]))), MemErrorKind::TimedOut);
+    assert!(start.elapsed() >= timeout);
+    m.post_background(NodeId(0), &[Op::Write { offset: 0, data: &[1] }]);
+    assert_eq!(read_direct(&m, 0), 0, "a stalled node applies nothing");
+
+    // The stall ends while an operation waits: it is applied and completes.
+    let m = m.with_timeout(Duration::from_secs(3600));
+    let mut fut = pin!(m.cas(at(0, 8), 0, 3));
+    assert!(poll_once(fut.as_mut()).is_none());
+    assert!(poll_once(fut.as_mut()).is_none());
+    assert_eq!(read_direct(&m, 8), 0);
+    cluster.set_fault(NodeId(0), Fault::Healthy).unwrap();
+    assert_eq!(block_on(fut).unwrap(), 0);
+    assert_eq!(read_direct(&m, 8), 3);
+}
+
+#[test]
+fn in_process_shapes_are_checked() {
+    assert!(matches!(ShmCluster::in_process(0, 64), Err(ShmError::Config(_))));
+    assert!(matches!(ShmCluster::in_process(1, 0), Err(ShmError::Config(_))));
+    assert!(matches!(ShmCluster::in_process(1, 12), Err(ShmError::Config(_))));
+    assert!(matches!(ShmCluster::in_process(crate::MAX_NODES + 1, 64), Err(ShmError::Config(_))));
+    let c = ShmCluster::in_process(3, 64).unwrap();
+    assert_eq!((c.node_count(), c.node_size(), c.dir()), (3, 64, None));
+}
+
+/// Shared clusters: a fresh directory under /dev/shm, removed on drop.
+mod shared {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            TempDir(PathBuf::from(format!("/dev/shm/swarm-unit-{}-{n}-{name}", std::process::id())))
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn create_open_share_and_remove() {
+        let dir = TempDir::new("share");
+        let a = ShmCluster::create(&dir.0, 2, 8192).unwrap();
+        assert_eq!(mode(&dir.0), 0o700);
+        for f in ["control", "node-0", "node-1"] {
+            assert_eq!(mode(&dir.0.join(f)), 0o600, "{f}");
+        }
+        assert_eq!(fs::metadata(dir.0.join("node-1")).unwrap().len(), 8192);
+        let b = ShmCluster::open(&dir.0).unwrap();
+        assert_eq!((b.node_count(), b.node_size(), b.dir()), (2, 8192, Some(dir.0.as_path())));
+        // Two separate mappings of the same files see each other's writes...
+        block_on(a.memory().write(at(1, 8190), &[1, 2])).unwrap();
+        assert_eq!(read(&b.memory(), 1, 8190, 2), [1, 2]);
+        assert_eq!(block_on(b.memory().cas(at(0, 0), 0, 11)).unwrap(), 0);
+        assert_eq!(block_on(a.memory().cas(at(0, 0), 11, 12)).unwrap(), 11);
+        // ...and each other's fault injection.
+        a.set_fault(NodeId(1), Fault::Failed).unwrap();
+        assert_eq!(b.fault(NodeId(1)), Some(Fault::Failed));
+        assert_eq!(kind(block_on(b.memory().read(at(1, 0), 1))), MemErrorKind::Unreachable);
+        ShmCluster::remove(&dir.0).unwrap();
+        assert!(!dir.0.exists());
+        // Mappings outlive removal.
+        assert_eq!(block_on(read_word(&b.memory(), at(0, 0))).unwrap(), 12);
+    }
+
+    #[test]
+    fn create_refuses_bad_shapes_and_existing_directories() {
+        let dir = TempDir::new("create");
+        assert!(matches!(ShmCluster::create(&dir.0, 1, 4095), Err(ShmError::Config(_))));
+        assert!(matches!(ShmCluster::create(&dir.0, 0, 4096), Err(ShmError::Config(_))));
+        assert!(!dir.0.exists(), "a refused configuration creates nothing");
+        let _c = ShmCluster::create(&dir.0, 1, 4096).unwrap();
+        let again = ShmCluster::create(&dir.0, 1, 4096);
+        assert!(matches!(again, Err(ShmError::Io { .. })), "{again:?}", again = again.as_ref().err());
+        assert!(dir.0.join("node-0").exists(), "a refused create leaves the existing cluster alone");
+        assert!(ShmCluster::create("/dev/shm/no-such-parent-swarm/x", 1, 4096).is_err());
+    }
+
+    fn open_err(dir: &Path) -> String {
+        match ShmCluster::open(dir) {
+            Ok(_) => panic!("{} opened", dir.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn open_validates_everything() {
+        let dir = TempDir::new("open");
+        assert!(open_err(&dir.0).contains("cannot open directory"));
+        drop(ShmCluster::create(&dir.0, 3, 4096).unwrap());
+        assert!(ShmCluster::open(&dir.0).is_ok());
+
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(open_err(&dir.0).contains("mode is 755"));
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o700)).unwrap();
+
+        let node = dir.0.join("node-2");
+        fs::OpenOptions::new().write(true).open(&node).unwrap().set_len(8192).unwrap();
+        assert!(open_err(&dir.0).contains("is 8192 bytes"));
+        fs::remove_file(&node).unwrap();
+        assert!(open_err(&dir.0).contains("node-2"));
+
+        let control = dir.0.join("control");
+        fs::write(&control, vec![0u8; 4096]).unwrap();
+        assert!(open_err(&dir.0).contains("bad magic"));
+        fs::write(&control, b"short").unwrap();
+        assert!(open_err(&dir.0).contains("impossible size"));
+        let mut garbled = vec![0u8; 4096];
+        garbled[..8].copy_from_slice(b"SWARMSHM");
+        garbled[8..16].copy_from_slice(&1u64.to_le_bytes());
+        garbled[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        fs::write(&control, &garbled).unwrap();
+        assert!(open_err(&dir.0).contains("impossible node count"));
+        garbled[16..24].copy_from_slice(&3u64.to_le_bytes());
+        garbled[24..32].copy_from_slice(&4097u64.to_le_bytes());
+        fs::write(&control, &garbled).unwrap();
+        assert!(open_err(&dir.0).contains("impossible shape"));
+        fs::remove_file(&control).unwrap();
+        assert!(open_err(&dir.0).contains("control"));
+    }
+
+    #[test]
+    fn remove_refuses_foreign_files() {
+        let dir = TempDir::new("remove");
+        drop(ShmCluster::create(&dir.0, 2, 4096).unwrap());
+        fs::write(dir.0.join("precious.txt"), b"keep me").unwrap();
+        assert!(matches!(ShmCluster::remove(&dir.0), Err(ShmError::Invalid { .. })));
+        assert!(dir.0.join("node-0").exists() && dir.0.join("precious.txt").exists(), "nothing was removed");
+        fs::remove_file(dir.0.join("precious.txt")).unwrap();
+        ShmCluster::remove(&dir.0).unwrap();
+        assert!(!dir.0.exists());
+    }
+}
