@@ -45,7 +45,7 @@ impl RemoteAddr {
 
     /// Whether the address is aligned for a CAS word.
     pub const fn is_word_aligned(self) -> bool {
-        self.offset % 8 == 0
+        self.offset.is_multiple_of(8)
     }
 }
 
@@ -69,7 +69,7 @@ pub fn check_range(node: NodeId, offset: u64, len: usize, size: u64) -> Result<(
 
 /// Checks that a CAS word at `offset` is aligned and inside the region.
 pub fn check_word(node: NodeId, offset: u64, size: u64) -> Result<(), crate::MemError> {
-    if offset % 8 != 0 {
+    if !offset.is_multiple_of(8) {
         return Err(crate::MemError::new(node, crate::MemErrorKind::Misaligned { offset }));
     }
     check_range(node, offset, 8, size)

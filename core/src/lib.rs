@@ -19,17 +19,27 @@ extern crate alloc;
 extern crate std;
 
 pub mod addr;
+pub mod client;
 pub mod error;
 pub mod exec;
+pub mod inout;
 pub mod join;
+pub mod max;
+pub mod maxreg;
 pub mod memory;
+pub mod meta;
 pub mod quorum;
 pub mod region;
 pub mod rtt;
+pub mod safeguess;
 pub mod slab;
+pub mod tslock;
+pub mod writerlog;
+
+#[cfg(feature = "alloc")]
+pub mod lincheck;
 
 #[cfg(feature = "sim")]
-#[path = "sim/mod.rs"]
 pub mod sim;
 
 pub use addr::{NodeId, RemoteAddr};

@@ -98,10 +98,10 @@ pub struct Region {
 impl Region {
     /// Checks a proposed layout.
     pub fn check_layout(size: u64, chunk: u64) -> Result<(), RegionError> {
-        if chunk < MIN_CHUNK || chunk % MIN_CHUNK != 0 {
+        if chunk < MIN_CHUNK || !chunk.is_multiple_of(MIN_CHUNK) {
             return Err(RegionError::BadLayout("chunk size must be a multiple of 4096 bytes"));
         }
-        if size % MIN_CHUNK != 0 {
+        if !size.is_multiple_of(MIN_CHUNK) {
             return Err(RegionError::BadLayout("region size must be a multiple of 4096 bytes"));
         }
         if size < HEADER_SIZE + chunk {
@@ -149,7 +149,7 @@ impl Region {
     }
 
     fn check_cursor(node: NodeId, size: u64, chunk: u64, cursor: u64) -> Result<(), RegionError> {
-        if cursor < HEADER_SIZE || cursor > size || (cursor - HEADER_SIZE) % chunk != 0 {
+        if cursor < HEADER_SIZE || cursor > size || !(cursor - HEADER_SIZE).is_multiple_of(chunk) {
             return Err(RegionError::Corrupt { node, what: "cursor outside the region or not on a chunk boundary" });
         }
         Ok(())
@@ -158,10 +158,16 @@ impl Region {
     /// Takes one chunk: CAS the cursor forward, seeded with the last value
     /// seen (one roundtrip when no other client allocated meanwhile).
     pub async fn alloc_chunk<M: Memory>(&mut self, mem: &M) -> Result<RemoteAddr, RegionError> {
+        self.alloc_chunks(mem, 1).await
+    }
+
+    /// Takes `n` contiguous chunks (for objects larger than a chunk).
+    pub async fn alloc_chunks<M: Memory>(&mut self, mem: &M, n: u64) -> Result<RemoteAddr, RegionError> {
         let cursor_addr = RemoteAddr::new(self.node, CURSOR_OFFSET);
+        let bytes = n.checked_mul(self.chunk).ok_or(RegionError::Exhausted { node: self.node })?;
         loop {
-            let next = match self.cursor.checked_add(self.chunk) {
-                Some(n) if n <= self.size => n,
+            let next = match self.cursor.checked_add(bytes) {
+                Some(next) if next <= self.size && n > 0 => next,
                 _ => return Err(RegionError::Exhausted { node: self.node }),
             };
             let prev = mem.cas(cursor_addr, self.cursor, next).await?;

@@ -134,6 +134,16 @@ impl SlabAllocator {
         Ok(RemoteAddr::new(node, off))
     }
 
+    /// Takes a whole chunk of `node` for the caller (e.g. a log segment).
+    pub async fn alloc_chunk<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<RemoteAddr, AllocError> {
+        Ok(self.slabs(mem, node).await?.region.alloc_chunk(mem).await?)
+    }
+
+    /// The chunk size of `node`'s region.
+    pub async fn chunk_size<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<u64, AllocError> {
+        Ok(self.slabs(mem, node).await?.region.chunk)
+    }
+
     /// Returns an object of `size` bytes at `addr` to this client's free list
     /// (it is reused by this client only; see the module doc).
     pub fn free(&mut self, addr: RemoteAddr, size: u64) {

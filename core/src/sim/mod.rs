@@ -58,6 +58,12 @@ pub struct SimConfig {
     pub max_latency_ns: u64,
     /// Largest gap between the pieces of one transfer, ns.
     pub max_piece_gap_ns: u64,
+    /// One message in `tail_one_in` (0: none) is delayed `tail_factor` times
+    /// longer: the heavy tail of a congested fabric, which makes the late
+    /// messages that protocols must tolerate common enough to be explored.
+    pub tail_one_in: u64,
+    /// Delay multiplier of a tail message.
+    pub tail_factor: u64,
     /// How long a client waits on a hung node before [`crate::MemErrorKind::TimedOut`], ns.
     pub timeout_ns: u64,
     /// Virtual time after which a run is declared a livelock, ns.
@@ -75,6 +81,8 @@ impl Default for SimConfig {
             min_latency_ns: 1_000,
             max_latency_ns: 3_000,
             max_piece_gap_ns: 200,
+            tail_one_in: 20,
+            tail_factor: 10,
             timeout_ns: 50_000,
             time_limit_ns: 10_000_000_000,
             keep_trace: false,
@@ -83,12 +91,14 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
-    /// Latency that is the same for every operation (`rtt_ns`), no torn
-    /// pieces spread in time: the setting for counting roundtrips exactly.
+    /// Latency that is the same for every operation (`rtt_ns`), no tail and
+    /// no torn pieces spread in time: the setting for counting roundtrips
+    /// exactly.
     pub fn fixed_latency(mut self, rtt_ns: u64) -> Self {
         self.min_latency_ns = rtt_ns;
         self.max_latency_ns = rtt_ns;
         self.max_piece_gap_ns = 0;
+        self.tail_one_in = 0;
         self
     }
 }

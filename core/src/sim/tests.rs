@@ -80,9 +80,12 @@ fn ops_posted_together_overlap() {
             b.unwrap();
             let futs = (0..3).map(|n| c.read(addr(n, 0), 8)).collect();
             assert!(quorum(futs, majority(3)).await.reached(2));
-            c.pipeline(NodeId(2), &[Op::Write { offset: 8, data: &[3; 8] }, Op::Cas { offset: 0, expected: 0, new: 1 }])
-                .await
-                .unwrap();
+            c.pipeline(
+                NodeId(2),
+                &[Op::Write { offset: 8, data: &[3; 8] }, Op::Cas { offset: 0, expected: 0, new: 1 }],
+            )
+            .await
+            .unwrap();
             (c.roundtrips(), mem.now() - t0)
         })
         .unwrap();
@@ -182,7 +185,8 @@ fn long_transfers_tear() {
         let s = seen.clone();
         sim.spawn(&r.clone(), async move {
             for _ in 0..4 {
-                s.borrow_mut().push(r.read(addr(0, 0), 256).await.unwrap());
+                let b = r.read(addr(0, 0), 256).await.unwrap();
+                s.borrow_mut().push(b);
             }
         });
         sim.run().unwrap();
@@ -205,9 +209,12 @@ fn pipelined_write_is_visible_before_the_cas() {
         sim.spawn(&w.clone(), async move {
             for v in 1..=5u64 {
                 let data = [v as u8; 128];
-                w.pipeline(NodeId(0), &[Op::Write { offset: 64, data: &data }, Op::Cas { offset: 0, expected: v - 1, new: v }])
-                    .await
-                    .unwrap();
+                w.pipeline(
+                    NodeId(0),
+                    &[Op::Write { offset: 64, data: &data }, Op::Cas { offset: 0, expected: v - 1, new: v }],
+                )
+                .await
+                .unwrap();
             }
         });
         sim.spawn(&r.clone(), async move {
@@ -243,7 +250,7 @@ fn client_crash_drops_its_task_and_may_cut_its_writes() {
         assert!(b.iter().all(|&x| x == 0 || x == 9));
         if b.iter().all(|&x| x == 9) {
             whole += 1;
-        } else if b.iter().any(|&x| x == 9) {
+        } else if b.contains(&9) {
             partial += 1;
         }
     }

@@ -135,7 +135,8 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
 
 impl World {
     pub(crate) fn new(cfg: SimConfig) -> Self {
-        let nodes = (0..cfg.nodes).map(|_| NodeState { mem: vec![0; cfg.node_size as usize], down: None, slow: 1 }).collect();
+        let nodes =
+            (0..cfg.nodes).map(|_| NodeState { mem: vec![0; cfg.node_size as usize], down: None, slow: 1 }).collect();
         World {
             rng: Rng::new(cfg.seed),
             cfg,
@@ -167,7 +168,9 @@ impl World {
 
     fn one_way(&mut self, node: usize) -> u64 {
         let (lo, hi) = (self.cfg.min_latency_ns / 2, self.cfg.max_latency_ns / 2);
-        self.rng.range(lo, hi) * self.nodes[node].slow
+        let tail =
+            if self.cfg.tail_one_in > 0 && self.rng.chance(1, self.cfg.tail_one_in) { self.cfg.tail_factor } else { 1 };
+        self.rng.range(lo, hi) * self.nodes[node].slow * tail.max(1)
     }
 
     fn record(&mut self, e: TraceEntry) {
@@ -210,7 +213,9 @@ impl World {
         for (i, op) in ops.iter().enumerate() {
             let (owned, out, len) = match *op {
                 Op::Read { offset, len } => (OwnedOp::Read { offset }, OpOutput::Read(vec![0; len]), len),
-                Op::Write { offset, data } => (OwnedOp::Write { offset, data: data.to_vec() }, OpOutput::Written, data.len()),
+                Op::Write { offset, data } => {
+                    (OwnedOp::Write { offset, data: data.to_vec() }, OpOutput::Written, data.len())
+                }
                 Op::Cas { offset, expected, new } => (OwnedOp::Cas { offset, expected, new }, OpOutput::Cas(0), 8),
             };
             let offset = match owned {
@@ -275,7 +280,8 @@ impl World {
         let now = self.now;
         let Some(g) = self.groups.get_mut(&id) else { return };
         let node = g.node;
-        let entry = |kind, offset, len| TraceEntry { time: now, client: g.client, node: node as u16, kind, offset, len };
+        let entry =
+            |kind, offset, len| TraceEntry { time: now, client: g.client, node: node as u16, kind, offset, len };
         if p >= g.cut || g.failed {
             let e = entry(b'x', 0, p as u64);
             self.record(e);
@@ -328,7 +334,8 @@ impl World {
             }
         }
         let Some(g) = self.groups.remove(&id) else { return };
-        let e = TraceEntry { time: self.now, client: g.client, node: node.0, kind: b'r', offset: 0, len: g.failed as u64 };
+        let e =
+            TraceEntry { time: self.now, client: g.client, node: node.0, kind: b'r', offset: 0, len: g.failed as u64 };
         self.record(e);
         let Some(slot) = g.slot else { return };
         let result = if g.failed {

@@ -1,0 +1,164 @@
+//! What one SWARM client owns, shared by every object it accesses: its id,
+//! its view of the writer logs, its allocator, its log ids and its clock.
+
+use crate::meta::{MAX_CLIENT, MAX_TIME, Meta};
+use crate::slab::SlabAllocator;
+use crate::writerlog::{LogError, Logs};
+use crate::{Memory, NodeId};
+
+/// A source of time in ticks, loosely synchronised across clients (SWARM
+/// §3.2: `guessTs` only needs to be strictly increasing per thread, and
+/// fresh most of the time).
+pub trait Clock {
+    /// The current time in ticks; ticks must fit [`crate::meta::TIME_BITS`]
+    /// bits for the lifetime of the cluster.
+    fn now(&self) -> u64;
+}
+
+impl<F: Fn() -> u64> Clock for F {
+    fn now(&self) -> u64 {
+        self()
+    }
+}
+
+/// One client's state.
+pub struct ClientCtx<C> {
+    /// This client's id, `1..=MAX_CLIENT`; it names its writes and its log.
+    pub id: u8,
+    /// The writer logs (directories and cached segments).
+    pub logs: Logs,
+    /// Remote memory allocation.
+    pub slab: SlabAllocator,
+    clock: C,
+    /// Added to the clock after a stale guess (re-synchronisation).
+    offset: u64,
+    last_time: u64,
+    next_id: u32,
+    end_id: u32,
+}
+
+/// Why a client could not be set up or could not name a write.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ClientError {
+    /// The id is 0 or above [`MAX_CLIENT`].
+    BadId(u8),
+    /// Timestamps ran out (the clock passed [`MAX_TIME`]).
+    TimeExhausted,
+    /// The log could not be used.
+    Log(LogError),
+}
+
+impl<C: Clock> ClientCtx<C> {
+    /// A client with id `id` (unique among live clients) and clock `clock`.
+    pub fn new(id: u8, clock: C) -> Result<Self, ClientError> {
+        if id == 0 || id > MAX_CLIENT {
+            return Err(ClientError::BadId(id));
+        }
+        Ok(ClientCtx {
+            id,
+            logs: Logs::new(),
+            slab: SlabAllocator::new(),
+            clock,
+            offset: 0,
+            last_time: 0,
+            next_id: 0,
+            end_id: 0,
+        })
+    }
+
+    /// guessTs(): the local clock, but strictly above every time this
+    /// client used before.
+    pub fn guess_time(&mut self) -> Result<u64, ClientError> {
+        let t = (self.clock.now() + self.offset).max(self.last_time + 1);
+        if t >= MAX_TIME {
+            return Err(ClientError::TimeExhausted);
+        }
+        self.last_time = t;
+        Ok(t)
+    }
+
+    /// After a stale guess: move the clock past `seen` so that the next
+    /// guesses are fresh again.
+    pub fn resync(&mut self, seen: Meta) {
+        let now = self.clock.now() + self.offset;
+        if seen.time() >= now {
+            self.offset += seen.time() + 1 - now;
+        }
+        self.last_time = self.last_time.max(seen.time());
+    }
+
+    /// Uses `time` (a slow-path rewrite) so later guesses stay above it.
+    pub fn used_time(&mut self, time: u64) {
+        self.last_time = self.last_time.max(time);
+    }
+
+    /// Takes, before the client's first operation, the roundtrips that
+    /// would otherwise fall on it: reserving log ids, opening every node's
+    /// region and log directory, and claiming the log segment of the next
+    /// writes on every node (the paper's clients pre-allocate, §4.3).
+    /// Unreachable nodes are skipped. A write that later starts a new log
+    /// segment still pays for claiming it (a few roundtrips per node, once
+    /// per segment).
+    pub async fn prepare<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
+        if self.next_id == self.end_id {
+            let id = self.next_log_id(mem).await?;
+            self.next_id = id;
+        }
+        for n in 0..mem.node_count().min(4 * crate::quorum::MAX_REPLICAS) {
+            let node = NodeId(n as u16);
+            match self.logs.entry(mem, node, self.id, self.next_id, Some(&mut self.slab)).await {
+                Ok(_) | Err(LogError::Mem(_)) => {}
+                Err(e) => return Err(ClientError::Log(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh log id, reserving a batch on a majority of the cluster's
+    /// nodes when the current batch is used up (one or two roundtrips every
+    /// [`ID_BATCH`] writes).
+    pub async fn next_log_id<M: Memory>(&mut self, mem: &M) -> Result<u32, ClientError> {
+        if self.next_id == self.end_id {
+            let nodes: heapless::Vec<NodeId, { crate::quorum::MAX_REPLICAS }> =
+                (0..mem.node_count().min(crate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+            let (start, end) = self.logs.reserve_ids(mem, &nodes, self.id).await.map_err(ClientError::Log)?;
+            self.next_id = start;
+            self.end_id = end;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        Ok(id)
+    }
+}
+
+/// Wall-clock ticks of one microsecond since `epoch_us` (microseconds since
+/// the Unix epoch, typically the time the cluster was formatted). Clients on
+/// one machine, or on NTP/PTP-synchronised machines, are loosely
+/// synchronised, which is all `guessTs` needs. With 32-bit times a cluster
+/// lasts 71 minutes of ticks before [`ClientError::TimeExhausted`].
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug)]
+pub struct SystemClock {
+    /// Microseconds since the Unix epoch at tick 0.
+    pub epoch_us: u64,
+}
+
+#[cfg(feature = "std")]
+impl SystemClock {
+    /// Microseconds since the Unix epoch, now.
+    pub fn unix_us() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    }
+
+    /// A clock whose tick 0 is now.
+    pub fn starting_now() -> Self {
+        SystemClock { epoch_us: Self::unix_us() }
+    }
+}
+
+#[cfg(feature = "std")]
+impl Clock for SystemClock {
+    fn now(&self) -> u64 {
+        Self::unix_us().saturating_sub(self.epoch_us) + 1
+    }
+}

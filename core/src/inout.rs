@@ -1,0 +1,293 @@
+//! In-n-Out (SWARM §4): a max register of large values on one memory node,
+//! one roundtrip per read and per write in the common case.
+//!
+//! Layout of one object on its node (64-byte aligned):
+//!
+//! ```text
+//! meta words   K × 8 B   the register's value is the largest word (§4.4)
+//! in-place     hash (8) | length (8) | value bytes (up to max_value)
+//! ```
+//!
+//! A write puts its value out of place, in the writer's log entry
+//! ([`crate::writerlog`]), and MAXes its metadata word in, as one ordered
+//! pipeline (one roundtrip): whoever sees the word can find the value. The
+//! in-place copy is then written in the background, with an xxHash3 hash
+//! seeded by the metadata, so that a read of `meta + in-place` (one READ)
+//! can tell whether the in-place copy belongs to the metadata it read, and
+//! otherwise follows the metadata to the out-of-place copy (a second READ).
+//!
+//! With K metadata words, writer `c` MAXes word `c mod K` (one word per
+//! writer makes every MAX succeed at its first CAS, §4.4 and §7.9); readers
+//! take the largest word. Everything read is untrusted: lengths are checked
+//! against `max_value`, and an entry that does not exist is an error, never
+//! an out-of-bounds access.
+
+use core::ops::Deref;
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::max::{MaxOutcome, cas_max};
+use crate::memory::word_at;
+use crate::meta::Meta;
+use crate::writerlog::{ENTRY_HEADER, LogError};
+use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
+
+/// Largest value the protocols accept (the issue's requirement is 8 KiB).
+pub const MAX_VALUE: u64 = 64 * 1024;
+/// Most metadata words per object.
+pub const MAX_META_WORDS: u32 = 128;
+const INPLACE_HEADER: u64 = 16;
+
+/// Shape of an In-n-Out object.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Layout {
+    /// Metadata words (1 = one per object, up to one per writer).
+    pub meta_words: u32,
+    /// Largest value, in bytes.
+    pub max_value: u64,
+}
+
+impl Layout {
+    /// A layout, checked.
+    pub fn new(meta_words: u32, max_value: u64) -> Result<Layout, InOutError> {
+        if meta_words == 0 || meta_words > MAX_META_WORDS || max_value > MAX_VALUE {
+            return Err(InOutError::BadLayout);
+        }
+        Ok(Layout { meta_words, max_value })
+    }
+
+    /// Bytes of one object (64-byte aligned).
+    pub fn size(&self) -> u64 {
+        (8 * self.meta_words as u64 + INPLACE_HEADER + self.max_value).next_multiple_of(64)
+    }
+
+    fn inplace(&self) -> u64 {
+        8 * self.meta_words as u64
+    }
+
+    /// The metadata word writer `client` MAXes.
+    pub fn word_of(&self, client: u8) -> u64 {
+        8 * (client as u64 % self.meta_words as u64)
+    }
+}
+
+/// A failure of an In-n-Out operation on one replica.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum InOutError {
+    /// The memory operation failed.
+    Mem(MemError),
+    /// The writer log could not be used.
+    Log(LogError),
+    /// Remote data that cannot be right (a length beyond the layout, a
+    /// metadata word naming a missing entry).
+    Corrupt(NodeId),
+    /// A value larger than the layout allows, or an impossible layout.
+    BadLayout,
+}
+
+impl From<MemError> for InOutError {
+    fn from(e: MemError) -> Self {
+        InOutError::Mem(e)
+    }
+}
+
+impl From<LogError> for InOutError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Mem(m) => InOutError::Mem(m),
+            e => InOutError::Log(e),
+        }
+    }
+}
+
+/// A value read from memory: a window into a backend buffer (no copy).
+pub struct Value<B> {
+    buf: Option<B>,
+    start: usize,
+    len: usize,
+}
+
+impl<B: Deref<Target = [u8]>> Value<B> {
+    /// The initial value of every register (no write yet).
+    pub fn empty() -> Self {
+        Value { buf: None, start: 0, len: 0 }
+    }
+}
+
+impl<B: Deref<Target = [u8]>> Deref for Value<B> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => &b[self.start..self.start + self.len],
+            None => &[],
+        }
+    }
+}
+
+impl<B: Deref<Target = [u8]>> core::fmt::Debug for Value<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Value({} bytes)", self.len)
+    }
+}
+
+/// The hash that binds an in-place copy to its metadata (the flag is left
+/// out: marking a tuple VERIFIED must not invalidate its in-place copy).
+pub fn inplace_hash(meta: Meta, value: &[u8]) -> u64 {
+    xxh3_64_with_seed(value, meta.guessed().0 ^ (value.len() as u64).rotate_left(32))
+}
+
+/// What a client remembers of one replica of one object.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct ReplicaCache {
+    /// The largest metadata it knows the replica holds (the reliable max
+    /// register's `cache[r]`, App. A).
+    pub max: Meta,
+    /// The last value it saw in its own metadata word (the seed of its MAX).
+    pub mine: u64,
+}
+
+/// One replica: an object at `base` on `node`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Replica {
+    /// The node.
+    pub node: NodeId,
+    /// The object's offset.
+    pub base: u64,
+}
+
+/// What one WRITE of an object did and saw.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WriteReply {
+    /// What the MAX on the writer's own word did.
+    pub outcome: MaxOutcome,
+    /// The largest metadata seen in the object during the write (at least
+    /// the written one).
+    pub seen: Meta,
+}
+
+/// The largest of the first `words` metadata words of `bytes`.
+fn max_word(bytes: &[u8], words: usize) -> Meta {
+    (0..words).filter_map(|i| word_at(bytes, 8 * i)).map(Meta).max().unwrap_or(Meta::BOTTOM)
+}
+
+/// What one READ of an object returned.
+pub struct Reply<B> {
+    /// The largest metadata word.
+    pub meta: Meta,
+    /// The word a given client MAXes (its next seed).
+    pub word: u64,
+    /// The value, if the in-place copy matches `meta` (or `meta` is bottom).
+    pub value: Option<Value<B>>,
+}
+
+impl Replica {
+    fn at(&self, off: u64) -> RemoteAddr {
+        RemoteAddr::new(self.node, self.base + off)
+    }
+
+    /// WRITE (Alg. "ino-write"): the value out of place in `entry` (the
+    /// writer's log entry on this node) and MAX on the metadata, in one
+    /// ordered pipeline; then the in-place copy in the background. `seed` is
+    /// what the caller believes its metadata word holds.
+    ///
+    /// The reply also says the largest metadata seen on the replica, which
+    /// Safe-Guess uses as the read that runs in parallel with its write
+    /// (§3.2, line 6). With one metadata word, the CAS returns it; with an
+    /// array (§4.4) the CAS sees only this writer's word, so the pipeline
+    /// also READs the whole array after the CAS, in the same roundtrip.
+    pub async fn write<M: Memory>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        entry: RemoteAddr,
+        seed: u64,
+        meta: Meta,
+        value: &[u8],
+    ) -> Result<WriteReply, InOutError> {
+        if value.len() as u64 > layout.max_value {
+            return Err(InOutError::BadLayout);
+        }
+        let word = layout.word_of(meta.client());
+        let len = (value.len() as u64).to_le_bytes();
+        let array = layout.inplace() as usize;
+        let ops = [
+            Op::Write { offset: entry.offset + 8, data: &len },
+            Op::Write { offset: entry.offset + ENTRY_HEADER, data: value },
+            Op::Cas { offset: self.base + word, expected: seed, new: meta.0 },
+            Op::Read { offset: self.base, len: array },
+        ];
+        let n = if layout.meta_words > 1 { 4 } else { 3 };
+        let out = mem.pipeline(self.node, &ops[..n]).await?;
+        let prev = out.get(2).and_then(OpOutput::cas).ok_or(InOutError::Corrupt(self.node))?;
+        let others = match out.into_iter().nth(3).and_then(OpOutput::into_read) {
+            Some(words) => max_word(&words, layout.meta_words as usize),
+            None => Meta::BOTTOM,
+        };
+        let outcome = match MaxOutcome::of_cas(seed, meta.0, prev) {
+            Ok(o) => o,
+            Err(smaller) => cas_max(mem, self.at(word), smaller, meta.0).await?,
+        };
+        if let MaxOutcome::Installed { .. } = outcome {
+            self.post_inplace(mem, layout, meta, value);
+        }
+        Ok(WriteReply { outcome, seen: others.max(Meta(outcome.max_seen(meta.0))) })
+    }
+
+    fn post_inplace<M: Memory>(&self, mem: &M, layout: &Layout, meta: Meta, value: &[u8]) {
+        let mut head = [0u8; INPLACE_HEADER as usize];
+        head[..8].copy_from_slice(&inplace_hash(meta, value).to_le_bytes());
+        head[8..].copy_from_slice(&(value.len() as u64).to_le_bytes());
+        let off = self.base + layout.inplace();
+        let ops = [Op::Write { offset: off, data: &head }, Op::Write { offset: off + INPLACE_HEADER, data: value }];
+        mem.post_background(self.node, &ops);
+    }
+
+    /// Marks `meta` VERIFIED in the background: one CAS seeded with the
+    /// GUESSED word, abandoned if anything else was written meanwhile (a
+    /// larger word makes the flag moot).
+    pub fn post_verify<M: Memory>(&self, mem: &M, layout: &Layout, meta: Meta) {
+        let op = Op::Cas {
+            offset: self.base + layout.word_of(meta.client()),
+            expected: meta.guessed().0,
+            new: meta.verify().0,
+        };
+        mem.post_background(self.node, &[op]);
+    }
+
+    /// READ (Alg. "ino-read"), first half: metadata and in-place copy in
+    /// one READ. The value is present if the in-place copy matches the
+    /// metadata; otherwise the caller follows the metadata with
+    /// [`Replica::read_out_of_place`].
+    pub async fn read<M: Memory>(&self, mem: &M, layout: &Layout, client: u8) -> Result<Reply<M::Buf>, InOutError> {
+        let buf = mem.read(self.at(0), layout.size() as usize).await?;
+        let corrupt = InOutError::Corrupt(self.node);
+        let meta = max_word(&buf, layout.meta_words as usize);
+        let word = word_at(&buf, layout.word_of(client) as usize).ok_or(corrupt)?;
+        if meta.is_bottom() {
+            return Ok(Reply { meta, word, value: Some(Value::empty()) });
+        }
+        let ip = layout.inplace() as usize;
+        let (hash, vlen) = (word_at(&buf, ip).ok_or(corrupt)?, word_at(&buf, ip + 8).ok_or(corrupt)?);
+        let start = ip + INPLACE_HEADER as usize;
+        let valid = vlen <= layout.max_value && inplace_hash(meta, &buf[start..start + vlen as usize]) == hash;
+        let value = valid.then_some(Value { buf: Some(buf), start, len: vlen as usize });
+        Ok(Reply { meta, word, value })
+    }
+
+    /// READ, second half: the out-of-place copy in log entry `entry` on
+    /// this replica's node, whose values are at most `max` bytes.
+    pub async fn read_out_of_place<M: Memory>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        entry: RemoteAddr,
+        max: u64,
+    ) -> Result<Value<M::Buf>, InOutError> {
+        let buf = mem.read(RemoteAddr::new(self.node, entry.offset + 8), 8 + max as usize).await?;
+        let vlen = word_at(&buf, 0).ok_or(InOutError::Corrupt(self.node))?;
+        if vlen > max.min(layout.max_value) {
+            return Err(InOutError::Corrupt(self.node));
+        }
+        Ok(Value { buf: Some(buf), start: 8, len: vlen as usize })
+    }
+}

@@ -1,0 +1,355 @@
+//! The reliable max register of SWARM Appendix A (Algorithm "wmr"), over
+//! 2f+1 In-n-Out replicas (§4): a max register of `(metadata, value)`
+//! tuples that tolerates the crash of a minority of its memory nodes.
+//!
+//! Each client keeps, per replica, the largest tuple it knows the replica
+//! holds (`cache[r]`, [`crate::inout::ReplicaCache`]).
+//! - `inner_write(v)`: write `v` to the replicas known to be behind, and
+//!   wait until a majority is known to hold at least `v` (0 roundtrips when
+//!   it already is).
+//! - `READ`: read every replica, wait for a majority, take the largest
+//!   tuple, and write it back with `inner_write` (usually 0 roundtrips).
+//!
+//! The value of the largest tuple comes from a matching in-place copy in one
+//! of the replies, or else from the out-of-place copy its metadata names.
+
+use crate::client::{ClientCtx, Clock};
+use crate::inout::{InOutError, Layout, Replica, ReplicaCache, Value};
+use crate::max::MaxOutcome;
+use crate::meta::Meta;
+use crate::quorum::{MAX_REPLICAS, majority, quorum};
+use crate::{Memory, NodeId, RemoteAddr};
+
+use core::fmt;
+
+/// A failure of a replicated operation. Failures of a minority of replicas
+/// are not errors; these are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RegError {
+    /// No majority of replicas answered; the first failure is given.
+    NoQuorum(InOutError),
+    /// A value larger than the register's layout allows.
+    ValueTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: u64,
+    },
+    /// Remote data that cannot be right; retrying may help.
+    Corrupt(NodeId),
+    /// The client could not name a write (ids, log or timestamps exhausted).
+    Client(crate::client::ClientError),
+    /// A read looped past the bound of Lemma C.5: a bug, never expected.
+    NotWaitFree,
+}
+
+impl fmt::Display for RegError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegError::NoQuorum(e) => write!(f, "no majority of replicas answered ({e:?})"),
+            RegError::ValueTooLarge { len, max } => write!(f, "value of {len} bytes exceeds the limit of {max}"),
+            RegError::Corrupt(n) => write!(f, "{n}: corrupt data"),
+            RegError::Client(e) => write!(f, "client: {e:?}"),
+            RegError::NotWaitFree => write!(f, "read exceeded its iteration bound"),
+        }
+    }
+}
+
+impl From<crate::client::ClientError> for RegError {
+    fn from(e: crate::client::ClientError) -> Self {
+        RegError::Client(e)
+    }
+}
+
+/// What one replica's READ gave, if it answered in time.
+type ReplicaReply<B> = Option<Result<crate::inout::Reply<B>, InOutError>>;
+
+/// Where a replicated register lives: one In-n-Out object per replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Register {
+    /// The objects' shape.
+    pub layout: Layout,
+    /// One object per replica node (2f+1 of them).
+    pub replicas: heapless::Vec<Replica, MAX_REPLICAS>,
+}
+
+/// One client's knowledge of one register's replicas.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegCache {
+    /// Per replica, in the register's order.
+    pub replicas: [ReplicaCache; MAX_REPLICAS],
+}
+
+impl Register {
+    /// Allocates and clears a register on `nodes` (one object on each).
+    pub async fn create<M: Memory, C: Clock>(
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        nodes: &[NodeId],
+        layout: Layout,
+    ) -> Result<Register, RegError> {
+        let mut replicas = heapless::Vec::new();
+        for &node in nodes {
+            let a = ctx.slab.alloc(mem, node, layout.size()).await.map_err(|_| RegError::Corrupt(node))?;
+            let _ = replicas.push(Replica { node, base: a.offset });
+        }
+        let zeros = [0u8; 8 * crate::inout::MAX_META_WORDS as usize + 16];
+        let clear = &zeros[..(8 * layout.meta_words as usize + 16)];
+        let futs = replicas.iter().map(|r: &Replica| mem.write(RemoteAddr::new(r.node, r.base), clear)).collect();
+        let done = quorum(futs, replicas.len()).await;
+        if let Some(e) = done.first_error() {
+            return Err(RegError::NoQuorum(InOutError::Mem(*e)));
+        }
+        Ok(Register { layout, replicas })
+    }
+
+    fn need(&self) -> usize {
+        majority(self.replicas.len())
+    }
+
+    /// `inner_write(meta, value)`. Returns the largest metadata that the
+    /// replicas which answered were seen to hold (at least `meta`): the
+    /// weak read of SWARM App. A.2 that Safe-Guess' write uses to check its
+    /// guess, for free with the write.
+    pub async fn write<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        value: &[u8],
+    ) -> Result<Meta, RegError> {
+        if value.len() as u64 > self.layout.max_value {
+            return Err(RegError::ValueTooLarge { len: value.len(), max: self.layout.max_value });
+        }
+        let n = self.replicas.len();
+        let already = (0..n).filter(|&r| cache.replicas[r].max >= meta).count();
+        let mut seen = (0..n).map(|r| cache.replicas[r].max).filter(|&m| m >= meta).max().unwrap_or(meta);
+        if already >= self.need() {
+            return Ok(seen);
+        }
+        // Where the value goes on each replica that is behind (cached, so
+        // usually no roundtrip). A replica whose log cannot be reached now
+        // is left out, like one that does not answer.
+        let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
+        let mut first_err = None;
+        for (r, rep) in self.replicas.iter().enumerate() {
+            if cache.replicas[r].max >= meta {
+                continue;
+            }
+            match ctx.logs.entry(mem, rep.node, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await {
+                Ok(Some(e)) => {
+                    let _ = targets.push((r, e));
+                }
+                Ok(None) => first_err = Some(InOutError::Corrupt(rep.node)),
+                Err(e) => first_err = Some(InOutError::from(e)),
+            }
+        }
+        let layout = self.layout;
+        let futs = targets
+            .iter()
+            .map(|&(r, entry)| self.replicas[r].write(mem, &layout, entry, cache.replicas[r].mine, meta, value))
+            .collect();
+        let want = self.need() - already;
+        let replies = quorum(futs, want).await;
+        for (i, res) in replies.results.iter().enumerate() {
+            let r = targets[i].0;
+            match res {
+                Some(Ok(reply)) => {
+                    let c = &mut cache.replicas[r];
+                    c.mine = match reply.outcome {
+                        MaxOutcome::Installed { .. } => meta.0,
+                        MaxOutcome::Superseded { found } => found.max(c.mine),
+                    };
+                    c.max = c.max.max(reply.seen);
+                    seen = seen.max(reply.seen);
+                }
+                Some(Err(e)) => first_err = first_err.or(Some(*e)),
+                None => {}
+            }
+        }
+        if !replies.reached(want) {
+            return Err(RegError::NoQuorum(first_err.unwrap_or(InOutError::BadLayout)));
+        }
+        Ok(seen)
+    }
+
+    /// READ: the largest tuple of a majority, written back to a majority.
+    pub async fn read<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<(Meta, Value<M::Buf>), RegError> {
+        let layout = self.layout;
+        let futs = self.replicas.iter().map(|rep| rep.read(mem, &layout, ctx.id)).collect();
+        let mut replies = quorum(futs, self.need()).await;
+        if !replies.reached(self.need()) {
+            let e = *replies.first_error().expect("a failed quorum has an error");
+            return Err(RegError::NoQuorum(e));
+        }
+        let mut max = Meta::BOTTOM;
+        for (r, res) in replies.results.iter().enumerate() {
+            if let Some(Ok(reply)) = res {
+                let c = &mut cache.replicas[r];
+                c.max = c.max.max(reply.meta);
+                c.mine = reply.word;
+                max = max.max(reply.meta);
+            }
+        }
+        // The value: a matching in-place copy, else the out-of-place one.
+        let in_place = replies.results.iter_mut().find_map(|res| match res {
+            Some(Ok(reply)) if reply.meta == max && reply.value.is_some() => reply.value.take(),
+            _ => None,
+        });
+        let value = match in_place {
+            Some(v) => v,
+            None => self.read_out_of_place(ctx, mem, &replies.results, max).await?,
+        };
+        drop(replies);
+        self.write(ctx, mem, cache, max, &value).await?;
+        Ok((max, value))
+    }
+
+    async fn read_out_of_place<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        results: &[ReplicaReply<M::Buf>],
+        max: Meta,
+    ) -> Result<Value<M::Buf>, RegError> {
+        let mut last = RegError::Corrupt(self.replicas[0].node);
+        for (r, res) in results.iter().enumerate() {
+            if !matches!(res, Some(Ok(reply)) if reply.meta == max) {
+                continue;
+            }
+            let rep = self.replicas[r];
+            let entry = match ctx.logs.entry(mem, rep.node, max.client(), max.log_id(), None).await {
+                Ok(Some(e)) => e,
+                Ok(None) => {
+                    last = RegError::Corrupt(rep.node);
+                    continue;
+                }
+                Err(e) => {
+                    last = RegError::NoQuorum(InOutError::from(e));
+                    continue;
+                }
+            };
+            let geo_max = match ctx.logs.geometry(mem, rep.node).await {
+                Ok(g) => g.max_value(),
+                Err(e) => {
+                    last = RegError::NoQuorum(InOutError::from(e));
+                    continue;
+                }
+            };
+            match rep.read_out_of_place(mem, &self.layout, entry, geo_max).await {
+                Ok(v) => return Ok(v),
+                Err(InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
+                Err(e) => last = RegError::NoQuorum(e),
+            }
+        }
+        Err(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::rc::Rc;
+    use alloc::vec::Vec;
+    use core::cell::RefCell;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::region::Region;
+    use crate::sim::{CrashMode, Sim, SimConfig};
+    use crate::writerlog::{self, LogGeometry};
+
+    /// (client, meta written or read, invoked, returned, is_write)
+    type Event = (u8, Meta, u64, u64, bool);
+
+    fn run(seed: u64, replicas: usize, writers: u8, readers: u8, crash: bool) -> Vec<Event> {
+        let mut sim = Sim::new(SimConfig {
+            seed,
+            nodes: replicas,
+            node_size: 4 << 20,
+            max_piece_gap_ns: 400,
+            ..SimConfig::default()
+        });
+        let admin = sim.client();
+        let layout = Layout::new(1 + (seed % 3) as u32, 64).unwrap();
+        let reg = sim
+            .block_on(async move {
+                let geo = LogGeometry::new(64, 64 << 10, 16).unwrap();
+                for n in 0..replicas as u16 {
+                    Region::format(&admin, NodeId(n), 4 << 20, 64 << 10).await.unwrap();
+                    writerlog::format(&admin, NodeId(n), geo).await.unwrap();
+                }
+                let nodes: Vec<NodeId> = (0..replicas as u16).map(NodeId).collect();
+                let mut ctx = ClientCtx::new(100, || 0).unwrap();
+                Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap()
+            })
+            .unwrap();
+        if crash {
+            let node = sim.random(0, replicas as u64 - 1) as usize;
+            let at = sim.now() + sim.random(0, 20_000);
+            sim.crash_node_at(node, at, CrashMode::Hang);
+        }
+        let events = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..writers + readers {
+            let id = i + 1;
+            let m = sim.client();
+            let (reg, events, mem) = (reg.clone(), events.clone(), m.clone());
+            sim.spawn(&m, async move {
+                let mut ctx = ClientCtx::new(id, || 0).unwrap();
+                let mut cache = RegCache::default();
+                for k in 1..=5u64 {
+                    mem.sleep(mem.random(0, 2_000)).await;
+                    let t0 = mem.now();
+                    if id <= writers {
+                        let meta = Meta::new(mem.random(1, 50), (id as u32) * 100 + k as u32, id);
+                        let v = [id; 16];
+                        reg.write(&mut ctx, &mem, &mut cache, meta, &v).await.unwrap();
+                        events.borrow_mut().push((id, meta, t0, mem.now(), true));
+                    } else {
+                        let (meta, v) = reg.read(&mut ctx, &mem, &mut cache).await.unwrap();
+                        assert!(meta.is_bottom() || v.iter().all(|&b| b == meta.client()), "value of another write");
+                        events.borrow_mut().push((id, meta, t0, mem.now(), false));
+                    }
+                }
+            });
+        }
+        sim.run().unwrap();
+        events.borrow().clone()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// App. A's specification: validity, read-read and write-read
+        /// monotonicity, wait-freedom (every operation returns), under
+        /// random schedules and a crashed minority.
+        #[test]
+        fn reliable_max_register_specification(seed in any::<u64>(), five in any::<bool>(), w in 1u8..4, r in 1u8..4, crash in any::<bool>()) {
+            let ev = run(seed, if five { 5 } else { 3 }, w, r, crash);
+            prop_assert_eq!(ev.len(), 5 * (w + r) as usize);
+            for &(_, m, _, ret, is_write) in &ev {
+                if is_write || m.is_bottom() {
+                    continue;
+                }
+                // Validity: some write of m was invoked before the read returned.
+                prop_assert!(ev.iter().any(|&(_, wm, inv, _, wr)| wr && wm == m && inv <= ret));
+            }
+            for &(_, m, inv, _, is_write) in &ev {
+                if is_write {
+                    continue;
+                }
+                for &(_, m2, _, ret2, _) in &ev {
+                    // Monotonicity: everything that completed before this read began is not above it.
+                    if ret2 < inv {
+                        prop_assert!(m >= m2, "read {:?} after completed op of {:?}", m, m2);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Writers' logs: where out-of-place copies of values and the timestamp
+//! locks of writes live (SWARM §4.3; the layout of the authors' code).
+//!
+//! Every client owns a log on every memory node, an array of entries indexed
+//! by a *log id* that the client never reuses. A write takes the next log id
+//! and uses entry `(client, log id)` on each replica node: the entry holds
+//! the write's timestamp-lock word and the out-of-place copy of its value.
+//! The metadata word names the entry ([`crate::meta::Meta`]), so any process
+//! can find the copy, write it back to a lagging replica (identical bytes),
+//! or lock the write's timestamp.
+//!
+//! A log grows by segments of one region chunk each. Each node has a log
+//! directory, found through root slot [`LOG_DIR_ROOT`]:
+//!
+//! ```text
+//! header   magic | entry size | segments per client | entries per segment
+//! row c    high-water log id of client c | segment 0 | segment 1 | ...
+//! ```
+//!
+//! Segment words are claimed by CAS, so the writer and a reader writing a
+//! value back agree on one segment. Entries are never recycled (the paper
+//! leaves recycling to future work, §4.5): a client's log holds at most
+//! `segments × entries per segment` writes, and its ids survive restarts
+//! through the high-water word.
+//!
+//! Entry layout: `lock word (8) | value length (8) | value bytes`.
+
+use core::fmt;
+
+use crate::memory::{read_word, word_at};
+use crate::meta::{MAX_CLIENT, MAX_LOG_ID};
+use crate::quorum::{MAX_REPLICAS, majority, quorum};
+use crate::region::{Region, RegionError};
+use crate::slab::{AllocError, SlabAllocator};
+use crate::{MemError, Memory, NodeId, RemoteAddr};
+
+/// The root slot that holds the log directory's offset.
+pub const LOG_DIR_ROOT: u64 = 1;
+/// "SWARMLG1".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SWARMLG1");
+/// Bytes before an entry's value.
+pub const ENTRY_HEADER: u64 = 16;
+/// Log ids a client reserves at a time.
+pub const ID_BATCH: u64 = 1 << 12;
+const HEADER_WORDS: u64 = 4;
+const CACHE: usize = 64;
+
+/// A failure to use a log.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LogError {
+    /// A memory operation failed.
+    Mem(MemError),
+    /// Allocating a segment failed.
+    Alloc(AllocError),
+    /// Remote data that cannot be right (bad directory, segment outside the
+    /// region): a retry may help, or the node is corrupt.
+    Corrupt {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The client's log is full (no recycling).
+    Full,
+    /// No majority of nodes answered.
+    NoQuorum(MemError),
+}
+
+impl From<MemError> for LogError {
+    fn from(e: MemError) -> Self {
+        LogError::Mem(e)
+    }
+}
+
+/// A node failure stays a [`LogError::Mem`], whichever layer met it, so
+/// that callers can tell an unreachable node from a real allocation failure.
+impl From<AllocError> for LogError {
+    fn from(e: AllocError) -> Self {
+        match e {
+            AllocError::Region(r) => r.into(),
+            e => LogError::Alloc(e),
+        }
+    }
+}
+
+impl From<RegionError> for LogError {
+    fn from(e: RegionError) -> Self {
+        match e {
+            RegionError::Mem(m) => LogError::Mem(m),
+            e => LogError::Alloc(AllocError::Region(e)),
+        }
+    }
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::Mem(e) => write!(f, "{e}"),
+            LogError::Alloc(e) => write!(f, "{e}"),
+            LogError::Corrupt { node, what } => write!(f, "{node}: corrupt log directory: {what}"),
+            LogError::Full => write!(f, "the client's log is full (buffers are not recycled)"),
+            LogError::NoQuorum(e) => write!(f, "no majority of nodes answered: {e}"),
+        }
+    }
+}
+
+/// The geometry of every log on a node, as read from its directory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LogGeometry {
+    /// Bytes per entry (header + largest value, 64-byte aligned).
+    pub entry_size: u64,
+    /// Segments a client's log may have.
+    pub segments: u64,
+    /// Entries per segment.
+    pub per_segment: u64,
+}
+
+impl LogGeometry {
+    /// The geometry for values of up to `max_value` bytes in chunks of
+    /// `chunk` bytes, with `segments` segments per client.
+    pub fn new(max_value: u64, chunk: u64, segments: u64) -> Result<Self, LogError> {
+        let entry_size = (ENTRY_HEADER + max_value).next_multiple_of(64);
+        let per_segment = chunk / entry_size;
+        if per_segment == 0 || segments == 0 {
+            return Err(LogError::Alloc(AllocError::BadSize { size: entry_size }));
+        }
+        Ok(LogGeometry { entry_size, segments, per_segment })
+    }
+
+    /// Largest value an entry holds.
+    pub fn max_value(&self) -> u64 {
+        self.entry_size - ENTRY_HEADER
+    }
+
+    /// Log ids a client may use.
+    pub fn capacity(&self) -> u64 {
+        (self.segments * self.per_segment).min(MAX_LOG_ID as u64 + 1)
+    }
+
+    fn dir_bytes(&self) -> u64 {
+        8 * (HEADER_WORDS + (MAX_CLIENT as u64 + 1) * (1 + self.segments))
+    }
+
+    fn row(&self, client: u8) -> u64 {
+        8 * (HEADER_WORDS + client as u64 * (1 + self.segments))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct NodeDir {
+    node: NodeId,
+    base: u64,
+    geo: LogGeometry,
+    /// Direct-mapped cache of segment offsets: (client, segment + 1, offset).
+    cache: [(u8, u64, u64); CACHE],
+}
+
+/// One client's view of the log directories of the nodes it uses.
+#[derive(Default)]
+pub struct Logs {
+    nodes: heapless::Vec<NodeDir, { 4 * MAX_REPLICAS }>,
+}
+
+/// Creates the log directory on `node` (once, by whoever sets the node up,
+/// after [`Region::format`]).
+pub async fn format<M: Memory>(mem: &M, node: NodeId, geo: LogGeometry) -> Result<(), LogError> {
+    let mut region = Region::open(mem, node).await?;
+    let chunks = geo.dir_bytes().div_ceil(region.chunk);
+    let base = region.alloc_chunks(mem, chunks).await?;
+    let header = [MAGIC, geo.entry_size, geo.segments, geo.per_segment];
+    let mut bytes = [0u8; 8 * HEADER_WORDS as usize];
+    for (i, w) in header.iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    mem.write(base, &bytes).await?;
+    Region::claim_root(mem, node, LOG_DIR_ROOT, base.offset).await?;
+    Ok(())
+}
+
+impl Logs {
+    /// A client that knows no directory yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    async fn dir<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<&mut NodeDir, LogError> {
+        if let Some(i) = self.nodes.iter().position(|d| d.node == node) {
+            return Ok(&mut self.nodes[i]);
+        }
+        let corrupt = |what| LogError::Corrupt { node, what };
+        let base = Region::read_root(mem, node, LOG_DIR_ROOT).await?;
+        if base == 0 {
+            return Err(corrupt("no log directory (node not formatted for SWARM)"));
+        }
+        let h = mem.read(RemoteAddr::new(node, base), 8 * HEADER_WORDS as usize).await?;
+        let word = |i: usize| word_at(&h, 8 * i).ok_or(corrupt("truncated header"));
+        let (magic, entry_size, segments, per_segment) = (word(0)?, word(1)?, word(2)?, word(3)?);
+        if magic != MAGIC || entry_size < ENTRY_HEADER || entry_size % 64 != 0 || segments == 0 || per_segment == 0 {
+            return Err(corrupt("bad header"));
+        }
+        if segments > 1 << 20 || per_segment > 1 << 24 {
+            return Err(corrupt("impossible geometry"));
+        }
+        let geo = LogGeometry { entry_size, segments, per_segment };
+        let d = NodeDir { node, base, geo, cache: [(0, 0, 0); CACHE] };
+        self.nodes.push(d).map_err(|_| corrupt("too many nodes"))?;
+        Ok(self.nodes.last_mut().expect("just pushed"))
+    }
+
+    /// The geometry of `node`'s logs.
+    pub async fn geometry<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<LogGeometry, LogError> {
+        Ok(self.dir(mem, node).await?.geo)
+    }
+
+    /// The address of entry `(client, log_id)` on `node`. With `alloc`, a
+    /// missing segment is created (the writer, or a reader writing a value
+    /// back); without, a missing segment is `Ok(None)`.
+    pub async fn entry<M: Memory>(
+        &mut self,
+        mem: &M,
+        node: NodeId,
+        client: u8,
+        log_id: u32,
+        alloc: Option<&mut SlabAllocator>,
+    ) -> Result<Option<RemoteAddr>, LogError> {
+        let d = self.dir(mem, node).await?;
+        let (geo, base) = (d.geo, d.base);
+        let seg = log_id as u64 / geo.per_segment;
+        if seg >= geo.segments || client > MAX_CLIENT {
+            return Err(LogError::Corrupt { node, what: "log id or client beyond the directory" });
+        }
+        let slot = (client as usize * 31 + seg as usize) % CACHE;
+        let within = (log_id as u64 % geo.per_segment) * geo.entry_size;
+        if let (c, s, off) = d.cache[slot]
+            && c == client
+            && s == seg + 1
+        {
+            return Ok(Some(RemoteAddr::new(node, off + within)));
+        }
+        let word = RemoteAddr::new(node, base + geo.row(client) + 8 * (1 + seg));
+        let mut off = read_word(mem, word).await?;
+        if off == 0 {
+            let Some(slab) = alloc else { return Ok(None) };
+            let chunk = slab.alloc_chunk(mem, node).await?;
+            let prev = mem.cas(word, 0, chunk.offset).await?;
+            off = if prev == 0 { chunk.offset } else { prev };
+        }
+        let d = self.dir(mem, node).await?;
+        d.cache[slot] = (client, seg + 1, off);
+        Ok(Some(RemoteAddr::new(node, off + within)))
+    }
+
+    /// Reserves a batch of fresh log ids for `client`, using the high-water
+    /// words of a majority of `nodes` so that a restarted client never reuses
+    /// an id. Returns the batch as `[start, end)`.
+    pub async fn reserve_ids<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        client: u8,
+    ) -> Result<(u32, u32), LogError> {
+        let need = majority(nodes.len());
+        let mut words: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
+        let mut cap = u64::MAX;
+        let mut last_err = None;
+        for &n in nodes {
+            // A node that cannot be reached is left out, like a replica that
+            // does not answer; a majority of `nodes` must remain.
+            match self.dir(mem, n).await {
+                Ok(d) => {
+                    cap = cap.min(d.geo.capacity());
+                    let _ = words.push(RemoteAddr::new(n, d.base + d.geo.row(client)));
+                }
+                Err(LogError::Mem(e)) => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if words.len() < need {
+            return Err(LogError::NoQuorum(last_err.expect("nodes are missing only through errors")));
+        }
+        let reads = quorum(words.iter().map(|&w| read_word(mem, w)).collect(), need).await;
+        if !reads.reached(need) {
+            return Err(LogError::NoQuorum(*reads.first_error().expect("failed quorum has an error")));
+        }
+        let start = reads.oks().map(|(_, &v)| v).max().unwrap_or(0);
+        let end = (start + ID_BATCH).min(cap);
+        if start >= end {
+            return Err(LogError::Full);
+        }
+        let bumps = quorum(words.iter().map(|&w| crate::max::cas_max(mem, w, start, end)).collect(), need).await;
+        if !bumps.reached(need) {
+            return Err(LogError::NoQuorum(*bumps.first_error().expect("failed quorum has an error")));
+        }
+        Ok((start as u32, end as u32))
+    }
+}
