@@ -107,10 +107,8 @@ impl Register {
         majority(self.replicas.len())
     }
 
-    /// `inner_write(meta, value)`. Returns the largest metadata that the
-    /// replicas which answered were seen to hold (at least `meta`): the
-    /// weak read of SWARM App. A.2 that Safe-Guess' write uses to check its
-    /// guess, for free with the write.
+    /// `inner_write(meta, value)`: returns as soon as a majority is known
+    /// to hold at least `meta`, at once if this client already knows it.
     pub async fn write<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
@@ -119,12 +117,41 @@ impl Register {
         meta: Meta,
         value: &[u8],
     ) -> Result<Meta, RegError> {
+        self.write_inner(ctx, mem, cache, meta, value, false).await
+    }
+
+    /// `M.WRITE(meta, value)` in parallel with `M.READ()`, as Safe-Guess'
+    /// write needs (§3.2, line 6): writes to every replica, never from
+    /// cached knowledge, and returns the largest metadata the majority that
+    /// answered held (the weak read of App. A.2, for free with the write:
+    /// each replica's MAX reports what it found).
+    pub async fn write_and_read<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        value: &[u8],
+    ) -> Result<Meta, RegError> {
+        self.write_inner(ctx, mem, cache, meta, value, true).await
+    }
+
+    async fn write_inner<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        value: &[u8],
+        read: bool,
+    ) -> Result<Meta, RegError> {
         if value.len() as u64 > self.layout.max_value {
             return Err(RegError::ValueTooLarge { len: value.len(), max: self.layout.max_value });
         }
         let n = self.replicas.len();
-        let already = (0..n).filter(|&r| cache.replicas[r].max >= meta).count();
-        let mut seen = (0..n).map(|r| cache.replicas[r].max).filter(|&m| m >= meta).max().unwrap_or(meta);
+        let known = |r: usize| !read && cache.replicas[r].max >= meta;
+        let already = (0..n).filter(|&r| known(r)).count();
+        let mut seen = (0..n).filter(|&r| known(r)).map(|r| cache.replicas[r].max).max().unwrap_or(meta).max(meta);
         if already >= self.need() {
             return Ok(seen);
         }
@@ -134,7 +161,7 @@ impl Register {
         let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut first_err = None;
         for (r, rep) in self.replicas.iter().enumerate() {
-            if cache.replicas[r].max >= meta {
+            if known(r) {
                 continue;
             }
             match ctx.logs.entry(mem, rep.node, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await {

@@ -72,7 +72,7 @@ pub async fn write<M: Memory, C: Clock>(
     let time = ctx.guess_time()?;
     let log_id = ctx.next_log_id(mem).await?;
     let w = Meta::new(time, log_id, ctx.id);
-    let m = reg.write(ctx, mem, cache, w, value).await?;
+    let m = reg.write_and_read(ctx, mem, cache, w, value).await?;
     if m == w {
         mark_verified(mem, reg, cache, w);
         return Ok((w, WritePath::Fast));

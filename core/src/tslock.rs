@@ -173,3 +173,55 @@ mod tests {
         assert!(both_lost < 1_000, "{both_lost} runs where both lost");
     }
 }
+
+#[cfg(test)]
+mod props {
+    use alloc::rc::Rc;
+    use alloc::vec::Vec;
+    use core::cell::RefCell;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::NodeId;
+    use crate::sim::{CrashMode, Sim, SimConfig};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// App. B's properties for random lockers: true exclusion (READ and
+        /// WRITE at one timestamp never both win) and true safety (a call
+        /// that loses had a conflicting call invoked before it returned).
+        #[test]
+        fn true_exclusion_and_true_safety(seed in any::<u64>(), calls in prop::collection::vec((1u64..4, any::<bool>(), 0u64..5_000), 2..6), crash in any::<bool>()) {
+            let mut sim = Sim::new(SimConfig { seed, nodes: 3, ..SimConfig::default() });
+            if crash {
+                sim.crash_node_at((seed % 3) as usize, seed % 4_000, CrashMode::Hang);
+            }
+            // (ts, mode, invoked, returned, result)
+            let log = Rc::new(RefCell::new(Vec::new()));
+            for &(ts, write, delay) in &calls {
+                let c = sim.client();
+                let (m, log) = (c.clone(), log.clone());
+                let mode = if write { Mode::Write } else { Mode::Read };
+                sim.spawn(&c, async move {
+                    m.sleep(delay).await;
+                    let words: Vec<Option<RemoteAddr>> = (0..3).map(|n| Some(RemoteAddr::new(NodeId(n), 0))).collect();
+                    let t0 = m.now();
+                    let ok = try_lock(&m, &words, ts, mode).await.unwrap();
+                    log.borrow_mut().push((ts, mode, t0, m.now(), ok));
+                });
+            }
+            sim.run().unwrap();
+            let log = log.borrow();
+            for a in log.iter() {
+                for b in log.iter() {
+                    prop_assert!(!(a.0 == b.0 && a.1 != b.1 && a.4 && b.4), "exclusion violated: {:?} {:?}", a, b);
+                }
+                if !a.4 {
+                    let conflict = log.iter().any(|b| b.2 <= a.3 && (b.0 > a.0 || (b.0 == a.0 && b.1 != a.1)));
+                    prop_assert!(conflict, "{:?} failed with no conflicting call", a);
+                }
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@ use super::{Model, Operation};
 
 /// The budget of the first search from the initial state: linearizable
 /// histories of a few hundred operations rarely need more.
-const FIRST_STEPS: u64 = 50_000;
+const FIRST_STEPS: u64 = 200_000;
 
 /// Operations per window (in invocation order) and the stride between
 /// windows' starts.

@@ -80,7 +80,8 @@ pub struct Violation<M: Model> {
     /// The operations around the failure, in order of invocation: the last
     /// few of `prefix`, then every operation of the key not in `prefix`
     /// that was invoked before `stuck` returned (the candidates for the next
-    /// linearization point, `stuck` among them).
+    /// linearization point, `stuck` among them; for a window, those invoked
+    /// in it).
     pub window: Vec<WindowOp<M::Input, M::Output>>,
 }
 
@@ -127,7 +128,8 @@ pub(super) fn explain<M: Model>(
         window.push(WindowOp { index, op: history[index].clone(), role: Role::Linearized { position } });
     }
     for (index, op) in history.iter().enumerate() {
-        let in_window = op.call <= deadline && op.response.as_ref().is_none_or(|r| r.at >= from.unwrap_or(0));
+        // For a window, only the operations invoked inside it.
+        let in_window = op.call <= deadline && from.is_none_or(|t| op.call >= t);
         if in_window && !prefix.contains(&index) && model.key(&op.input) == key {
             let (_, model_output) = model.step(&state, &op.input);
             window.push(WindowOp { index, op: op.clone(), role: Role::Candidate { model_output } });

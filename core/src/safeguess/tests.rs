@@ -175,6 +175,8 @@ pub(crate) struct Campaign {
     pub max_skew_ticks: u64,
     pub think_ns: u64,
     pub faults: bool,
+    /// Every client both reads and writes (a coin per operation).
+    pub mixed: bool,
 }
 
 /// Statistics of one run.
@@ -208,6 +210,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
     for i in 0..(c.writers + c.readers) {
         let id = i + 1;
         let is_writer = i < c.writers;
+        let mixed = c.mixed;
         let mem = sim.client();
         let skew = sim.random(0, c.max_skew_ticks);
         let think = sim.random(0, c.think_ns);
@@ -227,7 +230,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
                 m.sleep(m.random(0, think)).await;
                 let counted = Counted::new(&m);
                 let at = m.now();
-                if is_writer {
+                if (mixed && m.random(0, 1) == 0) || (!mixed && is_writer) {
                     let v = value(id, seq, size);
                     let op = hist.borrow_mut().invoke(id as u32, at, RegisterOp::Write(id_of(&v)));
                     match write(&mut ctx, &counted, &reg, &mut cache, &v).await {
@@ -305,6 +308,7 @@ fn campaign_for(replicas: usize, seed: u64) -> Campaign {
             max_skew_ticks: 1 + seed % 6,
             think_ns: 300,
             faults: !seed.is_multiple_of(3),
+            mixed: seed % 3 == 2,
         };
     }
     Campaign {
@@ -315,6 +319,7 @@ fn campaign_for(replicas: usize, seed: u64) -> Campaign {
         max_skew_ticks: [0, 2, 30][(seed % 3) as usize],
         think_ns: 2_000,
         faults: !seed.is_multiple_of(5),
+        mixed: seed % 3 == 2,
     }
 }
 
