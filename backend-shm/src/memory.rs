@@ -10,8 +10,10 @@
 //! With an injected latency the future then stays pending until `latency`
 //! after the post, spinning on the clock, so operations posted together (a
 //! pipeline, or several futures polled by `join`/`quorum`) overlap and cost
-//! one latency, like roundtrips on a real fabric. A future dropped early has
-//! still been applied, as a posted RDMA operation would be.
+//! one latency, like roundtrips on a real fabric. Without a latency the
+//! future completes on its next poll, never the one that posted it, for the
+//! same reason. A future dropped early has still been applied, as a posted
+//! RDMA operation would be.
 //!
 //! Fault injection ([`crate::Fault`], set on the cluster): a failed node's
 //! operations fail at once with `Unreachable`; a stalled node's operations
@@ -22,6 +24,7 @@ use std::future::{Future, poll_fn};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use swarm_core::exec::yield_now;
 use swarm_core::memory::check_pipeline;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, RemoteAddr};
 
@@ -95,6 +98,11 @@ impl ShmMemory {
         let words = self.checked(node, check)?;
         self.admit(node).await?;
         let out = apply(words);
+        // Completion is reported no earlier than the next poll, as on a
+        // fabric: operations posted in one poll (the replicas of a quorum)
+        // then complete together, and roundtrip counting (rtt::Counted)
+        // sees them as one roundtrip rather than one after the other.
+        yield_now().await;
         if let Some(posted) = posted {
             // An absurd latency that overflows the clock never completes.
             let deadline = posted.checked_add(self.latency);
@@ -118,7 +126,7 @@ impl ShmMemory {
                     if deadline.is_some_and(|d| now >= d) {
                         return Err(MemError::new(node, MemErrorKind::TimedOut));
                     }
-                    pending_once().await;
+                    yield_now().await;
                 }
             }
         }
@@ -158,20 +166,6 @@ async fn spin_until(deadline: Option<Instant>) {
         } else {
             cx.waker().wake_by_ref();
             Poll::Pending
-        }
-    })
-    .await
-}
-
-/// Pending once (waking itself), then ready.
-async fn pending_once() {
-    let mut first = true;
-    poll_fn(|cx| {
-        if std::mem::take(&mut first) {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        } else {
-            Poll::Ready(())
         }
     })
     .await

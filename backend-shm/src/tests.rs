@@ -433,4 +433,18 @@ mod shared {
         ShmCluster::remove(&dir.0).unwrap();
         assert!(!dir.0.exists());
     }
+
+    /// Operations created together count as one roundtrip even though
+    /// instant shared memory completes each in the poll that posts it.
+    #[test]
+    fn roundtrips_are_counted_once_for_operations_created_together() {
+        let cluster = ShmCluster::in_process(2, 4096).unwrap();
+        let (a, b) = (RemoteAddr::new(NodeId(0), 0), RemoteAddr::new(NodeId(1), 0));
+        let mem = cluster.memory();
+        let c = Counted::new(&mem);
+        let _ = block_on(join2(c.read(a, 8), c.read(b, 8)));
+        assert_eq!(c.roundtrips(), 1);
+        let _ = block_on(c.read(a, 8));
+        assert_eq!(c.roundtrips(), 2);
+    }
 }

@@ -48,6 +48,16 @@ pub enum ClientError {
     Log(LogError),
 }
 
+impl core::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ClientError::BadId(id) => write!(f, "client id {id} is not in 1..={MAX_CLIENT}"),
+            ClientError::TimeExhausted => write!(f, "timestamps are exhausted (the clock passed 2^32 ticks)"),
+            ClientError::Log(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 impl<C: Clock> ClientCtx<C> {
     /// A client with id `id` (unique among live clients) and clock `clock`.
     pub fn new(id: u8, clock: C) -> Result<Self, ClientError> {

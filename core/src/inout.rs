@@ -100,6 +100,17 @@ impl From<LogError> for InOutError {
     }
 }
 
+impl core::fmt::Display for InOutError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            InOutError::Mem(e) => write!(f, "{e}"),
+            InOutError::Log(e) => write!(f, "{e}"),
+            InOutError::Corrupt(n) => write!(f, "{n}: corrupt object or log entry"),
+            InOutError::BadLayout => write!(f, "value or layout beyond the object's limits"),
+        }
+    }
+}
+
 /// A value read from memory: a window into a backend buffer (no copy).
 pub struct Value<B> {
     buf: Option<B>,

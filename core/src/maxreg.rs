@@ -46,10 +46,10 @@ pub enum RegError {
 impl fmt::Display for RegError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RegError::NoQuorum(e) => write!(f, "no majority of replicas answered ({e:?})"),
+            RegError::NoQuorum(e) => write!(f, "no majority of replicas answered: {e}"),
             RegError::ValueTooLarge { len, max } => write!(f, "value of {len} bytes exceeds the limit of {max}"),
             RegError::Corrupt(n) => write!(f, "{n}: corrupt data"),
-            RegError::Client(e) => write!(f, "client: {e:?}"),
+            RegError::Client(e) => write!(f, "client: {e}"),
             RegError::NotWaitFree => write!(f, "read exceeded its iteration bound"),
         }
     }
@@ -192,7 +192,15 @@ impl Register {
                     seen = seen.max(reply.seen);
                 }
                 Some(Err(e)) => first_err = first_err.or(Some(*e)),
-                None => {}
+                // Not waited for (the majority answered first). Its first CAS
+                // most likely installed `meta`: seed the next MAX with it, so
+                // that a slow replica does not stay behind for lack of a
+                // retry. `max` only ever holds what a replica was seen to
+                // hold, so it is left alone.
+                None => {
+                    let c = &mut cache.replicas[r];
+                    c.mine = c.mine.max(meta.0);
+                }
             }
         }
         if !replies.reached(want) {

@@ -2,7 +2,7 @@
 //! Clover Table 1, DINOMO Table 6), exact and independent of the machine.
 //!
 //! [`Counted`] wraps any [`Memory`] for the duration of one logical
-//! operation. Each memory operation is stamped, when it is posted, with the
+//! operation. Each memory operation is stamped, when it is created, with the
 //! number of sequential roundtrips the caller had completed so far; when the
 //! caller receives its completion, the count becomes at least that stamp plus
 //! one. Operations posted together therefore count once, a majority wait
@@ -49,12 +49,18 @@ impl<'m, M: Memory + ?Sized> Counted<'m, M> {
         self.mem
     }
 
-    async fn track<T>(&self, op: impl Future<Output = T>) -> T {
+    /// Stamps `op` with the roundtrips completed when it was *created*, not
+    /// when first polled: operations created together (say, one per replica,
+    /// then handed to a quorum) count once even on a backend that completes
+    /// each in the same poll that posts it.
+    fn track<T>(&self, op: impl Future<Output = T>) -> impl Future<Output = T> {
         let posted_at = self.level.get();
         self.ops.set(self.ops.get() + 1);
-        let out = op.await;
-        self.level.set(self.level.get().max(posted_at + 1));
-        out
+        async move {
+            let out = op.await;
+            self.level.set(self.level.get().max(posted_at + 1));
+            out
+        }
     }
 }
 

@@ -137,7 +137,8 @@ impl LogGeometry {
         (self.segments * self.per_segment).min(MAX_LOG_ID as u64 + 1)
     }
 
-    fn dir_bytes(&self) -> u64 {
+    /// Bytes of the log directory of a node with this geometry.
+    pub fn dir_bytes(&self) -> u64 {
         8 * (HEADER_WORDS + (MAX_CLIENT as u64 + 1) * (1 + self.segments))
     }
 

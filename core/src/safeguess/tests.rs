@@ -41,9 +41,13 @@ fn setup(sim: &mut Sim, nodes: usize, layout: Layout) -> Register {
     .unwrap()
 }
 
+/// Clock resolution of the simulated clients: 100 ns, as a TSC-based clock
+/// gives; coarser ticks make concurrent writers' guesses tie and go stale.
+const TICK_NS: u64 = 100;
+
 fn clock(mem: &SimMemory, skew_ticks: u64) -> impl Fn() -> u64 + use<> {
     let mem = mem.clone();
-    move || mem.now() / 1_000 + skew_ticks
+    move || mem.now() / TICK_NS + skew_ticks
 }
 
 /// The value written by `client` as its `seq`-th write: its id in the first
@@ -174,9 +178,15 @@ pub(crate) struct Campaign {
     pub ops: u64,
     pub max_skew_ticks: u64,
     pub think_ns: u64,
+    /// Least think time, so background work of the previous operation can land.
+    pub min_think_ns: u64,
     pub faults: bool,
     /// Every client both reads and writes (a coin per operation).
     pub mixed: bool,
+    /// Heavy-tailed message delays (one in 20 is 10 times slower).
+    pub tails: bool,
+    /// Operations of a client to a node apply in order (RDMA RC queue pairs).
+    pub fifo: bool,
 }
 
 /// Statistics of one run.
@@ -197,8 +207,16 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         "replay: SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib safeguess::tests::replay -- --nocapture",
         c.replicas
     );
-    let cfg =
-        SimConfig { seed, nodes: c.replicas, node_size: NODE_SIZE, max_piece_gap_ns: 500, ..SimConfig::default() };
+    let tail_one_in = if c.tails { SimConfig::default().tail_one_in } else { 0 };
+    let cfg = SimConfig {
+        seed,
+        nodes: c.replicas,
+        node_size: NODE_SIZE,
+        max_piece_gap_ns: 500,
+        tail_one_in,
+        fifo_per_queue: c.fifo,
+        ..SimConfig::default()
+    };
     let mut sim = Sim::new(cfg);
     let size = [8, 64, 200][(seed % 3) as usize];
     let reg = setup(&mut sim, c.replicas, Layout::new(1 + (seed % 2) as u32 * 7, 256).unwrap());
@@ -214,6 +232,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         let mem = sim.client();
         let skew = sim.random(0, c.max_skew_ticks);
         let think = sim.random(0, c.think_ns);
+        let min_think = c.min_think_ns;
         let (reg, hist, report, failures, m) =
             (reg.clone(), hist.clone(), report.clone(), failures.clone(), mem.clone());
         let ops = c.ops;
@@ -227,7 +246,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
                 return;
             }
             for seq in 1..=ops {
-                m.sleep(m.random(0, think)).await;
+                m.sleep(min_think + m.random(0, think)).await;
                 let counted = Counted::new(&m);
                 let at = m.now();
                 if (mixed && m.random(0, 1) == 0) || (!mixed && is_writer) {
@@ -307,8 +326,11 @@ fn campaign_for(replicas: usize, seed: u64) -> Campaign {
             ops: 16,
             max_skew_ticks: 1 + seed % 6,
             think_ns: 300,
+            min_think_ns: 0,
             faults: !seed.is_multiple_of(3),
             mixed: seed % 3 == 2,
+            tails: true,
+            fifo: false,
         };
     }
     Campaign {
@@ -318,8 +340,11 @@ fn campaign_for(replicas: usize, seed: u64) -> Campaign {
         ops: 10,
         max_skew_ticks: [0, 2, 30][(seed % 3) as usize],
         think_ns: 2_000,
+        min_think_ns: 0,
         faults: !seed.is_multiple_of(5),
         mixed: seed % 3 == 2,
+        tails: true,
+        fifo: false,
     }
 }
 
@@ -347,6 +372,78 @@ fn campaign_3_replicas() {
 fn campaign_5_replicas() {
     let (max_rtt, ops) = campaign(5, 5_000);
     std::println!("safe-guess, 5 replicas: 5000 runs, {ops} ops, max roundtrips of one op: {max_rtt}");
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Share of operations that took 1, 2, 3 and 4 or more roundtrips, in %.
+fn shares(rtts: &[u32]) -> [f64; 4] {
+    let mut out = [0.0; 4];
+    for &r in rtts {
+        out[(r.clamp(1, 4) - 1) as usize] += 100.0 / rtts.len() as f64;
+    }
+    out
+}
+
+/// Roundtrips of Safe-Guess in the simulator, as the issue asks and the
+/// paper reports (Table 2 and §7.8), with the network of the paper's
+/// testbed: in-order queue pairs, no tail. Run with `--nocapture` to see the
+/// table.
+#[test]
+fn roundtrip_report() {
+    let base = Campaign {
+        replicas: 3,
+        writers: 16,
+        readers: 0,
+        ops: 40,
+        max_skew_ticks: 0,
+        think_ns: 0,
+        min_think_ns: 0,
+        faults: false,
+        mixed: true,
+        tails: false,
+        fifo: true,
+    };
+    let scenarios = [
+        (
+            "uncontended, synced clocks",
+            Campaign { writers: 1, ops: 400, min_think_ns: 10_000, think_ns: 10_000, ..base },
+        ),
+        ("16 clients, 1 register, YCSB-A, synced", base),
+        ("16 clients, 1 register, YCSB-A, skew <= 5 us", Campaign { max_skew_ticks: 5_000 / TICK_NS, ..base }),
+    ];
+    std::println!("scenario | op | p50 | p99 | max | % in 1 / 2 / 3 / 4+ roundtrips");
+    for (i, (name, c)) in scenarios.iter().enumerate() {
+        let mut writes = Vec::new();
+        let mut reads = Vec::new();
+        for seed in 0..10 {
+            let r = run_campaign(1000 * i as u64 + seed, *c).unwrap_or_else(|e| panic!("{e}"));
+            writes.extend(r.write_rtts);
+            reads.extend(r.read_rtts);
+        }
+        writes.sort_unstable();
+        reads.sort_unstable();
+        for (op, v) in [("update", &writes), ("get", &reads)] {
+            let s = shares(v);
+            std::println!(
+                "{name} | {op} | {} | {} | {} | {:.0} / {:.0} / {:.0} / {:.0}",
+                percentile(v, 0.5),
+                percentile(v, 0.99),
+                v[v.len() - 1],
+                s[0],
+                s[1],
+                s[2],
+                s[3]
+            );
+        }
+        if i == 0 {
+            assert_eq!((percentile(&writes, 0.5), percentile(&writes, 0.99)), (1, 1), "uncontended updates");
+            assert_eq!((percentile(&reads, 0.5), percentile(&reads, 0.99)), (1, 1), "uncontended gets");
+        }
+    }
+    std::println!("paper §7.8 (16 clients, 1 key, YCSB-A, RDMA): updates 73 / 7 / 14 / 6 %");
 }
 
 /// Replays one campaign run: `SWARM_SEED=<seed> SWARM_REPLICAS=<n>`.

@@ -64,6 +64,11 @@ pub struct SimConfig {
     pub tail_one_in: u64,
     /// Delay multiplier of a tail message.
     pub tail_factor: u64,
+    /// Operations of one client to one node are applied in the order they
+    /// were posted, as on an RDMA reliable-connected queue pair (one per
+    /// client and node). Off, separate posts may overtake each other, which
+    /// is more adversarial: protocols must only rely on ordered pipelines.
+    pub fifo_per_queue: bool,
     /// How long a client waits on a hung node before [`crate::MemErrorKind::TimedOut`], ns.
     pub timeout_ns: u64,
     /// Virtual time after which a run is declared a livelock, ns.
@@ -83,6 +88,7 @@ impl Default for SimConfig {
             max_piece_gap_ns: 200,
             tail_one_in: 20,
             tail_factor: 10,
+            fifo_per_queue: false,
             timeout_ns: 50_000,
             time_limit_ns: 10_000_000_000,
             keep_trace: false,

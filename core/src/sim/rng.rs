@@ -28,8 +28,10 @@ impl Rng {
         if hi <= lo {
             return lo;
         }
-        let span = hi - lo + 1;
-        if span == 0 { self.next_u64() } else { lo + self.next_u64() % span }
+        match (hi - lo).checked_add(1) {
+            Some(span) => lo + self.next_u64() % span,
+            None => self.next_u64(),
+        }
     }
 
     /// True with probability `num / den`.
@@ -54,5 +56,6 @@ mod tests {
         }
         assert_eq!(a.range(5, 5), 5);
         assert_eq!(a.range(6, 5), 6);
+        a.range(0, u64::MAX);
     }
 }

@@ -129,6 +129,8 @@ pub(crate) struct World {
     pub(crate) events_done: u64,
     /// Clients whose tasks the executor must drop.
     pub(crate) crashed_clients: Vec<u32>,
+    /// Latest scheduled piece per (client, node), for `fifo_per_queue`.
+    queues: BTreeMap<(u32, usize), u64>,
 }
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -150,6 +152,7 @@ impl World {
             trace: Vec::new(),
             events_done: 0,
             crashed_clients: Vec::new(),
+            queues: BTreeMap::new(),
         }
     }
 
@@ -227,6 +230,10 @@ impl World {
             group.outputs.push(out);
         }
         let mut t = self.now + self.one_way(n);
+        if self.cfg.fifo_per_queue {
+            let last = self.queues.entry((client, n)).or_insert(0);
+            t = t.max(*last + 1);
+        }
         if self.nodes[n].down.is_some() {
             group.failed = true;
             group.pieces.clear();
@@ -235,6 +242,9 @@ impl World {
         self.groups.insert(id, group);
         for p in 0..pieces {
             self.schedule(t, Event::Apply { group: id, piece: p });
+            if self.cfg.fifo_per_queue {
+                self.queues.insert((client, n), t);
+            }
             t += self.rng.range(0, self.cfg.max_piece_gap_ns);
         }
         let back = self.one_way(n);
