@@ -1,0 +1,379 @@
+//! The command line of `swarm`: clap definitions, and the value parsers that
+//! check every number and name a user types.
+//!
+//! All validation of single values happens here, so that a bad flag becomes
+//! one `error: ...` line from clap (see `main.rs`) before any work starts.
+//! Checks that involve several flags (`--replicas` against a cluster's node
+//! count, `--inject-rtt-us` with the simulator) are made by the commands.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use swarm_backend_shm::{MAX_NODE_SIZE, MAX_NODES, PAGE_SIZE};
+use swarm_core::inout::{MAX_META_WORDS, MAX_VALUE};
+use swarm_core::meta::MAX_CLIENT;
+
+/// Where clusters named by a bare name live, and where `memnode list` looks.
+pub const SHM_ROOT: &str = "/dev/shm";
+/// Prefix of the directory of a cluster named by a bare name.
+pub const NAME_PREFIX: &str = "swarm-";
+/// Most benchmark clients: ids `1..=MAX_CLIENT - 1`; the last id belongs to
+/// the setup client that creates the registers.
+pub const MAX_CLIENTS: u8 = MAX_CLIENT - 1;
+/// Most measured (or warm-up) operations per client: bounds the memory of
+/// the latency samples and of the writers' logs (never recycled).
+pub const MAX_OPS: u64 = 100_000_000;
+/// Most registers in one benchmark.
+pub const MAX_REGISTERS: u32 = 1_000_000;
+/// Largest injected roundtrip latency, µs (one second).
+pub const MAX_RTT_US: f64 = 1e6;
+
+/// `swarm`: memory nodes and benchmarks for replicated data in
+/// disaggregated memory (SWARM, Safe-Guess, In-n-Out).
+#[derive(Parser, Debug)]
+#[command(name = "swarm", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, list and remove clusters of shared-memory memory nodes.
+    #[command(subcommand)]
+    Memnode(Memnode),
+    /// Benchmark Safe-Guess registers: latency, throughput and roundtrips
+    /// of reads and writes.
+    Bench(BenchArgs),
+}
+
+/// `swarm memnode ...`.
+#[derive(Subcommand, Debug)]
+pub enum Memnode {
+    /// Create a cluster and format its nodes for SWARM clients.
+    Create(CreateArgs),
+    /// List the clusters this tool created.
+    List(ListArgs),
+    /// Remove a cluster (its node files and directory).
+    Remove(RemoveArgs),
+}
+
+/// `swarm memnode create`.
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The cluster's directory: a path, or a bare NAME for /dev/shm/swarm-NAME.
+    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
+    pub dir: PathBuf,
+    /// Number of memory nodes.
+    #[arg(long, value_name = "N", value_parser = parse_nodes)]
+    pub nodes: usize,
+    /// Bytes per node, a multiple of 4 KiB; suffixes K, M, G, T (powers of 1024).
+    #[arg(long, value_name = "SIZE", value_parser = parse_node_size)]
+    pub size: u64,
+    /// Allocation chunk (also one writer-log segment), a multiple of 4 KiB.
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_chunk)]
+    pub chunk: u64,
+    /// Largest value a register on this cluster may hold (sizes its writer-log entries).
+    #[arg(long, value_name = "SIZE", default_value = "8K", value_parser = parse_max_value)]
+    pub max_value: u64,
+}
+
+/// `swarm memnode list`.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// The directory to look in.
+    #[arg(long, value_name = "DIR", default_value = SHM_ROOT)]
+    pub root: PathBuf,
+}
+
+/// `swarm memnode remove`.
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The cluster's directory: a path, or a bare NAME for /dev/shm/swarm-NAME.
+    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
+    pub dir: PathBuf,
+}
+
+/// Which memory `swarm bench` runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Shared memory with real threads: in-process, or the cluster of `--dir`.
+    Shm,
+    /// The deterministic simulator: clients are tasks, time is virtual.
+    Sim,
+}
+
+/// `swarm bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The memory to run on.
+    #[arg(long, value_enum, default_value_t = Backend::Shm)]
+    pub backend: Backend,
+    /// Client threads (simulator: tasks), each with its own client id.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = parse_clients)]
+    pub clients: u8,
+    /// Replicas of each register (2f+1, tolerating f crashed nodes).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = parse_replicas)]
+    pub replicas: usize,
+    /// Bytes of every written value (suffixes allowed, at most 64K).
+    #[arg(long, value_name = "BYTES", default_value = "64", value_parser = parse_value_size)]
+    pub value_size: u64,
+    /// Measured operations per client.
+    #[arg(long, value_name = "N", default_value_t = 20_000, value_parser = parse_ops)]
+    pub ops: u64,
+    /// Unmeasured operations per client before the measurement [default: ops / 10].
+    #[arg(long, value_name = "N", value_parser = parse_warmup)]
+    pub warmup: Option<u64>,
+    /// Share of reads among operations, 0 to 1.
+    #[arg(long, value_name = "F", default_value_t = 0.5, value_parser = parse_ratio, allow_negative_numbers = true)]
+    pub read_ratio: f64,
+    /// Registers; each operation picks one uniformly (1: all clients contend).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_registers)]
+    pub registers: u32,
+    /// Metadata words per In-n-Out object [default: one per client, up to 128].
+    #[arg(long, value_name = "N", value_parser = parse_meta_words)]
+    pub meta_words: Option<u32>,
+    /// Latency injected into every roundtrip, µs (shm only).
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = parse_rtt_us, allow_negative_numbers = true)]
+    pub inject_rtt_us: f64,
+    /// Simulator: a jittery network (roundtrips of 1-3 µs, one message in 20
+    /// ten times slower, operations to one node reordered) instead of a
+    /// fixed 2 µs roundtrip.
+    #[arg(long)]
+    pub sim_jitter: bool,
+    /// Seed of the operation mix (and of the whole run with the simulator).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Run on the cluster that `swarm memnode create` made there, instead of
+    /// in-process memory (shm only).
+    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
+    pub dir: Option<PathBuf>,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Parses a byte count: digits, then optionally a binary suffix `K`, `M`,
+/// `G` or `T` (any case, optionally followed by `B` or `iB`), or `B`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits);
+    if num.is_empty() {
+        return Err(format!("'{s}' is not a size (expected digits, then optionally K, M, G or T)"));
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("'{s}' has an unknown size suffix '{suffix}' (use K, M, G or T)")),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("'{s}' is too large"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Formats a byte count for people: exact binary units where they fit.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+    for (unit, shift) in UNITS {
+        let scale = 1u64 << shift;
+        if bytes >= scale {
+            return if bytes.is_multiple_of(scale) {
+                format!("{} {unit}", bytes >> shift)
+            } else {
+                format!("{:.1} {unit}", bytes as f64 / scale as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// A size that must be a positive multiple of the page size, at most `max`.
+fn page_multiple(s: &str, what: &str, max: u64) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n == 0 {
+        return Err(format!("{what} must be positive"));
+    }
+    if !n.is_multiple_of(PAGE_SIZE) {
+        return Err(format!("{what} must be a multiple of 4 KiB ({PAGE_SIZE} bytes), not {n}"));
+    }
+    if n > max {
+        return Err(format!("{what} may be at most {}", format_size(max)));
+    }
+    Ok(n)
+}
+
+fn parse_node_size(s: &str) -> Result<u64, String> {
+    page_multiple(s, "node size", MAX_NODE_SIZE)
+}
+
+fn parse_chunk(s: &str) -> Result<u64, String> {
+    // A chunk is at most 32 MiB: the allocator's largest size class.
+    page_multiple(s, "chunk size", 32 << 20)
+}
+
+fn parse_max_value(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("the largest value must be positive".into()),
+        n if n > MAX_VALUE => Err(format!("values may be at most {} (the protocols' limit)", format_size(MAX_VALUE))),
+        n => Ok(n),
+    }
+}
+
+fn parse_value_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        n if n > MAX_VALUE => Err(format!("values may be at most {MAX_VALUE} bytes (the protocols' limit)")),
+        n => Ok(n),
+    }
+}
+
+/// Parses an integer in `lo..=hi`, naming `what` in the error.
+fn int_in<T: TryFrom<u64>>(s: &str, what: &str, lo: u64, hi: u64) -> Result<T, String> {
+    let n: u64 = s.trim().parse().map_err(|_| format!("'{s}' is not a whole number"))?;
+    if n < lo || n > hi {
+        return Err(format!("{what} must be between {lo} and {hi}"));
+    }
+    T::try_from(n).map_err(|_| format!("{what} is too large"))
+}
+
+fn parse_nodes(s: &str) -> Result<usize, String> {
+    int_in(s, "the number of nodes", 1, MAX_NODES as u64)
+}
+
+fn parse_clients(s: &str) -> Result<u8, String> {
+    int_in(s, "the number of clients", 1, MAX_CLIENTS as u64)
+}
+
+fn parse_replicas(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n @ (3 | 5 | 7)) => Ok(n),
+        _ => Err("replicas must be 3, 5 or 7".into()),
+    }
+}
+
+fn parse_ops(s: &str) -> Result<u64, String> {
+    int_in(s, "the number of operations", 1, MAX_OPS)
+}
+
+fn parse_warmup(s: &str) -> Result<u64, String> {
+    int_in(s, "the number of warm-up operations", 0, MAX_OPS)
+}
+
+fn parse_registers(s: &str) -> Result<u32, String> {
+    int_in(s, "the number of registers", 1, MAX_REGISTERS as u64)
+}
+
+fn parse_meta_words(s: &str) -> Result<u32, String> {
+    int_in(s, "the number of metadata words", 1, MAX_META_WORDS as u64)
+}
+
+/// A finite float in `lo..=hi`.
+fn float_in(s: &str, what: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let f: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if !f.is_finite() || f < lo || f > hi {
+        return Err(format!("{what} must be between {lo} and {hi}"));
+    }
+    Ok(f)
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    float_in(s, "the read ratio", 0.0, 1.0)
+}
+
+fn parse_rtt_us(s: &str) -> Result<f64, String> {
+    float_in(s, "the injected latency", 0.0, MAX_RTT_US)
+}
+
+/// Resolves a cluster directory: a bare name (no `/`) is
+/// `/dev/shm/swarm-NAME` (a name that already starts with `swarm-` is not
+/// prefixed twice, so the names `memnode list` prints work too); anything
+/// else is a path.
+pub fn parse_dir(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("the directory must not be empty".into());
+    }
+    if s.contains('/') {
+        return Ok(PathBuf::from(s));
+    }
+    if s == "." || s == ".." {
+        return Err(format!("'{s}' is not a cluster name"));
+    }
+    let name = if s.starts_with(NAME_PREFIX) { s.to_string() } else { format!("{NAME_PREFIX}{s}") };
+    Ok(PathBuf::from(SHM_ROOT).join(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("8KiB"), Ok(8192));
+        assert_eq!(parse_size("2TB"), Ok(2 << 40));
+        assert_eq!(parse_size("12b"), Ok(12));
+        for bad in ["", "M", "-1", "1.5G", "12Q", "1 G x", "99999999999999999999", "16777216T"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn node_sizes() {
+        assert_eq!(parse_node_size("64M"), Ok(64 << 20));
+        assert!(parse_node_size("0").unwrap_err().contains("positive"));
+        assert!(parse_node_size("4097").unwrap_err().contains("multiple of 4 KiB"));
+        assert!(parse_node_size("2T").unwrap_err().contains("at most"));
+        assert!(parse_chunk("64M").is_err());
+        assert!(parse_max_value("65K").is_err() && parse_max_value("0").is_err());
+        assert_eq!(parse_value_size("0"), Ok(0));
+    }
+
+    #[test]
+    fn formatted_sizes() {
+        assert_eq!(format_size(0), "0 B");
+        assert_eq!(format_size(4096), "4 KiB");
+        assert_eq!(format_size(64 << 20), "64 MiB");
+        assert_eq!(format_size(1536 << 10), "1.5 MiB");
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_replicas("5"), Ok(5));
+        assert!(parse_replicas("4").is_err() && parse_replicas("9").is_err() && parse_replicas("x").is_err());
+        assert!(parse_clients("0").is_err() && parse_clients("127").is_err());
+        assert_eq!(parse_clients("126"), Ok(126));
+        assert!(parse_ratio("1.01").is_err() && parse_ratio("NaN").is_err() && parse_ratio("-0.1").is_err());
+        assert_eq!(parse_ratio("1"), Ok(1.0));
+        assert!(parse_rtt_us("inf").is_err());
+        assert!(parse_ops("0").is_err());
+    }
+
+    #[test]
+    fn dirs() {
+        assert_eq!(parse_dir("a"), Ok(PathBuf::from("/dev/shm/swarm-a")));
+        assert_eq!(parse_dir("swarm-a"), Ok(PathBuf::from("/dev/shm/swarm-a")));
+        assert_eq!(parse_dir("/tmp/x"), Ok(PathBuf::from("/tmp/x")));
+        assert_eq!(parse_dir("./x"), Ok(PathBuf::from("./x")));
+        assert!(parse_dir("").is_err() && parse_dir("..").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bench_defaults() {
+        let cli = Cli::try_parse_from(["swarm", "bench"]).unwrap();
+        let Command::Bench(b) = cli.command else { panic!("not bench") };
+        assert_eq!((b.backend, b.clients, b.replicas, b.value_size, b.ops), (Backend::Shm, 2, 3, 64, 20_000));
+        assert_eq!((b.warmup, b.read_ratio, b.registers, b.inject_rtt_us, b.seed), (None, 0.5, 1, 0.0, 1));
+    }
+}

@@ -1,0 +1,253 @@
+//! `swarm memnode`: clusters of memory nodes in shared memory.
+//!
+//! A cluster is what [`ShmCluster::create`] makes (a private directory with
+//! one file per node and a control file), with every node formatted for
+//! SWARM: a region header ([`Region::format`]) and a writer-log directory
+//! ([`writerlog::format`]) sized for values up to `--max-value`. Clients in
+//! any process can then open it (`swarm bench --dir`).
+//!
+//! `list` recognises a cluster by its control file, and shows it when every
+//! node carries a region and a log directory (so clusters that other tools
+//! create and do not format are left out); a directory named `swarm-*` that
+//! cannot be opened is shown with the reason, so that it can be removed.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::Path;
+
+use swarm_backend_shm::ShmCluster;
+use swarm_core::exec::block_on;
+use swarm_core::region::{HEADER_SIZE, Region, RegionError};
+use swarm_core::writerlog::{self, LogError, LogGeometry, Logs};
+use swarm_core::{Memory, NodeId};
+
+use crate::args::{CreateArgs, ListArgs, NAME_PREFIX, RemoveArgs, format_size};
+
+/// The control file every cluster directory holds.
+const CONTROL: &str = "control";
+/// The log directory takes 1 KiB per segment (a word in each of the 128
+/// client rows); it is kept to about 1/16 of a node by allowing one segment
+/// per this many bytes of node.
+const BYTES_PER_SEGMENT_LIMIT: u64 = 16 << 10;
+/// Most segments the log directory may declare (clients reject more).
+const MAX_SEGMENTS: u64 = 1 << 20;
+
+/// The writer-log geometry for a node of `size` bytes: entries for values up
+/// to `max_value`, and enough segments that one client could fill the node,
+/// within the directory's limits above.
+pub fn log_geometry(size: u64, chunk: u64, max_value: u64) -> Result<LogGeometry, String> {
+    let segments = (size / chunk).min(size / BYTES_PER_SEGMENT_LIMIT).clamp(1, MAX_SEGMENTS);
+    LogGeometry::new(max_value, chunk, segments).map_err(|_| {
+        format!(
+            "a chunk of {} cannot hold one writer-log entry for values of {}",
+            format_size(chunk),
+            format_size(max_value)
+        )
+    })
+}
+
+/// Formats every node of `mem`'s memory: region header, then log directory.
+pub async fn format_nodes<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeometry) -> Result<(), String> {
+    let too_small = || {
+        format!(
+            "nodes of {} are too small for chunks of {} and their writer-log directory",
+            format_size(size),
+            format_size(chunk)
+        )
+    };
+    for n in 0..mem.node_count() {
+        let node = NodeId(n as u16);
+        Region::format(mem, node, size, chunk).await.map_err(|e| match e {
+            RegionError::BadLayout(_) => too_small(),
+            e => format!("cannot format {node}: {e}"),
+        })?;
+        writerlog::format(mem, node, geo).await.map_err(|e| match e {
+            LogError::Alloc(_) => too_small(),
+            e => format!("cannot create the writer log of {node}: {e}"),
+        })?;
+    }
+    Ok(())
+}
+
+/// `swarm memnode create`.
+pub fn create(a: &CreateArgs) -> Result<(), String> {
+    let dir = &a.dir;
+    let min = HEADER_SIZE + 2 * a.chunk;
+    if a.size < min {
+        return Err(format!(
+            "nodes of {} are too small: chunks of {} need at least {} (a header, a log directory and a chunk of data)",
+            format_size(a.size),
+            format_size(a.chunk),
+            format_size(min)
+        ));
+    }
+    let geo = log_geometry(a.size, a.chunk, a.max_value)?;
+    if fs::symlink_metadata(dir).is_ok() {
+        return Err(format!("{} already exists (remove it with `swarm memnode remove --dir {0}`)", dir.display()));
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    check_free_space(parent, a.nodes as u64, a.size)?;
+    let cluster = ShmCluster::create(dir, a.nodes, a.size).map_err(|e| e.to_string())?;
+    if let Err(e) = block_on(format_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
+        drop(cluster);
+        let _ = ShmCluster::remove(dir);
+        return Err(e);
+    }
+    println!(
+        "created {}: {} node(s) of {}, chunks of {}, values up to {}",
+        dir.display(),
+        a.nodes,
+        format_size(a.size),
+        format_size(a.chunk),
+        format_size(a.max_value)
+    );
+    Ok(())
+}
+
+/// Refuses a cluster larger than the free space of the file system that
+/// would hold it: node files are sparse, and on tmpfs touching a page that
+/// no longer fits kills the process with SIGBUS, long after creation.
+fn check_free_space(parent: &Path, nodes: u64, size: u64) -> Result<(), String> {
+    let st = rustix::fs::statvfs(parent).map_err(|e| format!("{}: cannot check free space: {e}", parent.display()))?;
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    let need = nodes.saturating_mul(size);
+    if need > free {
+        return Err(format!(
+            "{nodes} node(s) of {} need {}, but {} has only {} free",
+            format_size(size),
+            format_size(need),
+            parent.display(),
+            format_size(free)
+        ));
+    }
+    Ok(())
+}
+
+/// What `list` shows of one cluster.
+struct Info {
+    nodes: usize,
+    node_size: u64,
+    chunk: u64,
+    max_value: u64,
+    /// Bytes allocated on the fullest node (header included).
+    used: u64,
+}
+
+/// Reads every node's region and log directory: the chunk size, the log
+/// geometry (of node 0) and the bytes allocated on the fullest node.
+pub fn inspect_cluster(cluster: &ShmCluster) -> Result<(u64, LogGeometry, u64), String> {
+    let mem = cluster.memory();
+    let (mut chunk, mut geo, mut used) = (0, None, 0);
+    for n in 0..cluster.node_count() {
+        let node = NodeId(n as u16);
+        let region = block_on(Region::open(&mem, node)).map_err(|e| format!("{node} is not formatted ({e})"))?;
+        let g = block_on(Logs::new().geometry(&mem, node)).map_err(|e| format!("{node} has no writer log ({e})"))?;
+        chunk = region.chunk;
+        geo.get_or_insert(g);
+        used = used.max(region.cursor);
+    }
+    let geo = geo.ok_or("the cluster has no nodes")?;
+    Ok((chunk, geo, used))
+}
+
+fn inspect(dir: &Path) -> Result<Info, String> {
+    let cluster = ShmCluster::open(dir).map_err(|e| e.to_string())?;
+    let (chunk, geo, used) = inspect_cluster(&cluster)?;
+    Ok(Info { nodes: cluster.node_count(), node_size: cluster.node_size(), chunk, max_value: geo.max_value(), used })
+}
+
+/// `swarm memnode list`.
+pub fn list(a: &ListArgs) -> Result<(), String> {
+    let entries = fs::read_dir(&a.root).map_err(|e| format!("cannot list {}: {e}", a.root.display()))?;
+    let mut dirs: Vec<_> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && e.path().join(CONTROL).is_file())
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    let mut rows = vec![["PATH", "NODES", "NODE SIZE", "CHUNK", "MAX VALUE", "USED (FULLEST NODE)"].map(String::from)];
+    let mut broken = Vec::new();
+    for dir in dirs {
+        match inspect(&dir) {
+            Ok(i) => rows.push([
+                dir.display().to_string(),
+                i.nodes.to_string(),
+                format_size(i.node_size),
+                format_size(i.chunk),
+                format!("{} B", i.max_value),
+                format!("{} ({:.1}%)", format_size(i.used), 100.0 * i.used as f64 / i.node_size as f64),
+            ]),
+            Err(e) if dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(NAME_PREFIX)) => {
+                broken.push(format!("{}: unusable: {e}", dir.display()));
+            }
+            Err(_) => {}
+        }
+    }
+    if rows.len() == 1 && broken.is_empty() {
+        println!("no clusters under {}", a.root.display());
+        return Ok(());
+    }
+    if rows.len() > 1 {
+        print!("{}", crate::report::table(&rows));
+    }
+    for b in broken {
+        println!("{b}");
+    }
+    Ok(())
+}
+
+/// `swarm memnode remove`.
+pub fn remove(a: &RemoveArgs) -> Result<(), String> {
+    let dir = &a.dir;
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(format!("no cluster at {}", dir.display())),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Ok(m) if !m.is_dir() => return Err(format!("{} is not a cluster directory", dir.display())),
+        Ok(_) => {}
+    }
+    if !dir.join(CONTROL).is_file() {
+        return Err(format!("{} is not a cluster (it has no control file); nothing removed", dir.display()));
+    }
+    ShmCluster::remove(dir).map_err(|e| e.to_string())?;
+    println!("removed {}", dir.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_fills_a_node_and_keeps_the_directory_small() {
+        let g = log_geometry(64 << 20, 1 << 20, 8192).unwrap();
+        assert_eq!((g.segments, g.max_value() >= 8192), (64, true));
+        // 4 KiB chunks: limited by the directory's share, not the chunk count.
+        assert_eq!(log_geometry(64 << 20, 4096, 64).unwrap().segments, 4096);
+        assert_eq!(log_geometry(12 << 10, 4096, 64).unwrap().segments, 1);
+        assert!(log_geometry(1 << 20, 4096, 8192).is_err());
+    }
+
+    #[test]
+    fn a_formatted_in_process_cluster_inspects() {
+        let (size, chunk) = (4 << 20, 64 << 10);
+        let cluster = ShmCluster::in_process(3, size).unwrap();
+        let geo = log_geometry(size, chunk, 1024).unwrap();
+        block_on(format_nodes(&cluster.memory(), size, chunk, geo)).unwrap();
+        let (c, g, used) = inspect_cluster(&cluster).unwrap();
+        assert_eq!((c, g), (chunk, geo));
+        assert!(used > HEADER_SIZE && used < size);
+        let empty = ShmCluster::in_process(1, size).unwrap();
+        assert!(inspect_cluster(&empty).unwrap_err().contains("not formatted"));
+    }
+
+    #[test]
+    fn too_small_nodes_fail_cleanly() {
+        let size = 8 << 10;
+        let cluster = ShmCluster::in_process(1, size).unwrap();
+        let geo = log_geometry(size, 8192, 64).unwrap();
+        assert!(block_on(format_nodes(&cluster.memory(), size, 8192, geo)).unwrap_err().contains("too small"));
+    }
+}

@@ -1,0 +1,71 @@
+//! `swarm memnode create/list/remove` round trips in /dev/shm, and a
+//! benchmark on a created cluster.
+
+mod common;
+
+use common::{ShmDir, fails, ok};
+
+/// The line of `memnode list` that describes `path`, if any.
+fn listed(path: &str) -> Option<String> {
+    ok(&["memnode", "list"]).lines().find(|l| l.split_whitespace().next() == Some(path)).map(str::to_string)
+}
+
+#[test]
+fn create_list_bench_remove() {
+    let (dir, _) = ShmDir::named("roundtrip");
+    let out = ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", "32M"]);
+    assert!(out.contains("3 node(s) of 32 MiB, chunks of 1 MiB, values up to 8 KiB"), "{out}");
+    for f in ["control", "node-0", "node-1", "node-2"] {
+        assert!(dir.0.join(f).is_file(), "{f} missing");
+    }
+    let line = listed(dir.arg()).expect("the new cluster is listed");
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&cols[1..8], ["3", "32", "MiB", "1", "MiB", "8240", "B"], "{line}");
+    let used_before = cols[8].to_string();
+
+    // Clients of another process use it.
+    let out = ok(&["bench", "--dir", dir.arg(), "--ops", "200", "--clients", "2", "--value-size", "1K"]);
+    assert!(out.contains(dir.arg()) && out.contains("write"), "{out}");
+    let after = listed(dir.arg()).unwrap();
+    assert_ne!(after.split_whitespace().nth(8).unwrap(), used_before, "the bench allocated: {after}");
+
+    let out = ok(&["memnode", "remove", "--dir", dir.arg()]);
+    assert!(out.contains("removed"), "{out}");
+    assert!(!dir.0.exists());
+    assert_eq!(listed(dir.arg()), None);
+    assert!(fails(&["memnode", "remove", "--dir", dir.arg()], 1).contains("no cluster at"));
+}
+
+#[test]
+fn bare_names_live_in_dev_shm_with_a_prefix() {
+    let (dir, name) = ShmDir::named("bare");
+    ok(&["memnode", "create", "--dir", &name, "--nodes", "1", "--size", "4M", "--chunk", "64K"]);
+    assert!(dir.0.join("control").is_file(), "{} missing", dir.0.display());
+    assert!(listed(dir.arg()).is_some());
+    // The listed name (with its prefix) works as well as the bare one.
+    let prefixed = format!("swarm-{name}");
+    ok(&["memnode", "remove", "--dir", &prefixed]);
+    assert!(!dir.0.exists());
+}
+
+#[test]
+fn list_shows_broken_clusters_and_skips_foreign_directories() {
+    let (broken, _) = ShmDir::named("broken");
+    ok(&["memnode", "create", "--dir", broken.arg(), "--nodes", "2", "--size", "4M", "--chunk", "64K"]);
+    std::fs::remove_file(broken.0.join("node-1")).unwrap();
+    let root = tempdir_in_shm();
+    std::fs::create_dir(root.0.join("not-ours")).unwrap();
+    std::fs::write(root.0.join("not-ours").join("control"), b"x").unwrap();
+    let out = ok(&["memnode", "list", "--root", root.arg()]);
+    assert_eq!(out.trim(), format!("no clusters under {}", root.arg()));
+    let out = ok(&["memnode", "list"]);
+    let line = out.lines().find(|l| l.starts_with(broken.arg())).expect("the broken cluster is listed");
+    assert!(line.contains("unusable") && line.contains("node-1"), "{line}");
+    ok(&["memnode", "remove", "--dir", broken.arg()]);
+}
+
+fn tempdir_in_shm() -> ShmDir {
+    let (dir, _) = ShmDir::named("root");
+    std::fs::create_dir(&dir.0).unwrap();
+    dir
+}
