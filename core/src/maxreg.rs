@@ -209,6 +209,31 @@ impl Register {
         Ok(seen)
     }
 
+    /// The weak read of App. A.2: the largest metadata a majority holds,
+    /// without the value and without write-back (one roundtrip, always).
+    /// Enough to learn a fresh timestamp (ABD's write); it does not give
+    /// read-read monotonicity, which the full [`Register::read`] does.
+    pub async fn read_meta<M: Memory>(&self, mem: &M, cache: &mut RegCache) -> Result<Meta, RegError> {
+        let words = 8 * self.layout.meta_words as usize;
+        let futs = self.replicas.iter().map(|rep| mem.read(RemoteAddr::new(rep.node, rep.base), words)).collect();
+        let replies = quorum(futs, self.need()).await;
+        if !replies.reached(self.need()) {
+            let e = *replies.first_error().expect("a failed quorum has an error");
+            return Err(RegError::NoQuorum(InOutError::Mem(e)));
+        }
+        let mut max = Meta::BOTTOM;
+        for (r, buf) in replies.oks() {
+            let m = (0..self.layout.meta_words as usize)
+                .filter_map(|i| crate::memory::word_at(buf, 8 * i))
+                .map(Meta)
+                .max()
+                .unwrap_or(Meta::BOTTOM);
+            cache.replicas[r].max = cache.replicas[r].max.max(m);
+            max = max.max(m);
+        }
+        Ok(max)
+    }
+
     /// READ: the largest tuple of a majority, written back to a majority.
     pub async fn read<M: Memory, C: Clock>(
         &self,
@@ -300,8 +325,8 @@ mod tests {
     use crate::sim::{CrashMode, Sim, SimConfig};
     use crate::writerlog::{self, LogGeometry};
 
-    /// (client, meta written or read, invoked, returned, is_write)
-    type Event = (u8, Meta, u64, u64, bool);
+    /// (client, meta written or read, invoked, returned, is_write, weak read)
+    type Event = (u8, Meta, u64, u64, bool, bool);
 
     fn run(seed: u64, replicas: usize, writers: u8, readers: u8, crash: bool) -> Vec<Event> {
         let mut sim = Sim::new(SimConfig {
@@ -345,11 +370,16 @@ mod tests {
                         let meta = Meta::new(mem.random(1, 50), (id as u32) * 100 + k as u32, id);
                         let v = [id; 16];
                         reg.write(&mut ctx, &mem, &mut cache, meta, &v).await.unwrap();
-                        events.borrow_mut().push((id, meta, t0, mem.now(), true));
+                        events.borrow_mut().push((id, meta, t0, mem.now(), true, false));
+                    } else if k % 2 == 0 {
+                        // The weak read: no value, no write-back; still at
+                        // least every write completed before it.
+                        let meta = reg.read_meta(&mem, &mut cache).await.unwrap();
+                        events.borrow_mut().push((id, meta, t0, mem.now(), false, true));
                     } else {
                         let (meta, v) = reg.read(&mut ctx, &mem, &mut cache).await.unwrap();
                         assert!(meta.is_bottom() || v.iter().all(|&b| b == meta.client()), "value of another write");
-                        events.borrow_mut().push((id, meta, t0, mem.now(), false));
+                        events.borrow_mut().push((id, meta, t0, mem.now(), false, false));
                     }
                 }
             });
@@ -367,20 +397,22 @@ mod tests {
         fn reliable_max_register_specification(seed in any::<u64>(), five in any::<bool>(), w in 1u8..4, r in 1u8..4, crash in any::<bool>()) {
             let ev = run(seed, if five { 5 } else { 3 }, w, r, crash);
             prop_assert_eq!(ev.len(), 5 * (w + r) as usize);
-            for &(_, m, _, ret, is_write) in &ev {
+            for &(_, m, _, ret, is_write, _) in &ev {
                 if is_write || m.is_bottom() {
                     continue;
                 }
                 // Validity: some write of m was invoked before the read returned.
-                prop_assert!(ev.iter().any(|&(_, wm, inv, _, wr)| wr && wm == m && inv <= ret));
+                prop_assert!(ev.iter().any(|&(_, wm, inv, _, wr, _)| wr && wm == m && inv <= ret));
             }
-            for &(_, m, inv, _, is_write) in &ev {
+            for &(_, m, inv, _, is_write, _) in &ev {
                 if is_write {
                     continue;
                 }
-                for &(_, m2, _, ret2, _) in &ev {
-                    // Monotonicity: everything that completed before this read began is not above it.
-                    if ret2 < inv {
+                for &(_, m2, _, ret2, w2, weak2) in &ev {
+                    // Monotonicity: every write, and every full read, that
+                    // completed before this read began is not above it (weak
+                    // reads promise nothing to later reads).
+                    if ret2 < inv && (w2 || !weak2) {
                         prop_assert!(m >= m2, "read {:?} after completed op of {:?}", m, m2);
                     }
                 }
