@@ -45,6 +45,10 @@ pub struct Layout {
     pub meta_words: u32,
     /// Largest value, in bytes.
     pub max_value: u64,
+    /// Whether the object keeps an in-place copy. Without one, every value
+    /// is read out of place (two roundtrips): the classic out-of-place
+    /// update with a pointer swing, as DM-ABD uses (SWARM §4.1, §7).
+    pub in_place: bool,
 }
 
 impl Layout {
@@ -53,12 +57,25 @@ impl Layout {
         if meta_words == 0 || meta_words > MAX_META_WORDS || max_value > MAX_VALUE {
             return Err(InOutError::BadLayout);
         }
-        Ok(Layout { meta_words, max_value })
+        Ok(Layout { meta_words, max_value, in_place: true })
+    }
+
+    /// A layout without in-place copy (values only out of place).
+    pub fn out_of_place(meta_words: u32, max_value: u64) -> Result<Layout, InOutError> {
+        Ok(Layout { in_place: false, ..Self::new(meta_words, max_value)? })
     }
 
     /// Bytes of one object (64-byte aligned).
     pub fn size(&self) -> u64 {
-        (8 * self.meta_words as u64 + INPLACE_HEADER + self.max_value).next_multiple_of(64)
+        let copy = if self.in_place { INPLACE_HEADER + self.max_value } else { 0 };
+        (8 * self.meta_words as u64 + copy).next_multiple_of(64)
+    }
+
+    /// Bytes a READ of the object takes: the metadata, and the in-place
+    /// copy if there is one.
+    fn read_len(&self) -> u64 {
+        let copy = if self.in_place { INPLACE_HEADER + self.max_value } else { 0 };
+        8 * self.meta_words as u64 + copy
     }
 
     fn inplace(&self) -> u64 {
@@ -242,7 +259,9 @@ impl Replica {
             Ok(o) => o,
             Err(smaller) => cas_max(mem, self.at(word), smaller, meta.0).await?,
         };
-        if let MaxOutcome::Installed { .. } = outcome {
+        if let MaxOutcome::Installed { .. } = outcome
+            && layout.in_place
+        {
             self.post_inplace(mem, layout, meta, value);
         }
         Ok(WriteReply { outcome, seen: others.max(Meta(outcome.max_seen(meta.0))) })
@@ -274,12 +293,15 @@ impl Replica {
     /// metadata; otherwise the caller follows the metadata with
     /// [`Replica::read_out_of_place`].
     pub async fn read<M: Memory>(&self, mem: &M, layout: &Layout, client: u8) -> Result<Reply<M::Buf>, InOutError> {
-        let buf = mem.read(self.at(0), layout.size() as usize).await?;
+        let buf = mem.read(self.at(0), layout.read_len() as usize).await?;
         let corrupt = InOutError::Corrupt(self.node);
         let meta = max_word(&buf, layout.meta_words as usize);
         let word = word_at(&buf, layout.word_of(client) as usize).ok_or(corrupt)?;
         if meta.is_bottom() {
             return Ok(Reply { meta, word, value: Some(Value::empty()) });
+        }
+        if !layout.in_place {
+            return Ok(Reply { meta, word, value: None });
         }
         let ip = layout.inplace() as usize;
         let (hash, vlen) = (word_at(&buf, ip).ok_or(corrupt)?, word_at(&buf, ip + 8).ok_or(corrupt)?);

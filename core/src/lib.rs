@@ -18,7 +18,10 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod abd;
 pub mod addr;
+#[cfg(test)]
+mod campaign;
 pub mod client;
 pub mod error;
 pub mod exec;
@@ -29,6 +32,7 @@ pub mod maxreg;
 pub mod memory;
 pub mod meta;
 pub mod quorum;
+pub mod raw;
 pub mod region;
 pub mod rtt;
 pub mod safeguess;

@@ -94,7 +94,7 @@ impl Register {
             let _ = replicas.push(Replica { node, base: a.offset });
         }
         let zeros = [0u8; 8 * crate::inout::MAX_META_WORDS as usize + 16];
-        let clear = &zeros[..(8 * layout.meta_words as usize + 16)];
+        let clear = &zeros[..(8 * layout.meta_words as usize + 16).min(layout.size() as usize)];
         let futs = replicas.iter().map(|r: &Replica| mem.write(RemoteAddr::new(r.node, r.base), clear)).collect();
         let done = quorum(futs, replicas.len()).await;
         if let Some(e) = done.first_error() {
