@@ -37,9 +37,7 @@ pub async fn write<M: Memory, C: Clock>(
     cache: &mut RegCache,
     value: &[u8],
 ) -> Result<Meta, RegError> {
-    if value.len() as u64 > reg.layout.max_value {
-        return Err(RegError::ValueTooLarge { len: value.len(), max: reg.layout.max_value });
-    }
+    reg.check_value(value)?;
     let m = reg.read_meta(mem, cache).await?;
     let time = m.time() + 1;
     if time >= MAX_TIME {

@@ -246,27 +246,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
 /// µs (the roundtrip is 1-3 µs), and in four runs out of five a crashed
 /// minority of nodes, a slow node and a client crashing mid-operation.
 pub(crate) fn campaign_for(protocol: Protocol, replicas: usize, seed: u64) -> Campaign {
-    if seed % 2 == 1 {
-        // Adversarial mix: two writers whose clocks differ by about a
-        // roundtrip (so guesses are stale while the newer write is still in
-        // flight) and three readers in a tight loop: the schedules where a
-        // GUESSED tuple must not be returned too early (Fig. 2 of the paper).
-        return Campaign {
-            protocol,
-            replicas,
-            writers: 2,
-            readers: 3,
-            ops: 16,
-            max_skew_ns: 1_000 * (1 + seed % 6),
-            think_ns: 300,
-            min_think_ns: 0,
-            faults: !seed.is_multiple_of(3),
-            mixed: seed % 3 == 2,
-            tails: true,
-            fifo: false,
-        };
-    }
-    Campaign {
+    let normal = Campaign {
         protocol,
         replicas,
         writers: 1 + (seed % 4) as u8,
@@ -279,6 +259,22 @@ pub(crate) fn campaign_for(protocol: Protocol, replicas: usize, seed: u64) -> Ca
         mixed: seed % 3 == 2,
         tails: true,
         fifo: false,
+    };
+    if seed.is_multiple_of(2) {
+        return normal;
+    }
+    // Adversarial mix: two writers whose clocks differ by about a roundtrip
+    // (so guesses are stale while the newer write is still in flight) and
+    // three readers in a tight loop: the schedules where a GUESSED tuple
+    // must not be returned too early (Fig. 2 of the paper).
+    Campaign {
+        writers: 2,
+        readers: 3,
+        ops: 16,
+        max_skew_ns: 1_000 * (1 + seed % 6),
+        think_ns: 300,
+        faults: !seed.is_multiple_of(3),
+        ..normal
     }
 }
 

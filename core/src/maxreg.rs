@@ -107,6 +107,14 @@ impl Register {
         majority(self.replicas.len())
     }
 
+    /// Checks that `value` fits the register, before anything is spent on it.
+    pub fn check_value(&self, value: &[u8]) -> Result<(), RegError> {
+        if value.len() as u64 > self.layout.max_value {
+            return Err(RegError::ValueTooLarge { len: value.len(), max: self.layout.max_value });
+        }
+        Ok(())
+    }
+
     /// `inner_write(meta, value)`: returns as soon as a majority is known
     /// to hold at least `meta`, at once if this client already knows it.
     pub async fn write<M: Memory, C: Clock>(
@@ -145,9 +153,7 @@ impl Register {
         value: &[u8],
         read: bool,
     ) -> Result<Meta, RegError> {
-        if value.len() as u64 > self.layout.max_value {
-            return Err(RegError::ValueTooLarge { len: value.len(), max: self.layout.max_value });
-        }
+        self.check_value(value)?;
         let n = self.replicas.len();
         let known = |r: usize| !read && cache.replicas[r].max >= meta;
         let already = (0..n).filter(|&r| known(r)).count();

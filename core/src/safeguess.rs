@@ -66,9 +66,7 @@ pub async fn write<M: Memory, C: Clock>(
     cache: &mut RegCache,
     value: &[u8],
 ) -> Result<(Meta, WritePath), RegError> {
-    if value.len() as u64 > reg.layout.max_value {
-        return Err(RegError::ValueTooLarge { len: value.len(), max: reg.layout.max_value });
-    }
+    reg.check_value(value)?;
     let time = ctx.guess_time()?;
     let log_id = ctx.next_log_id(mem).await?;
     let w = Meta::new(time, log_id, ctx.id);
