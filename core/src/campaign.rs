@@ -103,6 +103,10 @@ pub(crate) struct Campaign {
     pub tails: bool,
     /// Operations of a client to a node apply in order (RDMA RC queue pairs).
     pub fifo: bool,
+    /// Metadata words per object (0: 1 or 8, by seed).
+    pub meta_words: u32,
+    /// A low-jitter fabric (2.0-2.2 µs roundtrips) instead of 1-3 µs.
+    pub tight: bool,
 }
 
 /// Statistics of one run.
@@ -132,11 +136,14 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         max_piece_gap_ns: 500,
         tail_one_in,
         fifo_per_queue: c.fifo,
+        min_latency_ns: if c.tight { 2_000 } else { 1_000 },
+        max_latency_ns: if c.tight { 2_200 } else { 3_000 },
         ..SimConfig::default()
     };
     let mut sim = Sim::new(cfg);
     let size = [8, 64, 200][(seed % 3) as usize];
     let layout = match c.protocol {
+        Protocol::SafeGuess if c.meta_words > 0 => Layout::new(c.meta_words, 256).unwrap(),
         Protocol::SafeGuess => Layout::new(1 + (seed % 2) as u32 * 7, 256).unwrap(),
         Protocol::Abd => abd::layout(256).unwrap(),
     };
@@ -259,6 +266,8 @@ pub(crate) fn campaign_for(protocol: Protocol, replicas: usize, seed: u64) -> Ca
         mixed: seed % 3 == 2,
         tails: true,
         fifo: false,
+        meta_words: 0,
+        tight: false,
     };
     if seed.is_multiple_of(2) {
         return normal;
