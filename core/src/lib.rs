@@ -27,6 +27,7 @@ pub mod error;
 pub mod exec;
 pub mod inout;
 pub mod join;
+pub mod kv;
 pub mod max;
 pub mod maxreg;
 pub mod memory;

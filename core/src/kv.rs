@@ -1,0 +1,155 @@
+//! The key-value interface every system of the toolkit implements
+//! (SWARM-KV, RAW, DM-ABD, and the other systems as they come), so that the
+//! harness, the checks and the command line treat them alike.
+//!
+//! Semantics, per key (the model [`crate::lincheck::Kv`] checks histories
+//! against, with tombstones):
+//!
+//! | operation | key present (`v0`) | key absent | key deleted |
+//! |---|---|---|---|
+//! | `insert(k, v)` | sets `v`: [`Written`] | sets `v`: [`Written`] | sets `v`: [`Written`] |
+//! | `update(k, v)` | sets `v`: [`Written`] | [`Missing::NotFound`] | [`Missing::NotFound`] |
+//! | `get(k)` | [`Got::Found`]`(v0)` | [`Got::NotFound`] | [`Got::Deleted`] |
+//! | `delete(k)` | removes it: [`Written`] | [`Missing::NotFound`] | [`Missing::NotFound`] |
+//!
+//! An insert of an existing key is an update (SWARM §5.3.1). A client
+//! handle runs one operation at a time (`&mut self`); a thread keeps several
+//! operations in flight by driving several handles concurrently, each with
+//! its own client id, as the paper's coroutines do (1 to 8 per thread,
+//! §7.2): Safe-Guess needs one outstanding operation per writer id.
+
+use core::fmt;
+use core::future::Future;
+use core::ops::Deref;
+
+/// Limits on keys and values, checked before anything is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest key, in bytes.
+    pub max_key: usize,
+    /// Largest value, in bytes.
+    pub max_value: usize,
+}
+
+impl Limits {
+    /// Checks a key (non-empty, at most `max_key` bytes).
+    pub fn check_key(&self, key: &[u8]) -> Result<(), KvError> {
+        if key.is_empty() || key.len() > self.max_key {
+            return Err(KvError::BadKey { len: key.len(), max: self.max_key });
+        }
+        Ok(())
+    }
+
+    /// Checks a key and a value.
+    pub fn check(&self, key: &[u8], value: &[u8]) -> Result<(), KvError> {
+        self.check_key(key)?;
+        if value.len() > self.max_value {
+            return Err(KvError::ValueTooLarge { len: value.len(), max: self.max_value });
+        }
+        Ok(())
+    }
+}
+
+/// A write took effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written;
+
+/// Why an update or delete had no effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The key is not in the store (never inserted, or deleted).
+    NotFound,
+}
+
+/// What a get found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got<V> {
+    /// The key's value.
+    Found(V),
+    /// The key was never inserted (or its index entry is gone).
+    NotFound,
+    /// The key was deleted and not inserted again since.
+    Deleted,
+}
+
+/// A failed operation: bad input, or a store that cannot answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvError {
+    /// An empty key or one longer than the limit.
+    BadKey {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+    /// A value larger than the limit.
+    ValueTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+    /// Too few memory nodes answered; the operation may or may not have
+    /// taken effect.
+    Unavailable,
+    /// The store is full (index buckets, or memory for values).
+    Full,
+    /// Remote data that cannot be right, after retries.
+    Corrupt,
+}
+
+impl fmt::Display for KvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KvError::BadKey { len, max } => write!(f, "keys must have 1 to {max} bytes, this one has {len}"),
+            KvError::ValueTooLarge { len, max } => write!(f, "values may have up to {max} bytes, this one has {len}"),
+            KvError::Unavailable => write!(f, "too few memory nodes answered"),
+            KvError::Full => write!(f, "the store is full"),
+            KvError::Corrupt => write!(f, "corrupt data in memory"),
+        }
+    }
+}
+
+impl core::error::Error for KvError {}
+
+/// One client of a key-value store.
+pub trait KvClient {
+    /// A value read from the store.
+    type Value: Deref<Target = [u8]>;
+
+    /// The system's name, lower case with dashes (`raw`, `dm-abd`, `swarm-kv`).
+    fn name(&self) -> &'static str;
+
+    /// The limits this store was configured with.
+    fn limits(&self) -> Limits;
+
+    /// Inserts `key` with `value`, or updates it if it exists.
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<Written, KvError>>;
+
+    /// Updates an existing key.
+    fn update(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>>;
+
+    /// Reads a key.
+    fn get(&mut self, key: &[u8]) -> impl Future<Output = Result<Got<Self::Value>, KvError>>;
+
+    /// Deletes a key.
+    fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_reject_bad_input_with_the_numbers() {
+        let l = Limits { max_key: 24, max_value: 8192 };
+        assert!(l.check(b"k", &[0; 8192]).is_ok());
+        assert_eq!(l.check_key(b""), Err(KvError::BadKey { len: 0, max: 24 }));
+        assert_eq!(l.check_key(&[1; 25]), Err(KvError::BadKey { len: 25, max: 24 }));
+        assert_eq!(l.check(b"k", &[0; 8193]), Err(KvError::ValueTooLarge { len: 8193, max: 8192 }));
+        assert_eq!(
+            alloc::format!("{}", KvError::ValueTooLarge { len: 8193, max: 8192 }),
+            "values may have up to 8192 bytes, this one has 8193"
+        );
+    }
+}
