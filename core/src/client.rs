@@ -114,11 +114,14 @@ impl<C: Clock> ClientCtx<C> {
             let id = self.next_log_id(mem).await?;
             self.next_id = id;
         }
-        for n in 0..mem.node_count().min(4 * crate::quorum::MAX_REPLICAS) {
-            let node = NodeId(n as u16);
-            match self.logs.entry(mem, node, self.id, self.next_id, Some(&mut self.slab)).await {
-                Ok(_) | Err(LogError::Mem(_)) => {}
-                Err(e) => return Err(ClientError::Log(e)),
+        let nodes: heapless::Vec<NodeId, { 4 * crate::quorum::MAX_REPLICAS }> =
+            (0..mem.node_count().min(4 * crate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+        for group in nodes.chunks(crate::quorum::MAX_REPLICAS) {
+            for entry in self.logs.entries(mem, group, self.id, self.next_id, Some(&mut self.slab)).await {
+                match entry {
+                    Ok(_) | Err(LogError::Mem(_)) => {}
+                    Err(e) => return Err(ClientError::Log(e)),
+                }
             }
         }
         Ok(())

@@ -164,17 +164,17 @@ impl Register {
         // Where the value goes on each replica that is behind (cached, so
         // usually no roundtrip). A replica whose log cannot be reached now
         // is left out, like one that does not answer.
+        let behind: heapless::Vec<usize, MAX_REPLICAS> = (0..n).filter(|&r| !known(r)).collect();
+        let nodes: heapless::Vec<NodeId, MAX_REPLICAS> = behind.iter().map(|&r| self.replicas[r].node).collect();
+        let entries = ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await;
         let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut first_err = None;
-        for (r, rep) in self.replicas.iter().enumerate() {
-            if known(r) {
-                continue;
-            }
-            match ctx.logs.entry(mem, rep.node, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await {
+        for (j, entry) in entries.into_iter().enumerate() {
+            match entry {
                 Ok(Some(e)) => {
-                    let _ = targets.push((r, e));
+                    let _ = targets.push((behind[j], e));
                 }
-                Ok(None) => first_err = Some(InOutError::Corrupt(rep.node)),
+                Ok(None) => first_err = Some(InOutError::Corrupt(nodes[j])),
                 Err(e) => first_err = Some(InOutError::from(e)),
             }
         }

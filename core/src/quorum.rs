@@ -60,6 +60,23 @@ pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) 
 where
     F: Future<Output = Result<T, E>>,
 {
+    gather(futs, Some(need)).await
+}
+
+/// Polls every future of `futs` concurrently until all of them completed,
+/// successfully or not: for work that must reach every node it can.
+pub async fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    gather(futs, None).await
+}
+
+/// [`quorum`] (with `Some(need)`) or [`join_all`] (with `None`).
+async fn gather<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: Option<usize>) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
     let n = futs.len();
     let mut futs = pin!(futs);
     let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0 };
@@ -91,8 +108,8 @@ where
             }
         }
         let done = replies.ok + replies.failed == n;
-        let hopeless = n.saturating_sub(replies.failed) < need;
-        if replies.ok >= need || hopeless || done { Poll::Ready(()) } else { Poll::Pending }
+        let enough = need.is_some_and(|need| replies.ok >= need || n.saturating_sub(replies.failed) < need);
+        if enough || done { Poll::Ready(()) } else { Poll::Pending }
     })
     .await;
     replies
@@ -136,6 +153,13 @@ mod tests {
     fn failures_below_the_limit_are_tolerated() {
         let r = block_on(quorum(futs(&[(0, Err("down")), (3, Ok(1)), (2, Ok(2))]), 2));
         assert!(r.reached(2));
+    }
+
+    #[test]
+    fn join_all_waits_for_every_future_even_after_failures() {
+        let r = block_on(join_all(futs(&[(0, Err("down")), (50, Ok(1)), (3, Ok(2))])));
+        assert_eq!((r.ok, r.failed), (2, 1));
+        assert!(r.results.iter().all(Option::is_some));
     }
 
     #[test]

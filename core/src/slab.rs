@@ -139,6 +139,43 @@ impl SlabAllocator {
         Ok(self.slabs(mem, node).await?.region.alloc_chunk(mem).await?)
     }
 
+    /// Takes one chunk on each of `nodes`, on all of them at once (one
+    /// roundtrip when the cursors are as last seen). Results are in the
+    /// order of `nodes`.
+    pub async fn alloc_chunk_each<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+    ) -> heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> {
+        let mut out: heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> =
+            nodes.iter().map(|_| Err(AllocError::TooManyNodes)).collect();
+        for (i, &node) in nodes.iter().enumerate() {
+            if let Err(e) = self.slabs(mem, node).await {
+                out[i] = Err(e);
+            }
+        }
+        let futs: heapless::Vec<_, MAX_REPLICAS> = self
+            .nodes
+            .iter_mut()
+            .filter(|s| nodes.contains(&s.region.node))
+            .map(|s| async move {
+                let node = s.region.node;
+                s.region.alloc_chunk(mem).await.map_err(|e| (node, e))
+            })
+            .collect();
+        let replies = crate::quorum::join_all(futs).await;
+        for r in replies.results.into_iter().flatten() {
+            let (node, res) = match r {
+                Ok(a) => (a.node, Ok(a)),
+                Err((node, e)) => (node, Err(AllocError::Region(e))),
+            };
+            if let Some(i) = nodes.iter().position(|&n| n == node) {
+                out[i] = res;
+            }
+        }
+        out
+    }
+
     /// The chunk size of `node`'s region.
     pub async fn chunk_size<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<u64, AllocError> {
         Ok(self.slabs(mem, node).await?.region.chunk)

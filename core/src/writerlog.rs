@@ -29,7 +29,7 @@ use core::fmt;
 
 use crate::memory::{read_word, word_at};
 use crate::meta::{MAX_CLIENT, MAX_LOG_ID};
-use crate::quorum::{MAX_REPLICAS, majority, quorum};
+use crate::quorum::{MAX_REPLICAS, join_all, majority, quorum};
 use crate::region::{Region, RegionError};
 use crate::slab::{AllocError, SlabAllocator};
 use crate::{MemError, Memory, NodeId, RemoteAddr};
@@ -224,31 +224,111 @@ impl Logs {
         log_id: u32,
         alloc: Option<&mut SlabAllocator>,
     ) -> Result<Option<RemoteAddr>, LogError> {
-        let d = self.dir(mem, node).await?;
-        let (geo, base) = (d.geo, d.base);
-        let seg = log_id as u64 / geo.per_segment;
-        if seg >= geo.segments || client > MAX_CLIENT {
-            return Err(LogError::Corrupt { node, what: "log id or client beyond the directory" });
+        let mut all = self.entries(mem, &[node], client, log_id, alloc).await;
+        all.pop().unwrap_or(Ok(None))
+    }
+
+    /// [`Logs::entry`] on each of `nodes` (at most [`MAX_REPLICAS`]), in
+    /// their order. Cached segments cost nothing; the others are looked up,
+    /// and created if `alloc` is given, on all nodes at once: at most three
+    /// roundtrips (directory words, chunks, CAS of the words) however many
+    /// nodes there are.
+    pub async fn entries<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        client: u8,
+        log_id: u32,
+        alloc: Option<&mut SlabAllocator>,
+    ) -> heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> {
+        // (index in `nodes`, directory word, byte offset within the segment, cache slot)
+        let mut missing: heapless::Vec<(usize, RemoteAddr, u64, usize), MAX_REPLICAS> = heapless::Vec::new();
+        let mut out: heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> = heapless::Vec::new();
+        for (i, &node) in nodes.iter().take(MAX_REPLICAS).enumerate() {
+            let d = match self.dir(mem, node).await {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = out.push(Err(e));
+                    continue;
+                }
+            };
+            let (geo, base) = (d.geo, d.base);
+            let seg = log_id as u64 / geo.per_segment;
+            if seg >= geo.segments || client > MAX_CLIENT {
+                let _ = out.push(Err(LogError::Corrupt { node, what: "log id or client beyond the directory" }));
+                continue;
+            }
+            let slot = (client as usize * 31 + seg as usize) % CACHE;
+            let within = (log_id as u64 % geo.per_segment) * geo.entry_size;
+            match d.cache[slot] {
+                (c, s, off) if c == client && s == seg + 1 => {
+                    let _ = out.push(Ok(Some(RemoteAddr::new(node, off + within))));
+                }
+                _ => {
+                    let _ =
+                        missing.push((i, RemoteAddr::new(node, base + geo.row(client) + 8 * (1 + seg)), within, slot));
+                    let _ = out.push(Ok(None));
+                }
+            }
         }
-        let slot = (client as usize * 31 + seg as usize) % CACHE;
-        let within = (log_id as u64 % geo.per_segment) * geo.entry_size;
-        if let (c, s, off) = d.cache[slot]
-            && c == client
-            && s == seg + 1
-        {
-            return Ok(Some(RemoteAddr::new(node, off + within)));
+        if missing.is_empty() {
+            return out;
         }
-        let word = RemoteAddr::new(node, base + geo.row(client) + 8 * (1 + seg));
-        let mut off = read_word(mem, word).await?;
-        if off == 0 {
-            let Some(slab) = alloc else { return Ok(None) };
-            let chunk = slab.alloc_chunk(mem, node).await?;
-            let prev = mem.cas(word, 0, chunk.offset).await?;
-            off = if prev == 0 { chunk.offset } else { prev };
+        let reads = join_all(missing.iter().map(|m| read_word(mem, m.1)).collect()).await;
+        let mut offs: heapless::Vec<Option<u64>, MAX_REPLICAS> = heapless::Vec::new();
+        for (k, r) in reads.results.into_iter().enumerate() {
+            match r {
+                Some(Ok(off)) => {
+                    let _ = offs.push(Some(off));
+                }
+                Some(Err(e)) => {
+                    out[missing[k].0] = Err(LogError::Mem(e));
+                    let _ = offs.push(None);
+                }
+                None => {
+                    let _ = offs.push(None);
+                }
+            }
         }
-        let d = self.dir(mem, node).await?;
-        d.cache[slot] = (client, seg + 1, off);
-        Ok(Some(RemoteAddr::new(node, off + within)))
+        if let Some(slab) = alloc {
+            let empty: heapless::Vec<usize, MAX_REPLICAS> =
+                (0..missing.len()).filter(|&k| offs[k] == Some(0)).collect();
+            let targets: heapless::Vec<NodeId, MAX_REPLICAS> = empty.iter().map(|&k| missing[k].1.node).collect();
+            let chunks = slab.alloc_chunk_each(mem, &targets).await;
+            let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
+            for (j, chunk) in chunks.into_iter().enumerate() {
+                match chunk {
+                    Ok(c) => {
+                        let _ = claims.push((empty[j], c.offset));
+                    }
+                    Err(e) => {
+                        out[missing[empty[j]].0] = Err(e.into());
+                        offs[empty[j]] = None;
+                    }
+                }
+            }
+            let cas = join_all(claims.iter().map(|&(k, chunk)| mem.cas(missing[k].1, 0, chunk)).collect()).await;
+            for (j, r) in cas.results.into_iter().enumerate() {
+                let (k, chunk) = claims[j];
+                offs[k] = match r {
+                    Some(Ok(0)) => Some(chunk),
+                    Some(Ok(prev)) => Some(prev),
+                    Some(Err(e)) => {
+                        out[missing[k].0] = Err(LogError::Mem(e));
+                        None
+                    }
+                    None => None,
+                };
+            }
+        }
+        for (k, &(i, word, within, slot)) in missing.iter().enumerate() {
+            let Some(off) = offs[k].filter(|&o| o != 0) else { continue };
+            if let Some(d) = self.nodes.iter_mut().find(|d| d.node == word.node) {
+                d.cache[slot] = (client, log_id as u64 / d.geo.per_segment + 1, off);
+            }
+            out[i] = Ok(Some(RemoteAddr::new(word.node, off + within)));
+        }
+        out
     }
 
     /// Reserves a batch of fresh log ids for `client`, using the high-water

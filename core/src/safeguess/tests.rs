@@ -89,12 +89,41 @@ fn values_up_to_the_layout_limit_and_no_further() {
     .unwrap();
 }
 
+/// A write that starts a new log segment claims it on every replica at
+/// once: three roundtrips (directory words, chunks, claims) plus the write.
+#[test]
+fn a_new_log_segment_costs_three_roundtrips_on_all_replicas_together() {
+    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
+    let reg = setup(&mut sim, 3, Layout::new(1, 8192).unwrap());
+    let mem = sim.client();
+    let rtts = sim
+        .block_on(async move {
+            let mut ctx = ClientCtx::new(1, clock(&mem, 0)).unwrap();
+            ctx.prepare(&mem).await.unwrap();
+            let mut cache = RegCache::default();
+            let mut rtts = Vec::new();
+            for seq in 1..=40 {
+                mem.sleep(10_000).await;
+                let c = Counted::new(&mem);
+                write(&mut ctx, &c, &reg, &mut cache, &value(1, seq, 100)).await.unwrap();
+                rtts.push(c.roundtrips());
+            }
+            rtts
+        })
+        .unwrap();
+    assert_eq!(rtts.iter().filter(|&&r| r > 1).count(), 1, "one write crosses into a new segment: {rtts:?}");
+    assert_eq!(rtts.iter().max(), Some(&4), "{rtts:?}");
+}
+
 /// A garbled in-place copy (a torn or corrupted write) is detected by its
 /// hash and the out-of-place copy is used; a garbled length never reads
 /// out of bounds.
 #[test]
 fn garbled_in_place_data_falls_back_out_of_place() {
-    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() });
+    // In-order queue pairs, so that the VERIFIED marks land after the write
+    // and the replicas agree: the roundtrips below are the fallback's alone.
+    let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, fifo_per_queue: true, ..SimConfig::default() };
+    let mut sim = Sim::new(cfg);
     let reg = setup(&mut sim, 3, Layout::new(1, 128).unwrap());
     let mem = sim.client();
     sim.block_on(async move {
