@@ -25,6 +25,7 @@ mod campaign;
 pub mod client;
 pub mod error;
 pub mod exec;
+pub mod index;
 pub mod inout;
 pub mod join;
 pub mod kv;
