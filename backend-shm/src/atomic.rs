@@ -7,13 +7,19 @@
 //! different sizes on the same bytes is not allowed by Rust's memory model
 //! either. Everything above this module works on `&[AtomicU64]`.
 //!
-//! - Normally the words live in a page-aligned `memmap2` mapping: of a file
-//!   (shared between processes) or anonymous (one process).
+//! - Normally the words live in a page-aligned mapping: a `memmap2` mapping
+//!   of a file (shared between processes) or of anonymous memory (one
+//!   process), or a mapping made elsewhere and handed over as a
+//!   [`RawMapping`] (other backends map DAX devices and `MAP_SYNC` files
+//!   that way). A [`Words`] may be a view of part of a mapping
+//!   ([`Words::slice`]), so that several memory nodes can share one.
 //! - Under `--cfg loom` they are a boxed slice of `loom` atomics, so that loom
 //!   can explore the interleavings of the code above; only in-process memory
 //!   exists then.
 
 #![allow(unsafe_code)]
+
+use std::sync::Arc;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, fence};
@@ -21,90 +27,206 @@ pub(crate) use loom::sync::atomic::{AtomicU64, fence};
 pub(crate) use std::sync::atomic::{AtomicU64, fence};
 
 /// Bytes per word.
-pub(crate) const WORD: usize = 8;
+pub const WORD: usize = 8;
 
 /// Granularity of the control block's size: a page for mappings; a word under
 /// loom, where every word is a modelled object that costs exploration time.
 pub(crate) const CONTROL_GRAIN: usize = if cfg!(loom) { WORD } else { 4096 };
 
-/// A block of memory viewed as atomic 64-bit words; its size in bytes is a
-/// non-zero multiple of [`WORD`].
-pub(crate) struct Words {
-    #[cfg(not(loom))]
-    map: memmap2::MmapMut,
-    #[cfg(loom)]
-    words: Box<[AtomicU64]>,
+/// Memory that something other than this crate mapped (for instance with
+/// `mmap` flags that `memmap2` does not offer, such as `MAP_SYNC`), handed
+/// to [`Words::from_raw`] to be used as atomic words.
+///
+/// # Safety
+///
+/// An implementor promises that, for as long as the value lives (until its
+/// `Drop`, which should unmap the memory):
+/// - [`as_ptr`](RawMapping::as_ptr) always returns the same pointer, aligned
+///   to 8 bytes, and the [`len`](RawMapping::len) bytes from it are mapped
+///   readable and writable, and stay so;
+/// - nothing in this process accesses those bytes except through the atomic
+///   words of [`Words`] (no `&[u8]` or `&mut [u8]` to them is ever formed;
+///   other processes may of course write them, as with any shared mapping);
+/// - the memory does not fault on access (a file behind it is not truncated
+///   while mapped).
+#[cfg(not(loom))]
+pub unsafe trait RawMapping: Send + Sync + 'static {
+    /// Start of the mapping.
+    fn as_ptr(&self) -> *mut u8;
+
+    /// Length of the mapping in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the mapping is empty (never, for a usable one).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes dirty pages of bytes `offset..offset + len` back to the file
+    /// behind the mapping (`msync`); nothing by default.
+    fn sync(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
 }
 
-impl Words {
-    /// `bytes` of zeroed memory private to this process (and its threads).
-    pub(crate) fn anonymous(bytes: usize) -> std::io::Result<Words> {
-        check_len(bytes)?;
-        #[cfg(not(loom))]
-        {
-            Ok(Words { map: memmap2::MmapMut::map_anon(bytes)? })
-        }
-        #[cfg(loom)]
-        {
-            Ok(Words { words: (0..bytes / WORD).map(|_| AtomicU64::new(0)).collect() })
-        }
-    }
-
-    /// Maps `file`, whose length must be `bytes`, shared with every other
-    /// process that maps it.
-    ///
-    /// The file must not be truncated while mapped (that would make accesses
-    /// fault with SIGBUS); the backend keeps its files in a directory only
-    /// their owner can enter, and never truncates them.
+/// What a [`Words`] (and every view sliced from it) keeps alive.
+enum Backing {
     #[cfg(not(loom))]
-    pub(crate) fn map_file(file: &std::fs::File, bytes: usize) -> std::io::Result<Words> {
-        check_len(bytes)?;
-        // SAFETY: `map_mut` is unsafe because the file may be changed behind
-        // the mapping's back (by other processes, or by truncation). We never
-        // form a `&[u8]`/`&mut [u8]` to the mapping (no `Deref` of `MmapMut`
-        // anywhere in this crate): every access goes through the atomic view
-        // of `as_slice`, for which concurrent changes by other processes are
-        // ordinary atomic races. Truncation is excluded by construction (see
-        // above); the caller checked the file's length.
-        let map = unsafe { memmap2::MmapOptions::new().len(bytes).map_mut(file)? };
-        Ok(Words { map })
-    }
+    Map(memmap2::MmapRaw),
+    #[cfg(not(loom))]
+    Raw(Box<dyn RawMapping>),
+    #[cfg(loom)]
+    Loom(Box<[AtomicU64]>),
+}
 
-    /// The memory as words.
-    pub(crate) fn as_slice(&self) -> &[AtomicU64] {
+impl Backing {
+    /// The whole backing as words.
+    #[inline]
+    fn words(&self) -> &[AtomicU64] {
         #[cfg(not(loom))]
         {
-            let ptr = self.map.as_ptr();
+            let (ptr, len) = match self {
+                Backing::Map(m) => (m.as_mut_ptr(), m.len()),
+                Backing::Raw(r) => (r.as_ptr(), r.len()),
+            };
             debug_assert_eq!(ptr as usize % align_of::<AtomicU64>(), 0);
             // SAFETY:
-            // - alignment: mappings start on a page boundary (4096 or more),
-            //   a multiple of `align_of::<AtomicU64>()` (8);
-            // - length: `check_len` made the mapping's length a non-zero
-            //   multiple of 8, so `len / 8` words cover it exactly and stay
-            //   inside it; its size is far below `isize::MAX` (memmap2 checks);
+            // - alignment: `memmap2` mappings start on a page boundary (4096
+            //   or more), a multiple of `align_of::<AtomicU64>()` (8); a
+            //   `RawMapping` promises 8-byte alignment, and `from_raw`
+            //   checked it;
+            // - length: the constructors made the length a non-zero
+            //   multiple of 8, so `len / 8` words cover the mapping exactly
+            //   and stay inside it; its size is far below `isize::MAX`
+            //   (memmap2 checks; the kernel cannot map more);
             // - validity: `AtomicU64` has the size and bit validity of `u64`,
             //   for which every bit pattern is valid, so whatever another
             //   process wrote is a valid value;
             // - aliasing and mutation: `AtomicU64` is an `UnsafeCell`, so
             //   mutation through this shared slice (by us, other threads or
             //   other processes) is allowed; the pointer comes from `mmap`
-            //   (not from a reference) and the mapping is writable, so it may
-            //   be written through; no other reference to the bytes exists,
-            //   since this crate never dereferences the `MmapMut`;
+            //   (`MmapRaw` hands out its raw pointer, never a reference, and
+            //   a `RawMapping` promises the same), and the mapping is
+            //   writable, so it may be written through; no other reference
+            //   to the bytes exists;
             // - lifetime: the slice borrows `self`, which owns the mapping,
-            //   so it cannot outlive the `munmap` in `MmapMut::drop`.
-            unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), self.map.len() / WORD) }
+            //   so it cannot outlive the `munmap` in its `Drop`.
+            unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), len / WORD) }
         }
         #[cfg(loom)]
         {
-            &self.words
+            let Backing::Loom(words) = self;
+            words
+        }
+    }
+}
+
+/// A block of memory viewed as atomic 64-bit words; its size in bytes is a
+/// non-zero multiple of [`WORD`].
+///
+/// All access goes through [`as_slice`](Words::as_slice). Cloning (or
+/// [`slice`](Words::slice)) makes another view of the same memory; the
+/// mapping goes away with the last view.
+#[derive(Clone)]
+pub struct Words {
+    backing: Arc<Backing>,
+    /// First word of the view.
+    start: usize,
+    /// Words in the view.
+    len: usize,
+}
+
+impl Words {
+    fn whole(backing: Backing) -> Words {
+        let len = backing.words().len();
+        Words { backing: Arc::new(backing), start: 0, len }
+    }
+
+    /// `bytes` of zeroed memory private to this process (and its threads).
+    pub fn anonymous(bytes: usize) -> std::io::Result<Words> {
+        check_len(bytes)?;
+        #[cfg(not(loom))]
+        {
+            Ok(Words::whole(Backing::Map(memmap2::MmapMut::map_anon(bytes)?.into())))
+        }
+        #[cfg(loom)]
+        {
+            Ok(Words::whole(Backing::Loom((0..bytes / WORD).map(|_| AtomicU64::new(0)).collect())))
         }
     }
 
+    /// Maps the first `bytes` of `file` (a regular file at least that long,
+    /// or a device), shared with every other process that maps it
+    /// (`MAP_SHARED`, read-write).
+    ///
+    /// The file must not be truncated while mapped: accesses to the missing
+    /// part would fault (SIGBUS). Callers keep their files where only their
+    /// owner can reach them, and never truncate them.
+    #[cfg(not(loom))]
+    pub fn map_file(file: &std::fs::File, bytes: usize) -> std::io::Result<Words> {
+        check_len(bytes)?;
+        // `map_raw` hands out the mapping only as a raw pointer (no `&[u8]`
+        // that concurrent changes by other processes would invalidate),
+        // which is why it is a safe function.
+        let map = memmap2::MmapOptions::new().len(bytes).map_raw(file)?;
+        Ok(Words::whole(Backing::Map(map)))
+    }
+
+    /// Memory that the caller mapped by other means (see [`RawMapping`]).
+    /// Its length must be a positive multiple of 8 and its start 8-byte
+    /// aligned.
+    #[cfg(not(loom))]
+    pub fn from_raw(mapping: Box<dyn RawMapping>) -> std::io::Result<Words> {
+        check_len(mapping.len())?;
+        if !(mapping.as_ptr() as usize).is_multiple_of(align_of::<AtomicU64>()) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "mapping is not 8-byte aligned"));
+        }
+        Ok(Words::whole(Backing::Raw(mapping)))
+    }
+
+    /// A view of `bytes` bytes starting `offset` bytes into this one, sharing
+    /// its memory: both must be multiples of 64 (a cache line, so that
+    /// views never share a line), and the range must lie inside this view.
+    pub fn slice(&self, offset: usize, bytes: usize) -> std::io::Result<Words> {
+        let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+        if !offset.is_multiple_of(64) || !bytes.is_multiple_of(64) || bytes == 0 {
+            return Err(bad(format!("view at {offset} of {bytes} bytes is not made of whole 64-byte lines")));
+        }
+        let end = offset.checked_add(bytes).filter(|&e| e <= self.bytes());
+        if end.is_none() {
+            return Err(bad(format!("view at {offset} of {bytes} bytes exceeds the {} bytes mapped", self.bytes())));
+        }
+        Ok(Words { backing: self.backing.clone(), start: self.start + offset / WORD, len: bytes / WORD })
+    }
+
+    /// The memory as words.
+    #[inline]
+    pub fn as_slice(&self) -> &[AtomicU64] {
+        &self.backing.words()[self.start..self.start + self.len]
+    }
+
     /// Size in bytes.
-    #[cfg_attr(loom, allow(dead_code))] // used by opening files, which loom mode lacks
-    pub(crate) fn bytes(&self) -> usize {
-        self.as_slice().len() * WORD
+    pub fn bytes(&self) -> usize {
+        self.len * WORD
+    }
+
+    /// Writes the view's dirty pages back to the file behind it (`msync`
+    /// with `MS_SYNC`): what makes stores to an ordinary file mapping
+    /// durable. Nothing to do for anonymous memory.
+    pub fn sync(&self) -> std::io::Result<()> {
+        #[cfg(not(loom))]
+        {
+            let (offset, len) = (self.start * WORD, self.bytes());
+            match &*self.backing {
+                Backing::Map(m) => m.flush_range(offset, len),
+                Backing::Raw(r) => r.sync(offset, len),
+            }
+        }
+        #[cfg(loom)]
+        {
+            Ok(())
+        }
     }
 }
 
@@ -116,4 +238,27 @@ fn check_len(bytes: usize) -> std::io::Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::*;
+
+    #[test]
+    fn views_share_memory_and_stay_inside() {
+        let w = Words::anonymous(4096).unwrap();
+        let v = w.slice(1024, 2048).unwrap();
+        assert_eq!(v.bytes(), 2048);
+        v.as_slice()[0].store(7, Relaxed);
+        assert_eq!(w.as_slice()[128].load(Relaxed), 7);
+        let vv = v.slice(64, 64).unwrap();
+        vv.as_slice()[0].store(9, Relaxed);
+        assert_eq!(w.as_slice()[136].load(Relaxed), 9);
+        assert!(w.slice(4032, 128).is_err() && w.slice(8, 64).is_err() && w.slice(0, 0).is_err());
+        assert!(w.slice(usize::MAX - 63, 64).is_err());
+        drop(w);
+        assert_eq!(v.as_slice()[0].load(Relaxed), 7, "a view keeps the mapping alive");
+    }
 }

@@ -61,6 +61,7 @@ use crate::atomic::{AtomicU64, WORD, fence};
 ///
 /// The range must have been checked (`swarm_core::addr::check_range`); out of
 /// range indices would panic, never touch memory outside `words`.
+#[inline]
 pub(crate) fn read(words: &[AtomicU64], offset: u64, len: usize, out: &mut Vec<u8>) {
     out.clear();
     out.resize(len, 0);
@@ -93,6 +94,7 @@ pub(crate) fn read(words: &[AtomicU64], offset: u64, len: usize, out: &mut Vec<u
 
 /// Writes `data` at byte `offset` of `words`. The range must have been
 /// checked, as for [`read`].
+#[inline]
 pub(crate) fn write(words: &[AtomicU64], offset: u64, data: &[u8]) {
     fence(Release);
     let mut pos = offset as usize;
@@ -125,6 +127,7 @@ pub(crate) fn write(words: &[AtomicU64], offset: u64, data: &[u8]) {
 
 /// Replaces bytes `lo..lo + bytes.len()` of `word`, leaving its other bytes
 /// as they are even if another thread or process changes them meanwhile.
+#[inline]
 fn merge(word: &AtomicU64, lo: usize, bytes: &[u8]) {
     let update = |old: u64| {
         let mut b = old.to_ne_bytes();
@@ -138,6 +141,7 @@ fn merge(word: &AtomicU64, lo: usize, bytes: &[u8]) {
 /// Compare-and-swap of the aligned word at byte `offset` of `words`; returns
 /// the value it held. The word must have been checked
 /// (`swarm_core::addr::check_word`).
+#[inline]
 pub(crate) fn cas(words: &[AtomicU64], offset: u64, expected: u64, new: u64) -> u64 {
     let word = &words[offset as usize / WORD];
     match word.compare_exchange(expected.to_le(), new.to_le(), SeqCst, SeqCst) {

@@ -67,6 +67,27 @@ impl ShmCluster {
         Ok(ShmCluster { inner: Arc::new(Inner { nodes: words, node_size, control, dir: None }) })
     }
 
+    /// A cluster over memory that the caller mapped, `nodes[i]` being node
+    /// `i`: the backend's handles, checks, latency, fault injection and
+    /// persistence hooks over memory it does not map itself (DAX devices, a
+    /// CXL pool cut into nodes; see `swarm-backend-cxl`). Every node must
+    /// have the same size, a positive multiple of 64 bytes. The fault state
+    /// lives in memory private to this process, so an injected fault is
+    /// seen by its threads only.
+    pub fn from_words(nodes: Vec<Words>) -> Result<ShmCluster, ShmError> {
+        let node_size = nodes.first().map_or(0, |w| w.bytes() as u64);
+        check_config(nodes.len(), node_size, 64)?;
+        if let Some((i, w)) = nodes.iter().enumerate().find(|(_, w)| w.bytes() as u64 != node_size) {
+            return Err(ShmError::Config(format!("node {i} has {} bytes, node 0 has {node_size}", w.bytes())));
+        }
+        let control = Control::new(
+            Words::anonymous(crate::control::control_bytes(nodes.len()))
+                .map_err(|e| ShmError::io("<anonymous>", "map anonymous memory", e))?,
+        );
+        control.init(nodes.len(), node_size);
+        Ok(ShmCluster { inner: Arc::new(Inner { nodes: nodes.into(), node_size, control, dir: None }) })
+    }
+
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.inner.nodes.len()

@@ -25,6 +25,10 @@
 //!   by threads, and fault injection ([`Fault`]) seen by all processes.
 //! - [`ShmMemory`]: a client's handle, optionally with an injected roundtrip
 //!   latency; its read buffers are [`ShmBuf`]s.
+//! - For other backends over mapped memory (`swarm-backend-cxl`): the word
+//!   layer ([`Words`], [`RawMapping`]), clusters over memory mapped
+//!   elsewhere ([`ShmCluster::from_words`]) and the [`Persistence`] hooks a
+//!   handle runs around its accesses ([`ShmMemory::with_persistence`]).
 //!
 //! All memory is accessed as atomic 64-bit words, so processes racing on the
 //! same bytes is defined behaviour, and a request is bounds-checked before it
@@ -56,12 +60,17 @@ mod cluster;
 mod control;
 mod error;
 mod memory;
+pub mod persist;
 
+#[cfg(not(loom))]
+pub use atomic::RawMapping;
+pub use atomic::{WORD, Words};
 pub use buf::ShmBuf;
 pub use cluster::{MAX_NODE_SIZE, MAX_NODES, PAGE_SIZE, ShmCluster};
 pub use control::Fault;
 pub use error::ShmError;
 pub use memory::{DEFAULT_TIMEOUT, ShmMemory};
+pub use persist::{Coherent, Persistence};
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -19,6 +19,11 @@
 //! operations fail at once with `Unreachable`; a stalled node's operations
 //! wait unapplied until the handle's timeout and then fail with `TimedOut`,
 //! unless the stall ends first.
+//!
+//! A handle may carry [`Persistence`] hooks (cache-line write-back and
+//! fences for persistent or non-coherent memory); by default it carries
+//! [`Coherent`], which does nothing. See [`crate::persist`] for where the
+//! hooks run.
 
 use std::future::{Future, poll_fn};
 use std::task::Poll;
@@ -29,6 +34,7 @@ use swarm_core::memory::check_pipeline;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, RemoteAddr};
 
 use crate::atomic::AtomicU64;
+use crate::persist::{Coherent, Persistence};
 use crate::{Fault, ShmBuf, ShmCluster, bytes};
 
 /// Default for how long an operation on a stalled node waits.
@@ -36,30 +42,45 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A client's handle on a [`ShmCluster`]: the backend's [`Memory`].
 ///
-/// Make one per client thread (they are cheap: a reference to the cluster
-/// and two durations). Handles and buffers are `Send`.
+/// Make one per client thread (they are cheap: a reference to the cluster,
+/// two durations and the persistence hooks `P`, by default none). Handles
+/// and buffers are `Send`.
 #[derive(Clone)]
-pub struct ShmMemory {
+pub struct ShmMemory<P = Coherent> {
     cluster: ShmCluster,
     latency: Duration,
     timeout: Duration,
+    persist: P,
 }
 
 impl ShmMemory {
     pub(crate) fn new(cluster: ShmCluster) -> ShmMemory {
-        ShmMemory { cluster, latency: Duration::ZERO, timeout: DEFAULT_TIMEOUT }
+        ShmMemory { cluster, latency: Duration::ZERO, timeout: DEFAULT_TIMEOUT, persist: Coherent }
+    }
+}
+
+impl<P: Persistence> ShmMemory<P> {
+    /// The same handle with persistence hooks `persist` instead of its own
+    /// (see [`crate::persist`]).
+    pub fn with_persistence<Q: Persistence>(self, persist: Q) -> ShmMemory<Q> {
+        ShmMemory { cluster: self.cluster, latency: self.latency, timeout: self.timeout, persist }
+    }
+
+    /// The handle's persistence hooks (and whatever statistics they keep).
+    pub fn persistence(&self) -> &P {
+        &self.persist
     }
 
     /// Makes every operation complete `latency` after it was posted (an
     /// emulated roundtrip); zero, the default, completes at once.
-    pub fn with_latency(mut self, latency: Duration) -> ShmMemory {
+    pub fn with_latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self
     }
 
     /// Sets how long operations on a stalled node wait before failing with
     /// `TimedOut` (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> ShmMemory {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
@@ -133,28 +154,59 @@ impl ShmMemory {
     }
 }
 
-/// Applies the checked `ops` in order.
-fn apply_pipeline(words: &[AtomicU64], ops: &[Op<'_>]) -> Outputs<ShmBuf> {
+/// Applies the checked `ops` in order, with the persistence hooks where
+/// [`crate::persist`] says.
+fn apply_pipeline<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>]) -> Outputs<ShmBuf> {
     let mut outs = Outputs::new();
+    // Whether something was written back and not yet drained.
+    let mut dirty = false;
     for op in ops {
         let out = match *op {
-            Op::Read { offset, len } => OpOutput::Read(read_buf(words, offset, len)),
+            Op::Read { offset, len } => OpOutput::Read(read_buf(p, words, offset, len)),
             Op::Write { offset, data } => {
                 bytes::write(words, offset, data);
+                p.after_write(words, offset, data.len());
+                dirty = true;
                 OpOutput::Written
             }
-            Op::Cas { offset, expected, new } => OpOutput::Cas(bytes::cas(words, offset, expected, new)),
+            Op::Cas { offset, expected, new } => {
+                if dirty {
+                    p.drain();
+                }
+                dirty = true;
+                OpOutput::Cas(cas(p, words, offset, expected, new))
+            }
         };
         // Cannot fail: `check_pipeline` allowed at most `MAX_PIPELINE` operations.
         let _ = outs.push(out);
     }
+    if dirty {
+        p.drain();
+    }
     outs
 }
 
-fn read_buf(words: &[AtomicU64], offset: u64, len: usize) -> ShmBuf {
+/// A read, after its hook.
+fn read_buf<P: Persistence>(p: &P, words: &[AtomicU64], offset: u64, len: usize) -> ShmBuf {
+    p.before_read(words, offset, len);
     let mut buf = ShmBuf::with_capacity(len);
     bytes::read(words, offset, len, buf.vec_mut());
     buf
+}
+
+/// A write and its write-back, drained.
+fn write<P: Persistence>(p: &P, words: &[AtomicU64], offset: u64, data: &[u8]) {
+    bytes::write(words, offset, data);
+    p.after_write(words, offset, data.len());
+    p.drain();
+}
+
+/// A CAS between its hooks, not drained.
+fn cas<P: Persistence>(p: &P, words: &[AtomicU64], offset: u64, expected: u64, new: u64) -> u64 {
+    p.before_read(words, offset, 8);
+    let prev = bytes::cas(words, offset, expected, new);
+    p.after_write(words, offset, 8);
+    prev
 }
 
 /// Pending until `deadline` (forever if `None`). Wakes itself each time, so
@@ -171,7 +223,7 @@ async fn spin_until(deadline: Option<Instant>) {
     .await
 }
 
-impl Memory for ShmMemory {
+impl<P: Persistence> Memory for ShmMemory<P> {
     type Buf = ShmBuf;
 
     fn node_count(&self) -> usize {
@@ -182,7 +234,7 @@ impl Memory for ShmMemory {
         self.run(
             addr.node,
             move |size| swarm_core::addr::check_range(addr.node, addr.offset, len, size),
-            move |words| read_buf(words, addr.offset, len),
+            move |words| read_buf(&self.persist, words, addr.offset, len),
         )
     }
 
@@ -190,7 +242,7 @@ impl Memory for ShmMemory {
         self.run(
             addr.node,
             move |size| swarm_core::addr::check_range(addr.node, addr.offset, data.len(), size),
-            move |words| bytes::write(words, addr.offset, data),
+            move |words| write(&self.persist, words, addr.offset, data),
         )
     }
 
@@ -198,12 +250,20 @@ impl Memory for ShmMemory {
         self.run(
             addr.node,
             move |size| swarm_core::addr::check_word(addr.node, addr.offset, size),
-            move |words| bytes::cas(words, addr.offset, expected, new),
+            move |words| {
+                let prev = cas(&self.persist, words, addr.offset, expected, new);
+                self.persist.drain();
+                prev
+            },
         )
     }
 
     fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<ShmBuf>, MemError>> {
-        self.run(node, move |size| check_pipeline(node, ops, size), move |words| apply_pipeline(words, ops))
+        self.run(
+            node,
+            move |size| check_pipeline(node, ops, size),
+            move |words| apply_pipeline(&self.persist, words, ops),
+        )
     }
 
     fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
@@ -212,7 +272,7 @@ impl Memory for ShmMemory {
         if let Ok(words) = self.checked(node, |size| check_pipeline(node, ops, size))
             && self.cluster.fault(node) == Some(Fault::Healthy)
         {
-            apply_pipeline(words, ops);
+            apply_pipeline(&self.persist, words, ops);
         }
     }
 }
