@@ -48,6 +48,9 @@ pub mod lincheck;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
 pub use addr::{NodeId, RemoteAddr};
 pub use error::{MemError, MemErrorKind};
 pub use memory::{MAX_PIPELINE, Memory, Op, OpOutput, Outputs};
