@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use swarm_backend_cxl::FlushMode;
 use swarm_backend_shm::{MAX_NODE_SIZE, MAX_NODES, PAGE_SIZE};
 use swarm_core::inout::{MAX_META_WORDS, MAX_VALUE};
 use swarm_core::meta::MAX_CLIENT;
@@ -41,7 +42,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Create, list and remove clusters of shared-memory memory nodes.
+    /// Create, list and remove clusters of memory nodes: in shared memory
+    /// (`--backend shm`, a directory in /dev/shm) or on DAX devices and
+    /// files (`--backend cxl`).
     #[command(subcommand)]
     Memnode(Memnode),
     /// Benchmark Safe-Guess registers: latency, throughput and roundtrips
@@ -54,18 +57,43 @@ pub enum Command {
 pub enum Memnode {
     /// Create a cluster and format its nodes for SWARM clients.
     Create(CreateArgs),
-    /// List the clusters this tool created.
+    /// List the clusters this tool created (shm: under --root; cxl: the one on --path).
     List(ListArgs),
-    /// Remove a cluster (its node files and directory).
+    /// Remove a cluster (shm: its node files and directory; cxl: its files, or a device's header).
     Remove(RemoveArgs),
+}
+
+/// Where `swarm memnode` lays out nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NodeBackend {
+    /// A directory of node files in shared memory (`--dir`).
+    Shm,
+    /// DAX devices or files (`--path`, once per device or file; nodes are
+    /// divided among them, or partition the only one).
+    Cxl,
+}
+
+/// Where a memnode command finds its cluster: `--backend` with `--dir`
+/// (shm) or `--path` (cxl).
+#[derive(Args, Debug)]
+pub struct Place {
+    /// The kind of memory.
+    #[arg(long, value_enum, default_value_t = NodeBackend::Shm)]
+    pub backend: NodeBackend,
+    /// shm: the cluster's directory, a path or a bare NAME for /dev/shm/swarm-NAME.
+    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
+    pub dir: Option<PathBuf>,
+    /// cxl: a device-dax (/dev/daxX.Y) or file; repeat for several.
+    #[arg(long, value_name = "PATH")]
+    pub path: Vec<PathBuf>,
 }
 
 /// `swarm memnode create`.
 #[derive(Args, Debug)]
 pub struct CreateArgs {
-    /// The cluster's directory: a path, or a bare NAME for /dev/shm/swarm-NAME.
-    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
-    pub dir: PathBuf,
+    /// Where.
+    #[command(flatten)]
+    pub place: Place,
     /// Number of memory nodes.
     #[arg(long, value_name = "N", value_parser = parse_nodes)]
     pub nodes: usize,
@@ -83,17 +111,20 @@ pub struct CreateArgs {
 /// `swarm memnode list`.
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// The directory to look in.
+    /// The directory to look in (shm).
     #[arg(long, value_name = "DIR", default_value = SHM_ROOT)]
     pub root: PathBuf,
+    /// Show the cxl cluster on these devices or files instead; repeat for several.
+    #[arg(long, value_name = "PATH")]
+    pub path: Vec<PathBuf>,
 }
 
 /// `swarm memnode remove`.
 #[derive(Args, Debug)]
 pub struct RemoveArgs {
-    /// The cluster's directory: a path, or a bare NAME for /dev/shm/swarm-NAME.
-    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
-    pub dir: PathBuf,
+    /// Where.
+    #[command(flatten)]
+    pub place: Place,
 }
 
 /// Which memory `swarm bench` runs on.
@@ -101,6 +132,9 @@ pub struct RemoveArgs {
 pub enum Backend {
     /// Shared memory with real threads: in-process, or the cluster of `--dir`.
     Shm,
+    /// DAX devices or files (`--path`) with real threads, cache-line
+    /// flushes and fences (`--flush`).
+    Cxl,
     /// The deterministic simulator: clients are tasks, time is virtual.
     Sim,
 }
@@ -135,7 +169,7 @@ pub struct BenchArgs {
     /// Metadata words per In-n-Out object [default: one per client, up to 128].
     #[arg(long, value_name = "N", value_parser = parse_meta_words)]
     pub meta_words: Option<u32>,
-    /// Latency injected into every roundtrip, µs (shm only).
+    /// Latency injected into every roundtrip, µs (shm and cxl).
     #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = parse_rtt_us, allow_negative_numbers = true)]
     pub inject_rtt_us: f64,
     /// Simulator: a jittery network (roundtrips of 1-3 µs, one message in 20
@@ -150,6 +184,18 @@ pub struct BenchArgs {
     /// in-process memory (shm only).
     #[arg(long, value_name = "DIR", value_parser = parse_dir)]
     pub dir: Option<PathBuf>,
+    /// cxl: the device-dax or file(s) of a cluster that `swarm memnode
+    /// create --backend cxl` made, or path(s) that do not exist yet, where the
+    /// benchmark lays out nodes for the run and removes them afterwards;
+    /// repeat for several.
+    #[arg(long, value_name = "PATH")]
+    pub path: Vec<PathBuf>,
+    /// cxl: how memory is kept durable or coherent: none, persist (write back
+    /// and fence before every CAS and completion) or noncoherent (also
+    /// invalidate before reads: CXL pools shared by hosts without coherence)
+    /// [default: persist].
+    #[arg(long, value_name = "MODE", value_parser = parse_flush)]
+    pub flush: Option<FlushMode>,
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -282,6 +328,10 @@ fn float_in(s: &str, what: &str, lo: f64, hi: f64) -> Result<f64, String> {
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
     float_in(s, "the read ratio", 0.0, 1.0)
+}
+
+fn parse_flush(s: &str) -> Result<FlushMode, String> {
+    s.trim().parse()
 }
 
 fn parse_rtt_us(s: &str) -> Result<f64, String> {

@@ -1,9 +1,11 @@
 //! `swarm`: the toolkit's command line.
 //!
 //! - `swarm memnode create|list|remove`: clusters of memory nodes in shared
-//!   memory (`/dev/shm`), formatted so that SWARM clients can use them.
-//! - `swarm bench`: a Safe-Guess register benchmark on shared memory or on
-//!   the deterministic simulator.
+//!   memory (`/dev/shm`, `--dir`) or on DAX devices and files
+//!   (`--backend cxl --path`), formatted so that SWARM clients can use them.
+//! - `swarm bench`: a Safe-Guess register benchmark on shared memory, on DAX
+//!   devices and files (with cache-line flushes), or on the deterministic
+//!   simulator.
 //!
 //! Every failure, from a mistyped flag to a cluster that cannot be opened,
 //! ends as one `error: ...` line on stderr and a non-zero exit status (2 for

@@ -1,10 +1,13 @@
-//! `swarm memnode`: clusters of memory nodes in shared memory.
+//! `swarm memnode`: clusters of memory nodes in shared memory or on DAX
+//! devices and files.
 //!
-//! A cluster is what [`ShmCluster::create`] makes (a private directory with
-//! one file per node and a control file), with every node formatted for
-//! SWARM: a region header ([`Region::format`]) and a writer-log directory
-//! ([`writerlog::format`]) sized for values up to `--max-value`. Clients in
-//! any process can then open it (`swarm bench --dir`).
+//! A shm cluster is what [`ShmCluster::create`] makes (a private directory
+//! with one file per node and a control file); a cxl cluster is what
+//! [`CxlCluster::create`] makes on `--path` devices or files (a header, then
+//! nodes). Either way every node is formatted for SWARM: a region header
+//! ([`Region::format`]) and a writer-log directory ([`writerlog::format`])
+//! sized for values up to `--max-value`. Clients in any process can then
+//! open it (`swarm bench --dir`, `swarm bench --backend cxl --path`).
 //!
 //! `list` recognises a cluster by its control file, and shows it when every
 //! node carries a region and a log directory (so clusters that other tools
@@ -13,15 +16,16 @@
 
 use std::fs;
 use std::io::ErrorKind;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use swarm_backend_cxl::{CxlCluster, CxlConfig};
 use swarm_backend_shm::ShmCluster;
 use swarm_core::exec::block_on;
 use swarm_core::region::{HEADER_SIZE, Region, RegionError};
 use swarm_core::writerlog::{self, LogError, LogGeometry, Logs};
 use swarm_core::{Memory, NodeId};
 
-use crate::args::{CreateArgs, ListArgs, NAME_PREFIX, RemoveArgs, format_size};
+use crate::args::{CreateArgs, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, format_size};
 
 /// The control file every cluster directory holds.
 const CONTROL: &str = "control";
@@ -69,9 +73,34 @@ pub async fn format_nodes<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeo
     Ok(())
 }
 
+/// The directory of a shm command (`--dir`, and no `--path`).
+fn shm_dir(p: &Place) -> Result<&Path, String> {
+    if !p.path.is_empty() {
+        return Err("--path applies to --backend cxl; shm clusters are directories (--dir)".into());
+    }
+    p.dir.as_deref().ok_or_else(|| "--backend shm needs --dir DIR".into())
+}
+
+/// The devices or files of a cxl command (`--path`, and no `--dir`).
+pub fn cxl_paths(p: &[PathBuf], dir: Option<&Path>) -> Result<Vec<PathBuf>, String> {
+    if dir.is_some() {
+        return Err("--dir applies to --backend shm; cxl clusters live on devices or files (--path)".into());
+    }
+    if p.is_empty() {
+        return Err("--backend cxl needs --path PATH (a device-dax or a file; repeat for several)".into());
+    }
+    Ok(p.to_vec())
+}
+
+/// Prints what a cxl cluster says about durability, as warnings.
+pub fn print_warnings(c: &CxlCluster) {
+    for w in c.warnings() {
+        eprintln!("warning: {w}");
+    }
+}
+
 /// `swarm memnode create`.
 pub fn create(a: &CreateArgs) -> Result<(), String> {
-    let dir = &a.dir;
     let min = HEADER_SIZE + 2 * a.chunk;
     if a.size < min {
         return Err(format!(
@@ -82,29 +111,59 @@ pub fn create(a: &CreateArgs) -> Result<(), String> {
         ));
     }
     let geo = log_geometry(a.size, a.chunk, a.max_value)?;
-    if fs::symlink_metadata(dir).is_ok() {
-        return Err(format!("{} already exists (remove it with `swarm memnode remove --dir {0}`)", dir.display()));
-    }
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+    let place = match a.place.backend {
+        NodeBackend::Shm => create_shm(a, shm_dir(&a.place)?, geo)?,
+        NodeBackend::Cxl => create_cxl(a, &cxl_paths(&a.place.path, a.place.dir.as_deref())?, geo)?,
     };
-    check_free_space(parent, a.nodes as u64, a.size)?;
-    let cluster = ShmCluster::create(dir, a.nodes, a.size).map_err(|e| e.to_string())?;
-    if let Err(e) = block_on(format_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
-        drop(cluster);
-        let _ = ShmCluster::remove(dir);
-        return Err(e);
-    }
     println!(
-        "created {}: {} node(s) of {}, chunks of {}, values up to {}",
-        dir.display(),
+        "created {place}: {} node(s) of {}, chunks of {}, values up to {}",
         a.nodes,
         format_size(a.size),
         format_size(a.chunk),
         format_size(a.max_value)
     );
     Ok(())
+}
+
+fn create_shm(a: &CreateArgs, dir: &Path, geo: LogGeometry) -> Result<String, String> {
+    if fs::symlink_metadata(dir).is_ok() {
+        return Err(format!("{} already exists (remove it with `swarm memnode remove --dir {0}`)", dir.display()));
+    }
+    check_free_space(parent_of(dir), a.nodes as u64, a.size)?;
+    let cluster = ShmCluster::create(dir, a.nodes, a.size).map_err(|e| e.to_string())?;
+    if let Err(e) = block_on(format_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
+        drop(cluster);
+        let _ = ShmCluster::remove(dir);
+        return Err(e);
+    }
+    Ok(dir.display().to_string())
+}
+
+fn create_cxl(a: &CreateArgs, paths: &[PathBuf], geo: LogGeometry) -> Result<String, String> {
+    // New files are sparse: check that they fit where they go (devices
+    // bring their own memory).
+    let new_files = paths.iter().filter(|p| fs::symlink_metadata(p).is_err()).count() as u64;
+    if new_files > 0 && a.nodes.is_multiple_of(paths.len()) {
+        let per_file = (a.nodes / paths.len()) as u64;
+        check_free_space(parent_of(&paths[0]), new_files * per_file, a.size)?;
+    }
+    let cluster = CxlCluster::create(paths, a.nodes, a.size, &CxlConfig::default()).map_err(|e| e.to_string())?;
+    print_warnings(&cluster);
+    if let Err(e) = block_on(format_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
+        drop(cluster);
+        let _ = CxlCluster::remove(paths, &CxlConfig::default());
+        return Err(e);
+    }
+    cluster.sync().map_err(|e| e.to_string())?;
+    Ok(paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// The directory a new path goes into.
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 /// Refuses a cluster larger than the free space of the file system that
@@ -139,12 +198,16 @@ struct Info {
 /// Reads every node's region and log directory: the chunk size, the log
 /// geometry (of node 0) and the bytes allocated on the fullest node.
 pub fn inspect_cluster(cluster: &ShmCluster) -> Result<(u64, LogGeometry, u64), String> {
-    let mem = cluster.memory();
+    inspect_nodes(&cluster.memory())
+}
+
+/// [`inspect_cluster`] through any memory.
+pub fn inspect_nodes<M: Memory>(mem: &M) -> Result<(u64, LogGeometry, u64), String> {
     let (mut chunk, mut geo, mut used) = (0, None, 0);
-    for n in 0..cluster.node_count() {
+    for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
-        let region = block_on(Region::open(&mem, node)).map_err(|e| format!("{node} is not formatted ({e})"))?;
-        let g = block_on(Logs::new().geometry(&mem, node)).map_err(|e| format!("{node} has no writer log ({e})"))?;
+        let region = block_on(Region::open(mem, node)).map_err(|e| format!("{node} is not formatted ({e})"))?;
+        let g = block_on(Logs::new().geometry(mem, node)).map_err(|e| format!("{node} has no writer log ({e})"))?;
         chunk = region.chunk;
         geo.get_or_insert(g);
         used = used.max(region.cursor);
@@ -159,8 +222,34 @@ fn inspect(dir: &Path) -> Result<Info, String> {
     Ok(Info { nodes: cluster.node_count(), node_size: cluster.node_size(), chunk, max_value: geo.max_value(), used })
 }
 
+/// `swarm memnode list --path ...`: the cxl cluster on those paths.
+fn list_cxl(paths: &[PathBuf]) -> Result<(), String> {
+    let cluster = CxlCluster::open(paths, &CxlConfig::default()).map_err(|e| e.to_string())?;
+    let (chunk, geo, used) = inspect_nodes(&cluster.memory())?;
+    let size = cluster.node_size();
+    let mut rows =
+        vec![["PATH", "KIND", "NODES", "NODE SIZE", "CHUNK", "MAX VALUE", "USED (FULLEST NODE)"].map(String::from)];
+    for b in cluster.backings() {
+        rows.push([
+            b.path.display().to_string(),
+            b.kind.describe(),
+            format!("{}..{}", b.first_node, b.first_node + b.nodes),
+            format_size(size),
+            format_size(chunk),
+            format!("{} B", geo.max_value()),
+            format!("{} ({:.1}%)", format_size(used), 100.0 * used as f64 / size as f64),
+        ]);
+    }
+    print!("{}", crate::report::table(&rows));
+    print_warnings(&cluster);
+    Ok(())
+}
+
 /// `swarm memnode list`.
 pub fn list(a: &ListArgs) -> Result<(), String> {
+    if !a.path.is_empty() {
+        return list_cxl(&a.path);
+    }
     let entries = fs::read_dir(&a.root).map_err(|e| format!("cannot list {}: {e}", a.root.display()))?;
     let mut dirs: Vec<_> = entries
         .filter_map(Result::ok)
@@ -201,7 +290,15 @@ pub fn list(a: &ListArgs) -> Result<(), String> {
 
 /// `swarm memnode remove`.
 pub fn remove(a: &RemoveArgs) -> Result<(), String> {
-    let dir = &a.dir;
+    if a.place.backend == NodeBackend::Cxl {
+        let paths = cxl_paths(&a.place.path, a.place.dir.as_deref())?;
+        CxlCluster::remove(&paths, &CxlConfig::default()).map_err(|e| e.to_string())?;
+        for p in &paths {
+            println!("removed {}", p.display());
+        }
+        return Ok(());
+    }
+    let dir = shm_dir(&a.place)?;
     match fs::symlink_metadata(dir) {
         Err(e) if e.kind() == ErrorKind::NotFound => return Err(format!("no cluster at {}", dir.display())),
         Err(e) => return Err(format!("{}: {e}", dir.display())),

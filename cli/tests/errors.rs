@@ -48,9 +48,28 @@ fn help_and_version_are_not_errors() {
 
 #[test]
 fn flags_that_do_not_go_together() {
-    assert!(fails(&["bench", "--backend", "sim", "--inject-rtt-us", "3"], 1).contains("shm only"));
+    assert!(fails(&["bench", "--backend", "sim", "--inject-rtt-us", "3"], 1).contains("shm and cxl"));
     assert!(fails(&["bench", "--backend", "sim", "--dir", "somewhere"], 1).contains("shm only"));
     assert!(fails(&["bench", "--sim-jitter"], 1).contains("sim only"));
+    assert!(fails(&["bench", "--path", "/dev/shm/x"], 1).contains("--backend cxl only"));
+    assert!(fails(&["bench", "--flush", "none"], 1).contains("--backend cxl only"));
+    assert!(fails(&["bench", "--backend", "cxl"], 1).contains("needs --path"));
+    assert!(fails(&["bench", "--backend", "cxl", "--path", "/dev/shm/x", "--dir", "y"], 1).contains("shm only"));
+    assert!(
+        fails(&["bench", "--backend", "cxl", "--path", "/dev/shm/x", "--flush", "maybe"], 2)
+            .contains("unknown flush mode")
+    );
+    assert!(
+        fails(&["memnode", "create", "--backend", "cxl", "--nodes", "1", "--size", "4M"], 1).contains("needs --path")
+    );
+    assert!(
+        fails(&["memnode", "create", "--path", "/dev/shm/x", "--nodes", "1", "--size", "4M"], 1)
+            .contains("--path applies")
+    );
+    assert!(
+        fails(&["memnode", "remove", "--backend", "cxl", "--path", "/dev/shm/no-such-swarm-pool"], 1)
+            .contains("no such device or file")
+    );
     let line = fails(&["bench", "--ops", "10", "--json", "/nonexistent-dir/x.json"], 1);
     assert!(line.contains("cannot write /nonexistent-dir/x.json"), "{line}");
 }

@@ -69,3 +69,35 @@ fn tempdir_in_shm() -> ShmDir {
     std::fs::create_dir(&dir.0).unwrap();
     dir
 }
+
+/// The same round trip on the cxl backend: nodes partitioning one file
+/// (here on tmpfs, emulated pmem), created, listed, benchmarked by another
+/// process and removed; and a benchmark on paths of its own.
+#[test]
+fn cxl_create_list_bench_remove() {
+    let (dir, _) = ShmDir::named("cxl");
+    std::fs::create_dir(&dir.0).unwrap();
+    let pool = dir.0.join("pool");
+    let pool = pool.to_str().unwrap();
+    let out = ok(&["memnode", "create", "--backend", "cxl", "--path", pool, "--nodes", "3", "--size", "16M"]);
+    assert!(out.contains("3 node(s) of 16 MiB"), "{out}");
+    let listed = ok(&["memnode", "list", "--path", pool]);
+    assert!(listed.contains("tmpfs") && listed.contains("0..3"), "{listed}");
+    let out = ok(&["bench", "--backend", "cxl", "--path", pool, "--ops", "200", "--value-size", "256"]);
+    assert!(out.contains("cxl (") && out.contains("flush persist") && out.contains("lines written back"), "{out}");
+    assert!(
+        fails(&["memnode", "create", "--backend", "cxl", "--path", pool, "--nodes", "3", "--size", "16M"], 1)
+            .contains("already holds data")
+    );
+    ok(&["memnode", "remove", "--backend", "cxl", "--path", pool]);
+    assert!(!std::path::Path::new(pool).exists());
+
+    // Paths of its own, in each flush mode; removed afterwards.
+    let own = dir.0.join("own");
+    let own = own.to_str().unwrap();
+    for mode in ["none", "persist", "noncoherent"] {
+        let out = ok(&["bench", "--backend", "cxl", "--path", own, "--flush", mode, "--ops", "100"]);
+        assert!(out.contains(&format!("flush {mode}")), "{out}");
+        assert!(!std::path::Path::new(own).exists(), "the bench's own nodes are removed");
+    }
+}

@@ -5,14 +5,16 @@
 //! value to it (`--read-ratio`). Each operation is timed and its sequential
 //! roundtrips counted ([`Counted`]); writes also say which path they took
 //! ([`WritePath`]). The same workload runs on shared memory, with one OS
-//! thread per client ([`shm`]), or in the deterministic simulator, with one
-//! task per client and virtual time ([`sim`]).
+//! thread per client ([`shm`]), on DAX devices and files with cache-line
+//! flushes ([`cxl`], the same threads), or in the deterministic simulator,
+//! with one task per client and virtual time ([`sim`]).
 //!
 //! Client `i` has id `i` (1..=N); the setup client that formats the nodes
 //! and creates the registers has the last id ([`MAX_CLIENT`]). Writer logs
 //! are never recycled (SWARM §4.5), so the nodes the benchmark makes for
 //! itself are sized for the run, and a `--dir` cluster is checked for room.
 
+mod cxl;
 mod shm;
 mod sim;
 
@@ -269,7 +271,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         Some(p) => Some(File::create(p).map_err(|e| format!("cannot write {}: {e}", p.display()))?),
         None => None,
     };
-    let (measured, backend) = match run_on_backend(a, &w) {
+    let (measured, backend, flushes) = match run_on_backend(a, &w) {
         Ok(r) => r,
         Err(e) => {
             // No empty report is left behind.
@@ -287,8 +289,29 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     );
     let report = Report::new(title, config_json(a, &w), &measured);
     print!("{}", report.text());
+    let mut report_json = report.json();
+    if let Some(f) = flushes {
+        // Per operation of the clients, warm-up included (the counters run
+        // from the first operation).
+        let ops = (w.clients as u64 * (w.ops + w.warmup)).max(1) as f64;
+        println!(
+            "flushes (warm-up included): {} lines written back ({:.2}/op), {} invalidated ({:.2}/op), {} fences ({:.2}/op)",
+            f.lines_written_back,
+            f.lines_written_back as f64 / ops,
+            f.lines_invalidated,
+            f.lines_invalidated as f64 / ops,
+            f.fences,
+            f.fences as f64 / ops
+        );
+        report_json["flushes"] = json!({
+            "lines_written_back": f.lines_written_back,
+            "lines_invalidated": f.lines_invalidated,
+            "fences": f.fences,
+            "operations": w.clients as u64 * (w.ops + w.warmup),
+        });
+    }
     if let (Some(file), Some(path)) = (json_file.as_mut(), &a.json) {
-        let text = serde_json::to_string_pretty(&report.json()).map_err(|e| format!("cannot encode JSON: {e}"))?;
+        let text = serde_json::to_string_pretty(&report_json).map_err(|e| format!("cannot encode JSON: {e}"))?;
         writeln!(file, "{text}").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
@@ -297,13 +320,22 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
 /// The workload the flags describe, after the checks between flags.
 fn workload(a: &BenchArgs) -> Result<Workload, String> {
     if a.backend == Backend::Sim && a.inject_rtt_us != 0.0 {
-        return Err("--inject-rtt-us applies to --backend shm only (the simulator has its own latencies)".into());
+        return Err("--inject-rtt-us applies to --backend shm and cxl (the simulator has its own latencies)".into());
     }
-    if a.backend == Backend::Sim && a.dir.is_some() {
-        return Err("--dir applies to --backend shm only".into());
+    if a.backend != Backend::Shm && a.dir.is_some() {
+        return Err("--dir applies to --backend shm only (cxl: --path)".into());
     }
-    if a.backend == Backend::Shm && a.sim_jitter {
+    if a.backend != Backend::Sim && a.sim_jitter {
         return Err("--sim-jitter applies to --backend sim only".into());
+    }
+    if a.backend != Backend::Cxl && !a.path.is_empty() {
+        return Err("--path applies to --backend cxl only (shm: --dir)".into());
+    }
+    if a.backend != Backend::Cxl && a.flush.is_some() {
+        return Err("--flush applies to --backend cxl only".into());
+    }
+    if a.backend == Backend::Cxl && a.path.is_empty() {
+        return Err("--backend cxl needs --path PATH (a device-dax or a file; repeat for several)".into());
     }
     let meta_words = a.meta_words.unwrap_or(a.clients as u32);
     let layout = Layout::new(meta_words, a.value_size).map_err(|e| format!("impossible register layout: {e}"))?;
@@ -320,18 +352,26 @@ fn workload(a: &BenchArgs) -> Result<Workload, String> {
     })
 }
 
-/// Runs `w` on the chosen backend; also describes the backend in words.
-fn run_on_backend(a: &BenchArgs, w: &Workload) -> Result<(Measured, String), String> {
+/// Runs `w` on the chosen backend; also describes the backend in words,
+/// and gives the flushes of a cxl run.
+fn run_on_backend(
+    a: &BenchArgs,
+    w: &Workload,
+) -> Result<(Measured, String, Option<swarm_backend_cxl::FlushStats>), String> {
+    let rtt = std::time::Duration::from_secs_f64(a.inject_rtt_us / 1e6);
     Ok(match a.backend {
         Backend::Shm => {
-            let rtt = std::time::Duration::from_secs_f64(a.inject_rtt_us / 1e6);
             let place = a.dir.as_ref().map_or("in-process".to_string(), |d| d.display().to_string());
-            (shm::run(w, a.dir.as_deref(), rtt)?, format!("shm ({place}, injected rtt {} µs)", a.inject_rtt_us))
+            (shm::run(w, a.dir.as_deref(), rtt)?, format!("shm ({place}, injected rtt {} µs)", a.inject_rtt_us), None)
+        }
+        Backend::Cxl => {
+            let o = cxl::run(w, &a.path, a.flush.unwrap_or_default(), rtt)?;
+            (o.measured, format!("cxl ({}, injected rtt {} µs)", o.place, a.inject_rtt_us), Some(o.flushes))
         }
         Backend::Sim => {
             let net =
                 if a.sim_jitter { "rtt 1-3 µs, 1 in 20 messages 10x slower, reordered" } else { "fixed rtt 2 µs" };
-            (sim::run(w, a.sim_jitter)?, format!("sim (virtual time, {net})"))
+            (sim::run(w, a.sim_jitter)?, format!("sim (virtual time, {net})"), None)
         }
     })
 }
@@ -339,8 +379,10 @@ fn run_on_backend(a: &BenchArgs, w: &Workload) -> Result<(Measured, String), Str
 /// The configuration, for the JSON report.
 fn config_json(a: &BenchArgs, w: &Workload) -> serde_json::Value {
     json!({
-        "backend": match a.backend { Backend::Shm => "shm", Backend::Sim => "sim" },
+        "backend": match a.backend { Backend::Shm => "shm", Backend::Cxl => "cxl", Backend::Sim => "sim" },
         "dir": a.dir.as_ref().map(|d| d.display().to_string()),
+        "path": a.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        "flush": (a.backend == Backend::Cxl).then(|| a.flush.unwrap_or_default().name()),
         "clients": w.clients,
         "replicas": w.replicas,
         "value_size": w.value_size,

@@ -1,6 +1,7 @@
 //! The benchmark on shared memory: one OS thread per client, each with its
 //! own [`ShmMemory`] handle, driven by [`block_on`]; latency on the wall
-//! clock.
+//! clock. The threaded runner ([`run_threads`]) and the check of an existing
+//! cluster ([`check_room`]) serve every backend with real memory (cxl too).
 //!
 //! The nodes are in-process memory sized for the run, or the cluster that
 //! `swarm memnode create` made in `--dir` (other processes may use it too).
@@ -13,14 +14,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use swarm_backend_shm::{ShmCluster, ShmMemory};
-use swarm_core::NodeId;
+use swarm_backend_shm::ShmCluster;
 use swarm_core::client::{ClientCtx, SystemClock};
 use swarm_core::exec::block_on;
 use swarm_core::maxreg::{RegCache, Register};
 use swarm_core::region::Region;
 use swarm_core::sim::Rng;
 use swarm_core::writerlog::Logs;
+use swarm_core::{Memory, NodeId};
 
 use super::{ClientOut, Workload, check_memory, create_registers, fill_value, merge, one_op};
 use crate::args::format_size;
@@ -36,19 +37,27 @@ pub fn run(w: &Workload, dir: Option<&Path>, rtt: Duration) -> Result<Measured, 
             existing(w, dir)?
         }
     };
+    let (measured, _) = run_threads(w, || cluster.memory().with_latency(rtt))?;
+    Ok(measured)
+}
+
+/// Runs `w` with one thread per client, each with its own handle from
+/// `make`, on nodes that are formatted and have room; returns the
+/// measurements and the clients' handles (with whatever they counted).
+pub fn run_threads<M: Memory + Send>(w: &Workload, make: impl Fn() -> M) -> Result<(Measured, Vec<M>), String> {
     let clock = SystemClock::starting_now();
-    let regs = block_on(create_registers(w, &cluster.memory(), clock))?;
+    let regs = block_on(create_registers(w, &make(), clock))?;
     let gate = Gate { ready: AtomicUsize::new(0), abort: AtomicBool::new(false), clients: w.clients as usize };
     let base = Instant::now();
     let (results, spawn_error) = thread::scope(|s| {
         let mut handles = Vec::new();
         let mut spawn_error = None;
         for id in 1..=w.clients {
-            let mem = cluster.memory().with_latency(rtt);
+            let mem = make();
             let (regs, gate) = (&regs, &gate);
             let body = move || {
                 let _guard = AbortOnPanic(&gate.abort);
-                let res = client(id, w, regs, &mem, clock, gate, base);
+                let res = client(id, w, regs, mem, clock, gate, base);
                 if matches!(res, Err(Some(_))) {
                     gate.abort.store(true, Ordering::Relaxed);
                 }
@@ -63,7 +72,7 @@ pub fn run(w: &Workload, dir: Option<&Path>, rtt: Duration) -> Result<Measured, 
                 }
             }
         }
-        let results: Vec<Result<ClientOut, Option<String>>> = handles
+        let results: Vec<Result<(ClientOut, M), Option<String>>> = handles
             .into_iter()
             .enumerate()
             .map(|(i, h)| h.join().unwrap_or_else(|_| Err(Some(format!("client {} crashed (a bug)", i + 1)))))
@@ -74,10 +83,14 @@ pub fn run(w: &Workload, dir: Option<&Path>, rtt: Duration) -> Result<Measured, 
         return Err(e);
     }
     let mut outs = Vec::with_capacity(results.len());
+    let mut mems = Vec::with_capacity(results.len());
     let mut aborted = false;
     for r in results {
         match r {
-            Ok(o) => outs.push(o),
+            Ok((o, m)) => {
+                outs.push(o);
+                mems.push(m);
+            }
             Err(Some(e)) => return Err(e),
             Err(None) => aborted = true,
         }
@@ -85,7 +98,7 @@ pub fn run(w: &Workload, dir: Option<&Path>, rtt: Duration) -> Result<Measured, 
     if aborted {
         return Err("the run was aborted".into());
     }
-    Ok(merge(outs, TimeBase::Wall))
+    Ok((merge(outs, TimeBase::Wall), mems))
 }
 
 /// In-process nodes sized for `w`, formatted.
@@ -100,56 +113,54 @@ fn in_process(w: &Workload) -> Result<ShmCluster, String> {
 /// The cluster in `dir`, after checking that it can hold the run.
 fn existing(w: &Workload, dir: &Path) -> Result<ShmCluster, String> {
     let cluster = ShmCluster::open(dir).map_err(|e| e.to_string())?;
-    let nodes = cluster.node_count();
+    check_room(w, &cluster.memory(), &dir.display().to_string(), "swarm memnode create")?;
+    Ok(cluster)
+}
+
+/// Checks that the formatted nodes that `mem` reaches (at `place`) can hold
+/// the run: enough nodes, values that fit, room in the logs and the regions.
+/// `how` says how to make such a cluster.
+pub fn check_room<M: Memory>(w: &Workload, mem: &M, place: &str, how: &str) -> Result<(), String> {
+    let nodes = mem.node_count();
     if w.replicas > nodes {
         return Err(format!(
-            "--replicas {} needs {} nodes, but the cluster at {} has {nodes}",
-            w.replicas,
-            w.replicas,
-            dir.display()
+            "--replicas {} needs {} nodes, but the cluster at {place} has {nodes}",
+            w.replicas, w.replicas
         ));
     }
-    let mem = cluster.memory();
     let mut logs = Logs::new();
     for n in 0..w.replicas {
         let node = NodeId(n as u16);
-        let not_formatted = |e: String| {
-            format!(
-                "{}: {node} is not formatted for SWARM ({e}); create clusters with `swarm memnode create`",
-                dir.display()
-            )
-        };
-        let region = block_on(Region::open(&mem, node)).map_err(|e| not_formatted(e.to_string()))?;
-        let geo = block_on(logs.geometry(&mem, node)).map_err(|e| not_formatted(e.to_string()))?;
+        let not_formatted =
+            |e: String| format!("{place}: {node} is not formatted for SWARM ({e}); create clusters with `{how}`");
+        let region = block_on(Region::open(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
+        let geo = block_on(logs.geometry(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
         if w.value_size > geo.max_value() {
             return Err(format!(
-                "the cluster at {} holds values of up to {} bytes, not {} (see `swarm memnode create --max-value`)",
-                dir.display(),
+                "the cluster at {place} holds values of up to {} bytes, not {} (see `{how} --max-value`)",
                 geo.max_value(),
                 w.value_size
             ));
         }
         if w.writes_bound() > geo.capacity() {
             return Err(format!(
-                "{} writes per client exceed the {} a writer log of the cluster at {} holds",
+                "{} writes per client exceed the {} a writer log of the cluster at {place} holds",
                 w.writes_bound(),
                 geo.capacity(),
-                dir.display()
             ));
         }
         let need = w.chunks_needed(region.chunk, geo.per_segment)?.saturating_mul(region.chunk);
         let free = region.size - region.cursor;
         if need > free {
             return Err(format!(
-                "{node} of the cluster at {} has {} free, but this run may need {} (memory is never recycled: \
+                "{node} of the cluster at {place} has {} free, but this run may need {} (memory is never recycled: \
                  use a new or bigger cluster, or fewer --ops)",
-                dir.display(),
                 format_size(free),
                 format_size(need)
             ));
         }
     }
-    Ok(cluster)
+    Ok(())
 }
 
 /// Where clients wait for each other before measuring, and learn that
@@ -192,11 +203,24 @@ impl Drop for AbortOnPanic<'_> {
 
 /// One client thread: warm-up, gate, measured operations. `Err(None)`: it
 /// stopped because another client failed.
-fn client(
+fn client<M: Memory>(
     id: u8,
     w: &Workload,
     regs: &[Register],
-    mem: &ShmMemory,
+    mem: M,
+    clock: SystemClock,
+    gate: &Gate,
+    base: Instant,
+) -> Result<(ClientOut, M), Option<String>> {
+    client_ops(id, w, regs, &mem, clock, gate, base).map(|out| (out, mem))
+}
+
+/// The body of [`client`].
+fn client_ops<M: Memory>(
+    id: u8,
+    w: &Workload,
+    regs: &[Register],
+    mem: &M,
     clock: SystemClock,
     gate: &Gate,
     base: Instant,
