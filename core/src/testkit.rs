@@ -12,14 +12,17 @@
 //! value read must be exactly a value some client wrote.
 //!
 //! ```no_run
-//! # fn make() -> swarm_core::sim::SimMemory { unimplemented!() }
-//! use swarm_core::NodeId;
 //! use swarm_core::testkit::{RegisterTest, register_suite};
+//! use swarm_core::{Memory, NodeId};
 //!
-//! let nodes = [NodeId(0), NodeId(1), NodeId(2)];
-//! let report = register_suite(make, &nodes, &RegisterTest::default())?;
-//! println!("{report}");
-//! # Ok::<(), String>(())
+//! /// The suite over three nodes of any backend; `make` gives each client
+//! /// thread its own memory handle.
+//! fn check<M: Memory>(make: impl Fn() -> M + Sync) -> Result<(), String> {
+//!     let nodes = [NodeId(0), NodeId(1), NodeId(2)];
+//!     let report = register_suite(make, &nodes, &RegisterTest::default())?;
+//!     println!("{report}");
+//!     Ok(())
+//! }
 //! ```
 
 use std::format;
