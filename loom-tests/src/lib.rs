@@ -11,8 +11,9 @@
 //! RUSTFLAGS="--cfg loom" cargo test -p swarm-loom-tests --release
 //! ```
 //!
-//! Without `--cfg loom` each test target compiles to one test that does
-//! nothing but say so.
+//! Without `--cfg loom` the test targets compile to nothing and report no
+//! tests: they check nothing then, and do not pretend to. CI runs them with
+//! the flag (`.ci/run`).
 #![warn(missing_docs)]
 
 use swarm_core::inout::{Layout, Replica};
