@@ -3,8 +3,7 @@
 //! clock skew, every history checked for linearizability.
 //!
 //! A failing run prints the command that replays it, e.g.
-//! `SWARM_SEED=<seed> SWARM_REPLICAS=<n> cargo test -p swarm-core --lib safeguess::tests::replay -- --nocapture`
-//! (`abd::tests::replay` for DM-ABD).
+//! `SWARM_PROTOCOL=safeguess SWARM_SEED=<seed> SWARM_REPLICAS=<n> cargo test -p swarm-core --lib campaign::replay -- --nocapture`
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -39,6 +38,10 @@ impl Protocol {
             Protocol::SafeGuess => "safeguess",
             Protocol::Abd => "abd",
         }
+    }
+
+    fn from_name(name: &str) -> Option<Protocol> {
+        [Protocol::SafeGuess, Protocol::Abd].into_iter().find(|p| p.name() == name)
     }
 }
 
@@ -124,9 +127,9 @@ type Hist = History<RegisterOp, RegisterRet>;
 /// One seeded run; `Err` carries a description and the replay command.
 pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> {
     let replay = format!(
-        "replay: SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib {}::tests::replay -- --nocapture",
-        c.replicas,
-        c.protocol.name()
+        "replay: SWARM_PROTOCOL={} SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib campaign::replay -- --nocapture",
+        c.protocol.name(),
+        c.replicas
     );
     let tail_one_in = if c.tails { SimConfig::default().tail_one_in } else { 0 };
     let cfg = SimConfig {
@@ -287,7 +290,10 @@ pub(crate) fn campaign_for(protocol: Protocol, replicas: usize, seed: u64) -> Ca
     }
 }
 
-pub(crate) fn campaign(protocol: Protocol, replicas: usize, runs: u64) -> (u32, usize) {
+/// Runs seeds `0..runs` of `protocol` on `replicas` nodes, panics with the
+/// replay command on the first failure, and prints the summary line: runs,
+/// operations, and the most roundtrips any operation took.
+pub(crate) fn campaign(protocol: Protocol, replicas: usize, runs: u64) {
     let (mut max_rtt, mut ops) = (0, 0);
     for seed in 0..runs {
         match run_campaign(seed, campaign_for(protocol, replicas, seed)) {
@@ -298,7 +304,27 @@ pub(crate) fn campaign(protocol: Protocol, replicas: usize, runs: u64) -> (u32, 
             Err(e) => panic!("{e}"),
         }
     }
-    (max_rtt, ops)
+    std::println!(
+        "{}, {replicas} replicas: {runs} runs, {ops} ops, max roundtrips of one op: {max_rtt}",
+        protocol.name()
+    );
+}
+
+/// Replays one campaign run:
+/// `SWARM_PROTOCOL=safeguess|abd SWARM_SEED=<seed> SWARM_REPLICAS=<n>`.
+#[test]
+fn replay() {
+    let Ok(seed) = std::env::var("SWARM_SEED") else { return };
+    let seed: u64 = seed.parse().expect("SWARM_SEED must be a number");
+    let replicas = std::env::var("SWARM_REPLICAS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let name = std::env::var("SWARM_PROTOCOL").unwrap_or_else(|_| "safeguess".into());
+    let protocol = Protocol::from_name(&name).expect("SWARM_PROTOCOL must be safeguess or abd");
+    let c = campaign_for(protocol, replicas, seed);
+    std::println!("{c:?}");
+    match run_campaign(seed, c) {
+        Ok(r) => std::println!("ok: {r:?}"),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
