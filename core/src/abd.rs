@@ -39,6 +39,9 @@ pub async fn write<M: Memory, C: Clock>(
 ) -> Result<Meta, RegError> {
     reg.check_value(value)?;
     let m = reg.read_meta(mem, cache).await?;
+    if m.is_deleted() {
+        return Err(RegError::Deleted);
+    }
     let time = m.time() + 1;
     if time >= MAX_TIME {
         return Err(RegError::Client(crate::client::ClientError::TimeExhausted));

@@ -69,9 +69,20 @@ pub(crate) fn setup(sim: &mut Sim, nodes: usize, layout: Layout) -> Register {
 /// gives; coarser ticks make concurrent writers' guesses tie and go stale.
 pub(crate) const TICK_NS: u64 = 100;
 
-pub(crate) fn clock(mem: &SimMemory, skew_ticks: u64) -> impl Fn() -> u64 + use<> {
-    let mem = mem.clone();
-    move || mem.now() / TICK_NS + skew_ticks
+pub(crate) fn clock(mem: &SimMemory, skew_ticks: u64) -> SimClock {
+    SimClock { mem: mem.clone(), skew_ticks }
+}
+
+/// A simulated client's clock: virtual time in [`TICK_NS`] ticks, skewed.
+pub(crate) struct SimClock {
+    mem: SimMemory,
+    skew_ticks: u64,
+}
+
+impl crate::client::Clock for SimClock {
+    fn now(&self) -> u64 {
+        self.mem.now() / TICK_NS + self.skew_ticks
+    }
 }
 
 /// The value written by `client` as its `seq`-th write: its id in the first

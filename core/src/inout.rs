@@ -136,6 +136,14 @@ pub struct Value<B> {
 }
 
 impl<B: Deref<Target = [u8]>> Value<B> {
+    /// The bytes `range` of `buf` (checked: an empty value if out of range).
+    pub fn in_buf(buf: B, range: core::ops::Range<usize>) -> Self {
+        match buf.get(range.clone()) {
+            Some(_) => Value { buf: Some(buf), start: range.start, len: range.len() },
+            None => Self::empty(),
+        }
+    }
+
     /// The initial value of every register (no write yet).
     pub fn empty() -> Self {
         Value { buf: None, start: 0, len: 0 }
@@ -204,7 +212,8 @@ pub struct Reply<B> {
     pub meta: Meta,
     /// The word a given client MAXes (its next seed).
     pub word: u64,
-    /// The value, if the in-place copy matches `meta` (or `meta` is bottom).
+    /// The value, if the in-place copy matches `meta` (empty if `meta` is
+    /// bottom or the deletion marker).
     pub value: Option<Value<B>>,
 }
 
@@ -232,26 +241,66 @@ impl Replica {
         meta: Meta,
         value: &[u8],
     ) -> Result<WriteReply, InOutError> {
-        if value.len() as u64 > layout.max_value {
+        if value.len() as u64 > layout.max_value || meta.is_deleted() {
             return Err(InOutError::BadLayout);
         }
-        let word = layout.word_of(meta.client());
         let len = (value.len() as u64).to_le_bytes();
-        let array = layout.inplace() as usize;
+        let ops = [
+            Op::Write { offset: entry.offset + 8, data: &len },
+            Op::Write { offset: entry.offset + ENTRY_HEADER, data: value },
+        ];
+        let reply = self.max_after(mem, layout, &ops, layout.word_of(meta.client()), seed, meta).await?;
+        if let MaxOutcome::Installed { .. } = reply.outcome
+            && layout.in_place
+        {
+            self.post_inplace(mem, layout, meta, value);
+        }
+        Ok(reply)
+    }
+
+    /// DELETE's write (SWARM-KV §5.3.2): [`Meta::DELETED`] MAXed into the
+    /// deleter's own word (`writer`, whose word holds `seed`); no value,
+    /// nothing out of place.
+    pub async fn delete<M: Memory>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        writer: u8,
+        seed: u64,
+    ) -> Result<WriteReply, InOutError> {
+        self.max_after(mem, layout, &[], layout.word_of(writer), seed, Meta::DELETED).await
+    }
+
+    /// `before` (writes that must be visible first), then the MAX of `meta`
+    /// on metadata word `word` (seeded with `seed`), then with a metadata
+    /// array the read of the whole array: one ordered pipeline.
+    async fn max_after<M: Memory>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        before: &[Op<'_>],
+        word: u64,
+        seed: u64,
+        meta: Meta,
+    ) -> Result<WriteReply, InOutError> {
         // The MAX's first CAS. If the client already saw its word at or
         // above `meta`, a CAS to `meta` could only lower the word: it becomes
         // a probe that swaps the word with itself and reports it.
         let new = if seed < meta.0 { meta.0 } else { seed };
-        let ops = [
-            Op::Write { offset: entry.offset + 8, data: &len },
-            Op::Write { offset: entry.offset + ENTRY_HEADER, data: value },
+        let mut ops: heapless::Vec<Op<'_>, { crate::memory::MAX_PIPELINE }> = heapless::Vec::new();
+        let cas_at = before.len();
+        for op in before.iter().copied().chain([
             Op::Cas { offset: self.base + word, expected: seed, new },
-            Op::Read { offset: self.base, len: array },
-        ];
-        let n = if layout.meta_words > 1 { 4 } else { 3 };
-        let out = mem.pipeline(self.node, &ops[..n]).await?;
-        let prev = out.get(2).and_then(OpOutput::cas).ok_or(InOutError::Corrupt(self.node))?;
-        let others = match out.into_iter().nth(3).and_then(OpOutput::into_read) {
+            Op::Read { offset: self.base, len: layout.inplace() as usize },
+        ]) {
+            ops.push(op).map_err(|_| InOutError::BadLayout)?;
+        }
+        if layout.meta_words == 1 {
+            ops.pop();
+        }
+        let out = mem.pipeline(self.node, &ops).await?;
+        let prev = out.get(cas_at).and_then(OpOutput::cas).ok_or(InOutError::Corrupt(self.node))?;
+        let others = match out.into_iter().nth(cas_at + 1).and_then(OpOutput::into_read) {
             Some(words) => max_word(&words, layout.meta_words as usize),
             None => Meta::BOTTOM,
         };
@@ -259,11 +308,6 @@ impl Replica {
             Ok(o) => o,
             Err(smaller) => cas_max(mem, self.at(word), smaller, meta.0).await?,
         };
-        if let MaxOutcome::Installed { .. } = outcome
-            && layout.in_place
-        {
-            self.post_inplace(mem, layout, meta, value);
-        }
         Ok(WriteReply { outcome, seen: others.max(Meta(outcome.max_seen(meta.0))) })
     }
 
@@ -297,7 +341,7 @@ impl Replica {
         let corrupt = InOutError::Corrupt(self.node);
         let meta = max_word(&buf, layout.meta_words as usize);
         let word = word_at(&buf, layout.word_of(client) as usize).ok_or(corrupt)?;
-        if meta.is_bottom() {
+        if meta.is_bottom() || meta.is_deleted() {
             return Ok(Reply { meta, word, value: Some(Value::empty()) });
         }
         if !layout.in_place {

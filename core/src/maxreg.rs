@@ -41,6 +41,9 @@ pub enum RegError {
     Client(crate::client::ClientError),
     /// A read looped past the bound of Lemma C.5: a bug, never expected.
     NotWaitFree,
+    /// The register holds the deletion marker ([`Meta::DELETED`]): the write
+    /// did not take effect (SWARM-KV §5.3.3).
+    Deleted,
 }
 
 impl fmt::Display for RegError {
@@ -51,6 +54,7 @@ impl fmt::Display for RegError {
             RegError::Corrupt(n) => write!(f, "{n}: corrupt data"),
             RegError::Client(e) => write!(f, "client: {e}"),
             RegError::NotWaitFree => write!(f, "read exceeded its iteration bound"),
+            RegError::Deleted => write!(f, "the register was deleted"),
         }
     }
 }
@@ -166,7 +170,12 @@ impl Register {
         // is left out, like one that does not answer.
         let behind: heapless::Vec<usize, MAX_REPLICAS> = (0..n).filter(|&r| !known(r)).collect();
         let nodes: heapless::Vec<NodeId, MAX_REPLICAS> = behind.iter().map(|&r| self.replicas[r].node).collect();
-        let entries = ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await;
+        // The deletion marker has no value and no log entry.
+        let entries = if meta.is_deleted() {
+            nodes.iter().map(|&n| Ok(Some(RemoteAddr::new(n, 0)))).collect()
+        } else {
+            ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await
+        };
         let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut first_err = None;
         for (j, entry) in entries.into_iter().enumerate() {
@@ -178,10 +187,18 @@ impl Register {
                 Err(e) => first_err = Some(InOutError::from(e)),
             }
         }
-        let layout = self.layout;
+        let (layout, id) = (self.layout, ctx.id);
         let futs = targets
             .iter()
-            .map(|&(r, entry)| self.replicas[r].write(mem, &layout, entry, cache.replicas[r].mine, meta, value))
+            .map(|&(r, entry)| {
+                let (rep, seed) = (self.replicas[r], cache.replicas[r].mine);
+                async move {
+                    match meta.is_deleted() {
+                        true => rep.delete(mem, &layout, id, seed).await,
+                        false => rep.write(mem, &layout, entry, seed, meta, value).await,
+                    }
+                }
+            })
             .collect();
         let want = self.need() - already;
         let replies = quorum(futs, want).await;
@@ -213,6 +230,27 @@ impl Register {
             return Err(RegError::NoQuorum(first_err.unwrap_or(InOutError::BadLayout)));
         }
         Ok(seen)
+    }
+
+    /// Writes the deletion marker [`Meta::DELETED`] to a majority (SWARM-KV
+    /// §5.3.2): it is larger than any tuple, so the register reads as deleted
+    /// from then on, and writes fail. A client that already knows a
+    /// majority holds the marker (a delete completed before) sends nothing
+    /// and answers `true`; otherwise `false`. (Whether a marker found on a
+    /// replica was there first cannot tell a first delete from a second:
+    /// readers write markers back.)
+    pub async fn delete<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<bool, RegError> {
+        let known = (0..self.replicas.len()).filter(|&r| cache.replicas[r].max.is_deleted()).count();
+        if known >= self.need() {
+            return Ok(true);
+        }
+        self.write_inner(ctx, mem, cache, Meta::DELETED, &[], false).await?;
+        Ok(false)
     }
 
     /// The weak read of App. A.2: the largest metadata a majority holds,

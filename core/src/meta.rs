@@ -38,6 +38,12 @@ impl Meta {
     /// No write yet.
     pub const BOTTOM: Meta = Meta(0);
 
+    /// The deletion marker of SWARM-KV (§5.3.2): every bit set, the largest
+    /// word there is, so nothing can overwrite it. It names no log entry and
+    /// carries no value; a register holding it stays deleted for good (a
+    /// deleted key is inserted again into fresh replicas).
+    pub const DELETED: Meta = Meta(u64::MAX);
+
     /// A GUESSED (unverified) tuple. Fields are truncated to their widths.
     pub const fn new(time: u64, log_id: u32, client: u8) -> Meta {
         Meta(
@@ -82,6 +88,11 @@ impl Meta {
         self.0 == 0
     }
 
+    /// Whether this is the deletion marker.
+    pub const fn is_deleted(self) -> bool {
+        self.0 == u64::MAX
+    }
+
     /// The timestamp `(time, client)` packed for a timestamp lock (non-zero
     /// for any real write).
     pub const fn lock_ts(self) -> u64 {
@@ -93,6 +104,9 @@ impl fmt::Debug for Meta {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_bottom() {
             return write!(f, "Meta(⊥)");
+        }
+        if self.is_deleted() {
+            return write!(f, "Meta(deleted)");
         }
         let flag = if self.verified() { "V" } else { "G" };
         write!(f, "Meta(t{} c{} log{} {flag})", self.time(), self.client(), self.log_id())

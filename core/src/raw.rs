@@ -7,10 +7,14 @@
 //! protocols are compared to, not something to store data with; it is
 //! correct only with one writer and no read concurrent with a write.
 //!
-//! Layout: `length (8) | value bytes (up to max_value)`.
+//! Layout: `length (8) | value bytes (up to max_value)`; a length of
+//! [`DELETED_LEN`] marks a deleted key (RAW's key-value store).
 
 use crate::memory::word_at;
 use crate::{MemError, Memory, Op, RemoteAddr};
+
+/// The length word of a deleted RAW register.
+pub const DELETED_LEN: u64 = u64::MAX;
 
 /// A RAW register at `addr`, holding values of up to `max_value` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +37,8 @@ pub enum RawError {
     },
     /// The stored length is impossible (a torn or corrupt length word).
     Corrupt,
+    /// The register was deleted ([`RawRegister::delete`]).
+    Deleted,
 }
 
 impl From<MemError> for RawError {
@@ -47,6 +53,7 @@ impl core::fmt::Display for RawError {
             RawError::Mem(e) => write!(f, "{e}"),
             RawError::TooLarge { len } => write!(f, "value of {len} bytes does not fit the register"),
             RawError::Corrupt => write!(f, "impossible stored length"),
+            RawError::Deleted => write!(f, "deleted"),
         }
     }
 }
@@ -71,11 +78,19 @@ impl RawRegister {
         Ok(())
     }
 
+    /// DELETE: the length word set to [`DELETED_LEN`] (one roundtrip).
+    pub async fn delete<M: Memory>(&self, mem: &M) -> Result<(), RawError> {
+        Ok(mem.write(self.addr, &DELETED_LEN.to_le_bytes()).await?)
+    }
+
     /// GET: one READ of length and value. Returns the buffer and the value's
     /// range in it.
     pub async fn read<M: Memory>(&self, mem: &M) -> Result<(M::Buf, core::ops::Range<usize>), RawError> {
         let buf = mem.read(self.addr, 8 + self.max_value as usize).await?;
         let len = word_at(&buf, 0).ok_or(RawError::Corrupt)?;
+        if len == DELETED_LEN {
+            return Err(RawError::Deleted);
+        }
         if len > self.max_value {
             return Err(RawError::Corrupt);
         }
@@ -112,8 +127,10 @@ mod tests {
             assert_eq!(&buf[range], &[7; 100][..]);
             assert_eq!(c.roundtrips(), 2);
             assert_eq!(r.write(&mem, &[0; 257]).await, Err(RawError::TooLarge { len: 257 }));
-            mem.write(r.addr, &u64::MAX.to_le_bytes()).await.unwrap();
+            mem.write(r.addr, &(u64::MAX - 1).to_le_bytes()).await.unwrap();
             assert_eq!(r.read(&mem).await.err(), Some(RawError::Corrupt));
+            r.delete(&mem).await.unwrap();
+            assert_eq!(r.read(&mem).await.err(), Some(RawError::Deleted));
         })
         .unwrap();
     }

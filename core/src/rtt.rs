@@ -1,8 +1,9 @@
 //! Roundtrip accounting: the figure the papers compare (SWARM Table 2,
 //! Clover Table 1, DINOMO Table 6), exact and independent of the machine.
 //!
-//! [`Counted`] wraps any [`Memory`] for the duration of one logical
-//! operation. Each memory operation is stamped, when it is created, with the
+//! [`Counted`] wraps any [`Memory`] (owned, or borrowed: `&M` is a memory
+//! too) for the duration of one logical operation, or for a client's whole
+//! life with a [`Counted::reset`] before each operation. Each memory operation is stamped, when it is created, with the
 //! number of sequential roundtrips the caller had completed so far; when the
 //! caller receives its completion, the count becomes at least that stamp plus
 //! one. Operations posted together therefore count once, a majority wait
@@ -16,15 +17,15 @@ use core::future::Future;
 use crate::{MemError, Memory, NodeId, Op, Outputs, RemoteAddr};
 
 /// A [`Memory`] that counts the sequential roundtrips of what it carries.
-pub struct Counted<'m, M: ?Sized> {
-    mem: &'m M,
+pub struct Counted<M> {
+    mem: M,
     level: Cell<u32>,
     ops: Cell<u32>,
 }
 
-impl<'m, M: Memory + ?Sized> Counted<'m, M> {
+impl<M: Memory> Counted<M> {
     /// Starts counting from zero on `mem`.
-    pub fn new(mem: &'m M) -> Self {
+    pub fn new(mem: M) -> Self {
         Self { mem, level: Cell::new(0), ops: Cell::new(0) }
     }
 
@@ -45,8 +46,8 @@ impl<'m, M: Memory + ?Sized> Counted<'m, M> {
     }
 
     /// The wrapped memory.
-    pub fn inner(&self) -> &'m M {
-        self.mem
+    pub fn inner(&self) -> &M {
+        &self.mem
     }
 
     /// Stamps `op` with the roundtrips completed when it was *created*, not
@@ -64,7 +65,7 @@ impl<'m, M: Memory + ?Sized> Counted<'m, M> {
     }
 }
 
-impl<M: Memory + ?Sized> Memory for Counted<'_, M> {
+impl<M: Memory> Memory for Counted<M> {
     type Buf = M::Buf;
 
     fn node_count(&self) -> usize {

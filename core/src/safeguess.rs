@@ -27,6 +27,13 @@
 //! entry ([`crate::writerlog`]), one CAS word per replica node, so a lock
 //! is only ever taken at that write's guessed timestamp.
 //!
+//! A register may hold the deletion marker [`Meta::DELETED`] of SWARM-KV
+//! (§5.3.2), which [`Register::delete`] writes: a read then returns it (it is
+//! VERIFIED), and a write that sees it takes its own timestamp lock. If a
+//! reader locked it first, the write was returned by that reader and stands,
+//! ordered before the delete; otherwise it fails with [`RegError::Deleted`]
+//! and no reader will ever return it.
+//!
 //! A read returning `seen[p]` after seeing a newer tuple from `p` relies on
 //! `p` having started a newer write, which implies the older one completed
 //! (one outstanding operation per writer, Assumption 2 of App. C).
@@ -75,10 +82,17 @@ pub async fn write<M: Memory, C: Clock>(
         mark_verified(mem, reg, cache, w);
         return Ok((w, WritePath::Fast));
     }
-    ctx.resync(m);
+    if !m.is_deleted() {
+        ctx.resync(m);
+    }
     let locks = lock_words(ctx, mem, reg, w).await?;
     if !try_lock(mem, &locks, w.lock_ts(), Mode::Write).await.map_err(|e| no_quorum(e, reg))? {
         return Ok((w, WritePath::ReaderLocked));
+    }
+    if m.is_deleted() {
+        // Locked before any reader could return `w`: the write never took
+        // effect, and never will. It comes after the delete (SWARM-KV §5.3.3).
+        return Err(RegError::Deleted);
     }
     let time2 = m.time() + 1;
     if time2 >= MAX_TIME {

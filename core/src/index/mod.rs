@@ -91,6 +91,7 @@
 //! | insert of a present key | 2 (it answers [`Insert::Exists`]) |
 //! | update / remove by key | 3 (a lookup, then write block + CAS) |
 //! | update / remove with [`Expect::Entry`] | 1 (write block + CAS) |
+//! | [`Index::still`] (is a cached entry current?) | 1 |
 //! | [`Index::remove_background`] | 0 |
 //! | location cache hit (`cache::LocationCache`, `locate`) | 0 |
 //!
@@ -289,6 +290,26 @@ pub trait Index {
         location: u64,
     ) -> impl Future<Output = Result<Insert, IndexError>>;
 
+    /// [`Index::insert`], but the mapping is published only after `ready`
+    /// completes with `true`; with `false` nothing is published and the
+    /// answer is `Ok(None)`. An index should run `ready` in parallel with its
+    /// own first roundtrip: SWARM-KV writes a new key's value while the
+    /// index finds it a slot, and publishes it written (§5.3.1).
+    fn insert_after<M: Memory>(
+        &mut self,
+        mem: &M,
+        key: &[u8],
+        location: u64,
+        ready: impl Future<Output = bool>,
+    ) -> impl Future<Output = Result<Option<Insert>, IndexError>> {
+        async move {
+            if !ready.await {
+                return Ok(None);
+            }
+            self.insert(mem, key, location).await.map(Some)
+        }
+    }
+
     /// The key's mapping, if any.
     fn lookup<M: Memory>(&mut self, mem: &M, key: &[u8]) -> impl Future<Output = Result<Option<Entry>, IndexError>>;
 
@@ -308,6 +329,15 @@ pub trait Index {
         key: &[u8],
         expect: Expect,
     ) -> impl Future<Output = Result<Change, IndexError>>;
+
+    /// Whether `key` still maps exactly as `entry` says (one READ of its
+    /// slot): a cached entry checked without a lookup.
+    fn still<M: Memory>(
+        &mut self,
+        mem: &M,
+        key: &[u8],
+        entry: &Entry,
+    ) -> impl Future<Output = Result<bool, IndexError>>;
 
     /// Unmaps `key` if its mapping is still `entry`, in the background (no
     /// roundtrip, no answer; lost if this client or the node fails): SWARM-KV

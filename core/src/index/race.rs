@@ -1,6 +1,8 @@
 //! The RACE-style index client: insert, lookup, update, remove (see the
 //! module documentation of [`crate::index`] for the layout and the rules).
 
+use core::future::Future;
+
 use crate::index::layout::{Block, CANDIDATES, COMBINED_BYTES, Candidate, Geometry, KeyHash, MAX_KEY, SlotWord};
 use crate::index::{Change, Entry, Expect, INDEX_ROOT, Index, IndexError, Insert};
 use crate::join::join2;
@@ -318,19 +320,24 @@ impl RaceIndex {
         key: &[u8],
         location: u64,
         fresh: &mut Option<Fresh>,
-    ) -> Result<Insert, IndexError> {
+        ready: impl Future<Output = bool>,
+    ) -> Result<Option<Insert>, IndexError> {
         let kh = self.check_key(key)?;
         if location == 0 {
             return Err(IndexError::ZeroLocation);
         }
         let block = Block::encode(key, location);
-        let mut view = self.read_view(mem, &kh).await?;
+        let (view, ready) = crate::join::join2(self.read_view(mem, &kh), ready).await;
+        if !ready {
+            return Ok(None);
+        }
+        let mut view = view?;
         for _ in 0..MAX_ATTEMPTS {
             self.resolve(mem, key, &kh, &mut view, true).await?;
             let node = self.geo.node;
             if let Some((i, loc)) = view.live() {
                 let slot = RemoteAddr::new(node, view.cands[i].offset);
-                return Ok(Insert::Exists(Entry { location: loc, slot, word: view.words[i].0 }));
+                return Ok(Some(Insert::Exists(Entry { location: loc, slot, word: view.words[i].0 })));
             }
             let free = |i: usize| {
                 view.words[i].is_empty() || (view.words[i].is_tomb() && matches!(view.owners[i], Owner::Key(_)))
@@ -346,7 +353,7 @@ impl RaceIndex {
             let prev = self.publish(mem, slot, expected, new, Some((f, &block))).await?;
             if prev == expected {
                 f.published = true;
-                return Ok(Insert::New(Entry { location, slot: RemoteAddr::new(node, slot), word: new.0 }));
+                return Ok(Some(Insert::New(Entry { location, slot: RemoteAddr::new(node, slot), word: new.0 })));
             }
             view.set(i, prev);
         }
@@ -477,8 +484,20 @@ impl Index for RaceIndex {
     }
 
     async fn insert<M: Memory>(&mut self, mem: &M, key: &[u8], location: u64) -> Result<Insert, IndexError> {
+        let r = self.insert_after(mem, key, location, async { true }).await;
+        r.map(|done| done.expect("ready is true"))
+    }
+
+    /// Reads the key's buckets while `ready` runs: one roundtrip for both.
+    async fn insert_after<M: Memory>(
+        &mut self,
+        mem: &M,
+        key: &[u8],
+        location: u64,
+        ready: impl Future<Output = bool>,
+    ) -> Result<Option<Insert>, IndexError> {
         let mut fresh = None;
-        let r = self.do_insert(mem, key, location, &mut fresh).await;
+        let r = self.do_insert(mem, key, location, &mut fresh, ready).await;
         self.release(fresh);
         r
     }
@@ -503,6 +522,12 @@ impl Index for RaceIndex {
 
     async fn remove<M: Memory>(&mut self, mem: &M, key: &[u8], expect: Expect) -> Result<Change, IndexError> {
         self.do_change(mem, key, expect, None, &mut None).await
+    }
+
+    async fn still<M: Memory>(&mut self, mem: &M, key: &[u8], entry: &Entry) -> Result<bool, IndexError> {
+        let kh = self.check_key(key)?;
+        self.check_entry(&kh, entry)?;
+        Ok(crate::memory::read_word(mem, entry.slot).await? == entry.word)
     }
 
     fn remove_background<M: Memory>(&mut self, mem: &M, key: &[u8], entry: &Entry) -> Result<(), IndexError> {

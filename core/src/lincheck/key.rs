@@ -129,7 +129,9 @@ fn refute_locally<M: Model>(
         let Some(expected) = op.expected else { continue };
         let starts = model.window_states(&all, &[(op.input, Some(expected))]);
         used += starts.len() as u64;
-        if !starts.is_empty() && starts.iter().all(|s| model.step(s, op.input).1 != *expected) {
+        if !starts.is_empty()
+            && starts.iter().all(|s| !model.accepts(s, op.input, &model.step(s, op.input).1, expected))
+        {
             *spent += used;
             let state = starts.into_iter().next().expect("not empty");
             return Some((Stuck { prefix: Vec::new(), state, stuck: op.index }, op.call));

@@ -26,23 +26,35 @@ use super::Model;
 ///
 /// The state is that of one key ([`KeyState`]): the checker splits a
 /// history by key ([`Model::key`]) and checks each key alone.
+///
+/// [`Kv::lazy_unmap`] is the store whose tombstones are unmapped in the
+/// background (SWARM-KV §5.3.2, [`crate::kv`]): a deleted key may answer a
+/// `Get` with `Deleted` or `NotFound` (unmapped), and a `Delete` of a
+/// deleted key `NotFound` or `Ok` (its tombstone still mapped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kv {
     /// Whether `Get` tells a deleted key from one never inserted.
     pub tombstones: bool,
+    /// Whether deleted keys may answer as unmapped or as still mapped.
+    pub lazy: bool,
 }
 
 impl Kv {
     /// The store with the given handling of deleted keys.
     pub const fn new(tombstones: bool) -> Self {
-        Kv { tombstones }
+        Kv { tombstones, lazy: false }
+    }
+
+    /// The store of [`crate::kv`]: tombstones unmapped in the background.
+    pub const fn lazy_unmap() -> Self {
+        Kv { tombstones: true, lazy: true }
     }
 }
 
 impl Default for Kv {
     /// With tombstones.
     fn default() -> Self {
-        Kv { tombstones: true }
+        Kv::new(true)
     }
 }
 
@@ -124,6 +136,16 @@ impl Model for Kv {
 
     fn key(&self, input: &KvOp) -> u64 {
         input.key()
+    }
+
+    fn accepts(&self, state: &KeyState, input: &KvOp, model: &KvRet, recorded: &KvRet) -> bool {
+        model == recorded
+            || (self.lazy
+                && *state == KeyState::Deleted
+                && matches!(
+                    (input, model, recorded),
+                    (KvOp::Get(_), KvRet::Deleted, KvRet::NotFound) | (KvOp::Delete(_), KvRet::NotFound, KvRet::Ok)
+                ))
     }
 
     fn is_read_only(&self, input: &KvOp) -> bool {

@@ -127,6 +127,15 @@ pub trait Model {
     /// Runs `input` on `state`: the state after it and what it answers.
     fn step(&self, state: &Self::State, input: &Self::Input) -> (Self::State, Self::Output);
 
+    /// Whether `recorded` is a correct answer of `input` in `state`, where
+    /// the sequential specification answers `model` ([`Model::step`]). For
+    /// objects that may answer in more than one way (the state after is
+    /// `step`'s either way); the default accepts `model` only.
+    fn accepts(&self, state: &Self::State, input: &Self::Input, model: &Self::Output, recorded: &Self::Output) -> bool {
+        let _ = (state, input);
+        model == recorded
+    }
+
     /// Which independent object `input` acts on. Operations on different keys
     /// must never affect each other's answers; the checker then checks each
     /// key's sub-history alone (each from [`init`](Model::init)), which is

@@ -206,7 +206,9 @@ pub(super) fn search<M: Model>(
     let calls: Vec<u64> = ops.iter().map(|op| op.call).collect();
     let rets: Vec<Option<u64>> = ops.iter().map(|op| op.ret).collect();
     let read_only: Vec<bool> = ops.iter().map(|op| model.is_read_only(op.input)).collect();
-    let fits = |op: usize, output: &M::Output| ops[op].expected.is_none_or(|e| e == output);
+    let fits = |op: usize, state: &M::State, output: &M::Output| {
+        ops[op].expected.is_none_or(|e| model.accepts(state, ops[op].input, output, e))
+    };
     let mut ev = Events::new(&calls, &rets);
 
     // The operations linearized or left out, which the memo keys on.
@@ -251,7 +253,7 @@ pub(super) fn search<M: Model>(
                     }
                     passed.push(op);
                 } else if read_only[op] {
-                    if forced.is_none() && passed.is_empty() && fits(op, &model.step(&state, ops[op].input).1) {
+                    if forced.is_none() && passed.is_empty() && fits(op, &state, &model.step(&state, ops[op].input).1) {
                         forced = Some(op);
                     } else if !passed.is_empty() {
                         arena.push((op, passed.len()));
@@ -282,7 +284,7 @@ pub(super) fn search<M: Model>(
             }
             steps += 1;
             let (after, output) = model.step(&state, ops[op].input);
-            if !fits(op, &output) {
+            if !fits(op, &state, &output) {
                 continue;
             }
             flip(&mut done, op);

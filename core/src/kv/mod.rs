@@ -10,7 +10,14 @@
 //! | `insert(k, v)` | sets `v`: [`Written`] | sets `v`: [`Written`] | sets `v`: [`Written`] |
 //! | `update(k, v)` | sets `v`: [`Written`] | [`Missing::NotFound`] | [`Missing::NotFound`] |
 //! | `get(k)` | [`Got::Found`]`(v0)` | [`Got::NotFound`] | [`Got::Deleted`] |
-//! | `delete(k)` | removes it: [`Written`] | [`Missing::NotFound`] | [`Missing::NotFound`] |
+//! | `delete(k)` | removes it: [`Written`] | [`Missing::NotFound`] | [`Missing::NotFound`] or [`Written`] |
+//!
+//! A deleted key's tombstone is unmapped in the background (SWARM §5.3.2),
+//! so for a while after a delete `get` may answer [`Got::Deleted`] or
+//! [`Got::NotFound`], and a second delete may find the tombstone still
+//! mapped and answer [`Written`] (deletes are idempotent: telling a first
+//! delete from a concurrent second one would take consensus, not one
+//! roundtrip). [`crate::lincheck::Kv::lazy_unmap`] is this table.
 //!
 //! An insert of an existing key is an update (SWARM §5.3.1). A client
 //! handle runs one operation at a time (`&mut self`); a thread keeps several
@@ -21,6 +28,24 @@
 use core::fmt;
 use core::future::Future;
 use core::ops::Deref;
+
+#[cfg(feature = "alloc")]
+mod config;
+#[cfg(feature = "alloc")]
+mod descriptor;
+#[cfg(feature = "alloc")]
+mod raw;
+#[cfg(feature = "alloc")]
+mod replicated;
+#[cfg(feature = "alloc")]
+mod store;
+#[cfg(all(test, feature = "sim"))]
+mod tests;
+
+#[cfg(feature = "alloc")]
+pub use config::{StoreConfig, System};
+#[cfg(feature = "alloc")]
+pub use store::{Store, connect, format};
 
 /// Limits on keys and values, checked before anything is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +121,13 @@ pub enum KvError {
     Full,
     /// Remote data that cannot be right, after retries.
     Corrupt,
+    /// The memory nodes hold no key-value store ([`format`] was not run).
+    NoStore,
+    /// The key kept changing under this client (concurrent deletes and
+    /// inserts won every retry); nothing was changed.
+    Contended,
+    /// A configuration the store cannot have (the reason is given).
+    BadConfig(&'static str),
 }
 
 impl fmt::Display for KvError {
@@ -106,6 +138,9 @@ impl fmt::Display for KvError {
             KvError::Unavailable => write!(f, "too few memory nodes answered"),
             KvError::Full => write!(f, "the store is full"),
             KvError::Corrupt => write!(f, "corrupt data in memory"),
+            KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),
+            KvError::Contended => write!(f, "the key kept changing under this client; gave up"),
+            KvError::BadConfig(why) => write!(f, "bad store configuration: {why}"),
         }
     }
 }
@@ -137,7 +172,7 @@ pub trait KvClient {
 }
 
 #[cfg(test)]
-mod tests {
+mod limits_tests {
     use super::*;
 
     #[test]

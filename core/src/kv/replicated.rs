@@ -1,0 +1,371 @@
+//! SWARM-KV (SWARM §5.3) and DM-ABD: a register per key, replicated on
+//! 2f+1 memory nodes, found through the index and cached by clients. The
+//! two stores differ only in the register protocol (Safe-Guess over
+//! In-n-Out, or ABD over out-of-place objects), so one client serves both.
+//!
+//! ```text
+//! insert(k, v):  cached k: update(k, v), unless k turns out deleted
+//!                fresh replicas on k's nodes; in parallel: write v to them,
+//!                  write their descriptor, read k's index buckets      # 1 RTT
+//!                publish the mapping (index CAS)                      # 1 RTT
+//!                k already mapped: update its register; if deleted,
+//!                  swing the mapping to the fresh replicas
+//! update(k, v):  locate k (cache: 0 RTT); write v                     # 1 RTT
+//!                deleted: forget k, unmap it (the deleter may have
+//!                  failed before), retry: then k is not found (§5.3.3)
+//! get(k):        locate k; read                                       # 1 RTT
+//!                deleted and cached: forget k, retry via the index (§5.3.4)
+//! delete(k):     locate k (cached: check its index slot, 1 RTT);
+//!                write the deletion marker                            # 1 RTT
+//!                then unmap k in the background (§5.3.2)
+//! ```
+//!
+//! Register and index operations are boxed: their futures hold a future
+//! per replica and are large (tens of KiB), and a key-value operation
+//! nests several; on the heap they cost an allocation, not the stack.
+//!
+//! Differences from the paper, and why:
+//! - The mapping of a new key is published only once its value is written
+//!   ([`Index::insert_after`]), not in parallel: a reader can then never
+//!   find a mapped key with empty replicas, and an update never lands on a
+//!   register whose insert is still in flight (which would let a failed
+//!   update's value survive). Our index needs two roundtrips for a new key
+//!   anyway (read the buckets, then CAS), and the value write hides in the
+//!   first, so an insert of a new key costs two roundtrips.
+//! - New replicas are not cleared: they come from fresh chunks of nodes
+//!   that start zeroed, and objects are never recycled (§5.4 is not
+//!   implemented). Memory recycling will need the paper's pre-cleared
+//!   buffers.
+//! - A delete with a cached location first checks that the index slot
+//!   still holds it (one more roundtrip, two in all; see
+//!   [`Replicated::delete`]); see [`super`] for what deletes answer.
+//! - Writes go to every replica and wait for a majority; the paper's
+//!   bandwidth savings (a majority first, in-place data on one replica,
+//!   §6) are not implemented.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::client::{ClientCtx, Clock};
+use crate::index::cache::{CacheConfig, Eviction, LocationCache};
+use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
+use crate::inout::{Layout, Replica, Value};
+use crate::join::join2;
+use crate::maxreg::{RegCache, RegError, Register};
+use crate::meta::Meta;
+use crate::{Memory, NodeId, RemoteAddr, abd, safeguess};
+
+use super::config::{StoreConfig, System};
+use super::descriptor::{self, DESCRIPTOR_BYTES};
+use super::store::{INDEX_NODE, RETRIES, alloc_error, index_error, key_hash, mem_error, reg_error};
+use super::{Got, KvError, Limits, Missing, Written};
+use crate::region::RegionError;
+use crate::slab::AllocError;
+
+/// What a client knows of a key: its register and index entry.
+#[derive(Clone)]
+struct Known {
+    reg: Register,
+    rc: RegCache,
+    entry: Entry,
+}
+
+/// One SWARM-KV or DM-ABD client.
+pub struct Replicated<M, C> {
+    mem: M,
+    system: System,
+    ctx: ClientCtx<C>,
+    index: RaceIndex,
+    cache: LocationCache<Known>,
+    layout: Layout,
+    replicas: usize,
+    nodes: usize,
+    limits: Limits,
+}
+
+impl<M: Memory, C: Clock> Replicated<M, C> {
+    /// Connects client `id` (its log ids reserved, the index opened).
+    pub async fn open(mem: M, cfg: &StoreConfig, id: u8, clock: C) -> Result<Self, KvError> {
+        let mut ctx = ClientCtx::new(id, clock).map_err(|_| KvError::BadConfig("client ids go from 1 to 126"))?;
+        ctx.prepare(&mem).await.map_err(|e| reg_error(RegError::Client(e)))?;
+        let index = RaceIndex::open(&mem, INDEX_NODE).await.map_err(index_error)?;
+        let cache = LocationCache::new(CacheConfig {
+            capacity: cfg.cache_capacity,
+            max_key: cfg.max_key,
+            eviction: Eviction::Lru,
+        });
+        let nodes = mem.node_count();
+        Ok(Replicated {
+            mem,
+            system: cfg.system,
+            ctx,
+            index,
+            cache,
+            layout: cfg.layout()?,
+            replicas: cfg.replicas,
+            nodes,
+            limits: cfg.limits(),
+        })
+    }
+
+    pub fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    pub fn id(&self) -> u8 {
+        self.ctx.id
+    }
+
+    pub fn system(&self) -> System {
+        self.system
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The key's register: cached (no roundtrip, maybe stale: the flag), or
+    /// from the index and its descriptor (three roundtrips), then cached.
+    async fn find(&mut self, key: &[u8]) -> Result<Option<(Known, bool)>, KvError> {
+        if let Some((_, k)) = self.cache.get(key) {
+            return Ok(Some((k.clone(), true)));
+        }
+        let Some(entry) = Box::pin(self.index.lookup(&self.mem, key)).await.map_err(index_error)? else {
+            return Ok(None);
+        };
+        let k = self.describe(entry).await?;
+        self.cache.insert(key, entry.location, k.clone());
+        Ok(Some((k, false)))
+    }
+
+    /// Reads the descriptor an index entry points to.
+    async fn describe(&self, entry: Entry) -> Result<Known, KvError> {
+        let at = RemoteAddr::new(INDEX_NODE, entry.location);
+        let buf = self.mem.read(at, DESCRIPTOR_BYTES as usize).await.map_err(mem_error)?;
+        let reg = descriptor::decode(&buf, self.nodes).map_err(|_| KvError::Corrupt)?;
+        Ok(Known { reg, rc: RegCache::default(), entry })
+    }
+
+    /// Keeps what the last operation learned about the key's replicas.
+    fn remember(&mut self, key: &[u8], k: Known) {
+        if let Some((location, known)) = self.cache.get(key)
+            && location == k.entry.location
+        {
+            *known = k;
+        }
+    }
+
+    async fn read(&mut self, k: &mut Known) -> Result<(Meta, Value<M::Buf>), RegError> {
+        match self.system {
+            System::DmAbd => Box::pin(abd::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc)).await,
+            _ => Box::pin(safeguess::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc)).await,
+        }
+    }
+
+    async fn write(&mut self, k: &mut Known, value: &[u8]) -> Result<(), RegError> {
+        match self.system {
+            System::DmAbd => Box::pin(abd::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value)).await.map(|_| ()),
+            _ => Box::pin(safeguess::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value)).await.map(|_| ()),
+        }
+    }
+
+    /// Removes the key's mapping if it is still `k`'s.
+    async fn unmap(&mut self, key: &[u8], k: &Known) -> Result<(), KvError> {
+        self.cache.remove(key);
+        Box::pin(self.index.remove(&self.mem, key, Expect::Entry(k.entry))).await.map_err(index_error)?;
+        Ok(())
+    }
+
+    pub async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
+        self.limits.check_key(key)?;
+        for _ in 0..RETRIES {
+            let Some((mut k, cached)) = self.find(key).await? else {
+                return Ok(Got::NotFound);
+            };
+            let (m, v) = self.read(&mut k).await.map_err(reg_error)?;
+            if m.is_deleted() {
+                self.cache.remove(key);
+                if cached {
+                    continue;
+                }
+                return Ok(Got::Deleted);
+            }
+            self.remember(key, k);
+            // A mapped key's register always holds its first value: bottom
+            // means an unreadable register, not an absent key.
+            return if m.is_bottom() { Err(KvError::Corrupt) } else { Ok(Got::Found(v)) };
+        }
+        Err(KvError::Contended)
+    }
+
+    pub async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check(key, value)?;
+        for _ in 0..RETRIES {
+            let Some((mut k, _)) = self.find(key).await? else {
+                return Ok(Err(Missing::NotFound));
+            };
+            match self.write(&mut k, value).await {
+                Ok(()) => {
+                    self.remember(key, k);
+                    return Ok(Ok(Written));
+                }
+                Err(RegError::Deleted) => self.unmap(key, &k).await?,
+                Err(e) => return Err(reg_error(e)),
+            }
+        }
+        Err(KvError::Contended)
+    }
+
+    /// The marker goes only on a register known to be the key's current
+    /// one at some point during the delete: a cached location is checked
+    /// first (one READ of its index slot). A marker on a stale register
+    /// could be the one that makes a concurrent insert move the key to
+    /// fresh replicas, and a retry there would then delete twice.
+    pub async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check_key(key)?;
+        for _ in 0..RETRIES {
+            let Some((mut k, cached)) = self.find(key).await? else {
+                return Ok(Err(Missing::NotFound));
+            };
+            if cached && !Box::pin(self.index.still(&self.mem, key, &k.entry)).await.map_err(index_error)? {
+                self.cache.remove(key);
+                continue;
+            }
+            let known = Box::pin(k.reg.delete(&mut self.ctx, &self.mem, &mut k.rc)).await.map_err(reg_error)?;
+            self.cache.remove(key);
+            self.index.remove_background(&self.mem, key, &k.entry).map_err(index_error)?;
+            // Known deleted before: a delete completed earlier.
+            return Ok(if known { Err(Missing::NotFound) } else { Ok(Written) });
+        }
+        Err(KvError::Contended)
+    }
+
+    pub async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+        self.limits.check(key, value)?;
+        for _ in 0..RETRIES {
+            // A cached key: an insert of an existing key is an update.
+            if let Some((_, k)) = self.cache.get(key) {
+                let mut k = k.clone();
+                match self.write(&mut k, value).await {
+                    Ok(()) => {
+                        self.remember(key, k);
+                        return Ok(Written);
+                    }
+                    Err(RegError::Deleted) => {
+                        self.cache.remove(key);
+                    }
+                    Err(e) => return Err(reg_error(e)),
+                }
+            }
+            if let Some(done) = Box::pin(self.insert_fresh(key, value)).await? {
+                return Ok(done);
+            }
+        }
+        Err(KvError::Contended)
+    }
+
+    /// Inserts `key` with `value` in fresh replicas; `None` to retry.
+    async fn insert_fresh(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Written>, KvError> {
+        let reg = self.new_register(key).await?;
+        let desc = self.ctx.slab.alloc(&self.mem, INDEX_NODE, DESCRIPTOR_BYTES).await.map_err(alloc_error)?;
+        let bytes = descriptor::encode(&reg);
+        let mut rc = RegCache::default();
+        let mut failed = None;
+        let Self { mem, ctx, index, .. } = self;
+        let ready = async {
+            let first = Box::pin(first_write(ctx, mem, &reg, &mut rc, value));
+            match join2(mem.write(desc, &bytes), first).await {
+                (Ok(()), Ok(())) => true,
+                (Err(e), _) => {
+                    failed = Some(mem_error(e));
+                    false
+                }
+                (_, Err(e)) => {
+                    failed = Some(reg_error(e));
+                    false
+                }
+            }
+        };
+        let inserted = Box::pin(index.insert_after(&*mem, key, desc.offset, ready)).await;
+        let inserted = match inserted.map_err(index_error)? {
+            Some(i) => i,
+            None => return Err(failed.unwrap_or(KvError::Unavailable)),
+        };
+        let mine = |entry| Known { reg: reg.clone(), rc: rc.clone(), entry };
+        match inserted {
+            Insert::New(entry) => {
+                self.cache.insert(key, entry.location, mine(entry));
+                Ok(Some(Written))
+            }
+            Insert::Exists(entry) => {
+                // Mapped already (by another client, or before our cache
+                // knew): update that register, or if it was deleted, swing
+                // the mapping to ours.
+                let mut k = self.describe(entry).await?;
+                match self.write(&mut k, value).await {
+                    Ok(()) => {
+                        self.cache.insert(key, entry.location, k);
+                        return Ok(Some(Written));
+                    }
+                    Err(RegError::Deleted) => {}
+                    Err(e) => return Err(reg_error(e)),
+                }
+                let swung = Box::pin(self.index.update(&self.mem, key, Expect::Entry(entry), desc.offset)).await;
+                match swung.map_err(index_error)? {
+                    Change::Done { now: Some(now), .. } => {
+                        self.cache.insert(key, now.location, mine(now));
+                        Ok(Some(Written))
+                    }
+                    _ => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Fresh objects on the key's nodes (`hash + i mod nodes`), taken from
+    /// this client's chunks: usually no roundtrip. A node that cannot be
+    /// reached for a new chunk gets [`NO_REPLICA`] (if a majority can be
+    /// had): a replica that every operation fails on, as on a crashed node.
+    async fn new_register(&mut self, key: &[u8]) -> Result<Register, KvError> {
+        let first = (key_hash(key) % self.nodes as u64) as usize;
+        let nodes: Vec<NodeId> = (0..self.replicas).map(|i| NodeId(((first + i) % self.nodes) as u16)).collect();
+        let mut replicas = heapless::Vec::new();
+        let mut missing = 0;
+        for node in nodes {
+            let base = match self.ctx.slab.alloc(&self.mem, node, self.layout.size()).await {
+                Ok(a) => a.offset,
+                Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
+                    missing += 1;
+                    NO_REPLICA
+                }
+                Err(e) => return Err(alloc_error(e)),
+            };
+            let _ = replicas.push(Replica { node, base });
+        }
+        if missing > (self.replicas - 1) / 2 {
+            return Err(KvError::Unavailable);
+        }
+        Ok(Register { layout: self.layout, replicas })
+    }
+}
+
+/// The base of a replica that could not be allocated: beyond any node's
+/// region, so every operation on it fails its bounds check, forever (even
+/// if the node comes back).
+const NO_REPLICA: u64 = 1 << 62;
+
+/// The first write of a register nobody else can see yet: a VERIFIED tuple
+/// at a guessed time, with no read (DM-ABD knows the timestamp is fresh,
+/// Safe-Guess needs no lock), one roundtrip.
+async fn first_write<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    rc: &mut RegCache,
+    value: &[u8],
+) -> Result<(), RegError> {
+    let time = ctx.guess_time()?;
+    let log_id = ctx.next_log_id(mem).await?;
+    let meta = Meta::new(time, log_id, ctx.id).verify();
+    reg.write(ctx, mem, rc, meta, value).await.map(|_| ())
+}
