@@ -1,0 +1,389 @@
+//! SWARM-KV shared by OS processes on shared-memory nodes (issue #4):
+//!
+//! - `four_processes_ycsb_a_with_a_failed_node`: four client processes run
+//!   a YCSB-A-like mix (half gets, half updates, on 16 shared keys) while
+//!   the parent fails one of the three memory nodes by fault injection
+//!   half-way. Every operation must complete, and the history of all
+//!   processes (with the parent's final reads) must be linearizable.
+//! - `kill_minus_nine_mid_write`: a client process updating keys in a
+//!   tight loop is killed with SIGKILL; every key must stay readable by
+//!   the others, hold a value that was written, and take new updates.
+//!
+//! Both re-execute the test binary as children (role in `SWARM_KV_MP_ROLE`),
+//! and time operations with a logical clock: a counter in a second, tiny
+//! shared-memory cluster that every process increments around each
+//! operation, so that "returned before invoked" is exact across processes.
+#![cfg(not(loom))]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
+use swarm_core::client::SystemClock;
+use swarm_core::exec::block_on;
+use swarm_core::kv::{self, Got, KvClient, Store, StoreConfig, System};
+use swarm_core::lincheck::{self, History, KvOp, KvRet, Operation, Response};
+use swarm_core::region::Region;
+use swarm_core::{Memory, NodeId, RemoteAddr};
+
+const ROLE_ENV: &str = "SWARM_KV_MP_ROLE";
+const DIR_ENV: &str = "SWARM_KV_MP_DIR";
+const NODES: usize = 3;
+const KEYS: u64 = 16;
+const CLIENTS: u8 = 4;
+const OPS: u64 = 3_000;
+const DEADLINE: Duration = Duration::from_secs(240);
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        system: System::SwarmKv,
+        replicas: 3,
+        keys: 64,
+        max_key: 16,
+        max_value: 64,
+        writers: CLIENTS + 3,
+        cache_capacity: 64,
+    }
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("user{k:04}").into_bytes()
+}
+
+/// Value `id` (client << 32 | seq) as bytes, and back.
+fn value(id: u64) -> Vec<u8> {
+    let mut v = vec![(id % 251) as u8; 24];
+    v[..8].copy_from_slice(&id.to_le_bytes());
+    v
+}
+
+fn id_of(v: &[u8]) -> Option<u64> {
+    let id = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+    (value(id) == v).then_some(id)
+}
+
+/// The store's cluster and the clock's, in `dir`.
+fn create(dir: &Path) -> (ShmCluster, ShmCluster) {
+    let cfg = config();
+    let size = cfg.node_bytes(NODES, CLIENTS as u64 * OPS * 2);
+    let store = ShmCluster::create(dir.join("store"), NODES, size).expect("create store nodes");
+    let clock = ShmCluster::create(dir.join("clock"), 1, 4096).expect("create clock node");
+    let mem = store.memory();
+    block_on(async {
+        for n in 0..NODES {
+            Region::format(&mem, NodeId(n as u16), size, StoreConfig::CHUNK).await.unwrap();
+        }
+        kv::format(&mem, &cfg).await.unwrap();
+    });
+    (store, clock)
+}
+
+fn open(dir: &Path) -> (ShmCluster, ShmCluster) {
+    (ShmCluster::open(dir.join("store")).unwrap(), ShmCluster::open(dir.join("clock")).unwrap())
+}
+
+fn connect(mem: ShmMemory, id: u8) -> Store<ShmMemory, SystemClock> {
+    block_on(kv::connect(mem, &config(), id, SystemClock::starting_now())).expect("connect")
+}
+
+/// The next tick of the shared logical clock.
+fn tick(clock: &ShmMemory) -> u64 {
+    let at = RemoteAddr::new(NodeId(0), 0);
+    let mut cur = 0;
+    loop {
+        let prev = block_on(clock.cas(at, cur, cur + 1)).unwrap();
+        if prev == cur {
+            return cur + 1;
+        }
+        cur = prev;
+    }
+}
+
+/// One recorded operation: `client call ret op key value answer`.
+fn line(client: u8, call: u64, ret: u64, op: &KvOp, answer: &KvRet) -> String {
+    let (name, k, v) = match *op {
+        KvOp::Get(k) => ("get", k, 0),
+        KvOp::Update(k, v) => ("update", k, v),
+        KvOp::Insert(k, v) => ("insert", k, v),
+        KvOp::Delete(k) => ("delete", k, 0),
+    };
+    let (a, av) = match *answer {
+        KvRet::Ok => ("ok", 0),
+        KvRet::Found(v) => ("found", v),
+        KvRet::NotFound => ("notfound", 0),
+        KvRet::Deleted => ("deleted", 0),
+    };
+    format!("{client} {call} {ret} {name} {k} {v} {a} {av}\n")
+}
+
+fn parse(l: &str) -> Operation<KvOp, KvRet> {
+    let f: Vec<&str> = l.split_whitespace().collect();
+    let n = |i: usize| f[i].parse::<u64>().unwrap();
+    let op = match f[3] {
+        "get" => KvOp::Get(n(4)),
+        "update" => KvOp::Update(n(4), n(5)),
+        "insert" => KvOp::Insert(n(4), n(5)),
+        _ => KvOp::Delete(n(4)),
+    };
+    let ret = match f[6] {
+        "ok" => KvRet::Ok,
+        "found" => KvRet::Found(n(7)),
+        "notfound" => KvRet::NotFound,
+        _ => KvRet::Deleted,
+    };
+    Operation { client: n(0) as u32, call: n(1), input: op, response: Some(Response { at: n(2), output: ret }) }
+}
+
+/// Runs `op` on `s`, timed by `clock`.
+fn run(s: &mut Store<ShmMemory, SystemClock>, clock: &ShmMemory, id: u8, op: KvOp) -> String {
+    let call = tick(clock);
+    let answer = match op {
+        KvOp::Get(k) => match block_on(s.get(&key(k))) {
+            Ok(Got::Found(v)) => KvRet::Found(id_of(&v).unwrap_or_else(|| panic!("client {id}: a value nobody wrote"))),
+            Ok(Got::NotFound) => KvRet::NotFound,
+            Ok(Got::Deleted) => KvRet::Deleted,
+            Err(e) => panic!("client {id}: get {k}: {e}"),
+        },
+        KvOp::Update(k, v) => match block_on(s.update(&key(k), &value(v))) {
+            Ok(Ok(_)) => KvRet::Ok,
+            Ok(Err(_)) => KvRet::NotFound,
+            Err(e) => panic!("client {id}: update {k}: {e}"),
+        },
+        KvOp::Insert(k, v) => {
+            block_on(s.insert(&key(k), &value(v))).unwrap_or_else(|e| panic!("client {id}: insert {k}: {e}"));
+            KvRet::Ok
+        }
+        KvOp::Delete(_) => unreachable!("no deletes in YCSB-A"),
+    };
+    line(id, call, tick(clock), &op, &answer)
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) % n
+    }
+}
+
+#[test]
+fn four_processes_ycsb_a_with_a_failed_node() {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        if let Some(id) = role.strip_prefix("ycsb-") {
+            ycsb_child(id.parse().unwrap(), Path::new(&std::env::var(DIR_ENV).unwrap()));
+        }
+        return;
+    }
+    let dir = TempDir::new("ycsb");
+    let (store, clock_nodes) = create(&dir.0);
+    let (mem, clock) = (store.memory(), clock_nodes.memory());
+    // The load phase: every key inserted, by a client of its own.
+    let loader = CLIENTS + 1;
+    let mut s = connect(mem.clone(), loader);
+    let mut lines = String::new();
+    for k in 0..KEYS {
+        lines += &run(&mut s, &clock, loader, KvOp::Insert(k, (loader as u64) << 32 | k));
+    }
+    let mut children =
+        Children::spawn("four_processes_ycsb_a_with_a_failed_node", &dir.0, (1..=CLIENTS).map(|c| format!("ycsb-{c}")));
+    // Half-way (every child past half its operations), node 2 fails.
+    let start = Instant::now();
+    while (1..=CLIENTS).any(|c| !dir.0.join(format!("half-{c}")).exists()) {
+        assert!(start.elapsed() < DEADLINE, "children never got half-way");
+        children.check_alive();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    store.set_fault(NodeId(2), Fault::Failed).unwrap();
+    children.wait_success();
+    // Everything the children wrote, then a fresh client reads every key.
+    for c in 1..=CLIENTS {
+        lines += &std::fs::read_to_string(dir.0.join(format!("history-{c}"))).unwrap();
+    }
+    let reader = CLIENTS + 2;
+    let mut s = connect(mem.clone(), reader);
+    for k in 0..KEYS {
+        lines += &run(&mut s, &clock, reader, KvOp::Get(k));
+    }
+    let ops: Vec<_> = lines.lines().map(parse).collect();
+    assert_eq!(ops.len() as u64, 2 * KEYS + CLIENTS as u64 * OPS, "every operation completed");
+    let mut h = History::new();
+    for op in ops {
+        h.push(op);
+    }
+    let verdict = lincheck::check(&lincheck::Kv::lazy_unmap(), h.operations());
+    assert!(verdict.is_linearizable(), "{verdict}");
+}
+
+fn ycsb_child(id: u8, dir: &Path) {
+    let (store, clock_nodes) = open(dir);
+    let (mem, clock) = (store.memory(), clock_nodes.memory());
+    let mut s = connect(mem, id);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ id as u64);
+    let mut out = std::fs::File::create(dir.join(format!("history-{id}"))).unwrap();
+    let mut lines = String::new();
+    for seq in 1..=OPS {
+        let k = rng.below(KEYS);
+        let op = if rng.below(2) == 0 { KvOp::Get(k) } else { KvOp::Update(k, (id as u64) << 32 | seq) };
+        lines += &run(&mut s, &clock, id, op);
+        if seq == OPS / 2 {
+            std::fs::File::create(dir.join(format!("half-{id}"))).unwrap();
+            // Give the parent time to fail the node while others still run.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    out.write_all(lines.as_bytes()).unwrap();
+}
+
+#[test]
+fn kill_minus_nine_mid_write() {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        if role == "writer" {
+            writer_child(Path::new(&std::env::var(DIR_ENV).unwrap()));
+        }
+        return;
+    }
+    let dir = TempDir::new("kill");
+    let (store, clock_nodes) = create(&dir.0);
+    let (mem, clock) = (store.memory(), clock_nodes.memory());
+    let loader = CLIENTS + 1;
+    let mut s = connect(mem.clone(), loader);
+    for k in 0..KEYS {
+        run(&mut s, &clock, loader, KvOp::Insert(k, (loader as u64) << 32 | k));
+    }
+    let mut children = Children::spawn("kill_minus_nine_mid_write", &dir.0, ["writer".to_string()]);
+    // Let it write for a while, then SIGKILL it in the middle of its writes.
+    let intents = dir.0.join("intents");
+    let start = Instant::now();
+    while std::fs::metadata(&intents).map_or(0, |m| m.len()) < 20_000 {
+        assert!(start.elapsed() < DEADLINE, "the writer never started");
+        children.check_alive();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    children.kill_all();
+    let written: std::collections::HashSet<u64> = std::fs::read_to_string(&intents)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .chain((0..KEYS).map(|k| (loader as u64) << 32 | k))
+        .collect();
+    // Every key readable by another client, with a value that was written,
+    // and it takes new updates.
+    let other = CLIENTS + 2;
+    let mut s = connect(mem, other);
+    for k in 0..KEYS {
+        match block_on(s.get(&key(k))) {
+            Ok(Got::Found(v)) => {
+                let id = id_of(&v).expect("a torn or foreign value");
+                assert!(written.contains(&id), "key {k}: value {id:#x} was never written");
+            }
+            other => panic!("key {k}: {other:?}"),
+        }
+        let fresh = (other as u64) << 32 | k;
+        assert!(matches!(block_on(s.update(&key(k), &value(fresh))), Ok(Ok(_))));
+        match block_on(s.get(&key(k))) {
+            Ok(Got::Found(v)) => assert_eq!(id_of(&v), Some(fresh)),
+            other => panic!("key {k} after update: {other:?}"),
+        }
+    }
+}
+
+/// Updates keys round-robin until killed; each value's id is appended to
+/// `intents` (and flushed) before it is written.
+fn writer_child(dir: &Path) {
+    let (store, _clock) = open(dir);
+    let id = 1;
+    let mut s = connect(store.memory(), id);
+    let mut intents = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("intents")).unwrap();
+    for seq in 1.. {
+        let k = seq % KEYS;
+        let v = (id as u64) << 32 | seq;
+        writeln!(intents, "{v}").unwrap();
+        intents.flush().unwrap();
+        block_on(s.update(&key(k), &value(v))).unwrap().unwrap();
+    }
+}
+
+/// A fresh directory under /dev/shm, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let dir = PathBuf::from(format!("/dev/shm/swarm-kv-mp-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = ShmCluster::remove(self.0.join("store"));
+        let _ = ShmCluster::remove(self.0.join("clock"));
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Child processes, killed if still running when dropped.
+struct Children(Vec<(String, Child)>);
+
+impl Children {
+    fn spawn(test: &str, dir: &Path, roles: impl IntoIterator<Item = String>) -> Children {
+        let exe = std::env::current_exe().unwrap();
+        let spawn = |role: String| {
+            let child = Command::new(&exe)
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE_ENV, &role)
+                .env(DIR_ENV, dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn child");
+            (role, child)
+        };
+        Children(roles.into_iter().map(spawn).collect())
+    }
+
+    fn check_alive(&mut self) {
+        for (role, c) in &mut self.0 {
+            if let Some(s) = c.try_wait().unwrap() {
+                assert!(s.success(), "child {role} failed: {s}");
+            }
+        }
+    }
+
+    fn wait_success(&mut self) {
+        let start = Instant::now();
+        for (role, c) in &mut self.0 {
+            let status = loop {
+                if let Some(s) = c.try_wait().unwrap() {
+                    break s;
+                }
+                assert!(start.elapsed() < DEADLINE, "child {role} hangs");
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            assert!(status.success(), "child {role} failed: {status}");
+        }
+    }
+
+    fn kill_all(&mut self) {
+        for (_, c) in &mut self.0 {
+            c.kill().unwrap(); // SIGKILL
+            c.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
