@@ -2,6 +2,10 @@
 //! `testkit`): the same checks over shared memory, DAX/CXL mappings and,
 //! later, RDMA.
 //!
+//! [`kv_suite`] does the same for a key-value store ([`crate::kv`]):
+//! threads insert, update, get and delete a few shared keys, and the
+//! history must be linearizable for [`crate::lincheck::Kv::lazy_unmap`].
+//!
 //! [`register_suite`] formats the given nodes, creates one Safe-Guess
 //! register replicated on them, and runs real OS threads as SWARM clients
 //! (ids `1..=clients`, each with its own [`ClientCtx`], [`SystemClock`] and
@@ -280,6 +284,143 @@ fn client<M: Memory>(
         }
     }
     Ok(log)
+}
+
+/// What [`kv_suite`] runs.
+#[derive(Clone, Debug)]
+pub struct KvTest {
+    /// The store (replicated ones are checked for linearizability).
+    pub system: crate::kv::System,
+    /// Replicas per key.
+    pub replicas: usize,
+    /// Client threads, ids `1..=clients`.
+    pub clients: u8,
+    /// Operations per client.
+    pub ops_per_client: u64,
+    /// Shared keys.
+    pub keys: u64,
+    /// Seed of the operation mix.
+    pub seed: u64,
+    /// Bytes of every node.
+    pub node_size: u64,
+    /// Allocation chunk of the nodes.
+    pub chunk: u64,
+}
+
+impl Default for KvTest {
+    /// SWARM-KV on 3 replicas, four clients of 1000 operations on 8 keys,
+    /// nodes of 16 MiB with 256 KiB chunks.
+    fn default() -> Self {
+        KvTest {
+            system: crate::kv::System::SwarmKv,
+            replicas: 3,
+            clients: 4,
+            ops_per_client: 1000,
+            keys: 8,
+            seed: 1,
+            node_size: 16 << 20,
+            chunk: 256 << 10,
+        }
+    }
+}
+
+/// The shared key-value suite: formats every node of the memory `make`
+/// gives for `t.system`, runs `t.clients` client threads doing a seeded mix
+/// of gets (40%), updates (25%), inserts (25%) and deletes (10%) of
+/// `t.keys` keys, and checks the history (all of it for the replicated
+/// stores; for RAW, only that every value read was written). Returns the
+/// number of operations checked, or what went wrong.
+pub fn kv_suite<M, F>(make: F, t: &KvTest) -> Result<usize, String>
+where
+    M: Memory,
+    F: Fn() -> M + Sync,
+{
+    use crate::kv::{self, Got, KvClient, StoreConfig};
+    use crate::lincheck::{Kv, KvOp, KvRet};
+    let cfg = StoreConfig {
+        system: t.system,
+        replicas: t.replicas,
+        keys: t.keys.max(16),
+        max_key: 16,
+        max_value: 64,
+        writers: t.clients,
+        cache_capacity: 64,
+    };
+    let admin = make();
+    for n in 0..admin.node_count() {
+        let node = NodeId(n as u16);
+        block_on(Region::format(&admin, node, t.node_size, t.chunk)).map_err(|e| format!("format {node}: {e}"))?;
+    }
+    block_on(kv::format(&admin, &cfg)).map_err(|e| format!("format the store: {e}"))?;
+    let origin = Instant::now();
+    let start = Barrier::new(t.clients as usize);
+    let logs: Vec<Result<Vec<Operation<KvOp, KvRet>>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (1..=t.clients)
+            .map(|id| {
+                let (make, cfg, start) = (&make, &cfg, &start);
+                s.spawn(move || {
+                    let store = block_on(kv::connect(make(), cfg, id, SystemClock::starting_now()));
+                    start.wait();
+                    let mut store = store.map_err(|e| format!("client {id}: connect: {e}"))?;
+                    let mut rng = Rng::new(t.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut ops = Vec::new();
+                    let now = || origin.elapsed().as_nanos() as u64;
+                    for seq in 1..=t.ops_per_client {
+                        let k = rng.range(0, t.keys - 1);
+                        let key = format!("key-{k}");
+                        let v = value_of(id, seq, 24);
+                        let vid = ((id as u64) << 32) | seq;
+                        let call = now();
+                        let failed = |e| format!("client {id}: operation {seq} on {key}: {e}");
+                        let (input, output) = match rng.range(0, 19) {
+                            0..=7 => {
+                                let got = block_on(store.get(key.as_bytes())).map_err(failed)?;
+                                let ret = match got {
+                                    Got::Found(v) => KvRet::Found(id_of_value(&v).ok_or_else(|| {
+                                        format!("client {id}: {key} holds a value no client wrote: {:02x?}", &v[..])
+                                    })?),
+                                    Got::NotFound => KvRet::NotFound,
+                                    Got::Deleted => KvRet::Deleted,
+                                };
+                                (KvOp::Get(k), ret)
+                            }
+                            8..=12 => {
+                                let r = block_on(store.update(key.as_bytes(), &v)).map_err(failed)?;
+                                (KvOp::Update(k, vid), if r.is_ok() { KvRet::Ok } else { KvRet::NotFound })
+                            }
+                            13..=17 => {
+                                block_on(store.insert(key.as_bytes(), &v)).map_err(failed)?;
+                                (KvOp::Insert(k, vid), KvRet::Ok)
+                            }
+                            _ => {
+                                let r = block_on(store.delete(key.as_bytes())).map_err(failed)?;
+                                (KvOp::Delete(k), if r.is_ok() { KvRet::Ok } else { KvRet::NotFound })
+                            }
+                        };
+                        ops.push(Operation::completed(id as u32, call, now(), input, output));
+                    }
+                    Ok(ops)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into()))).collect()
+    });
+    let mut history = Vec::new();
+    for log in logs {
+        history.extend(log?);
+    }
+    if !t.system.replicated() {
+        return Ok(history.len());
+    }
+    match Checker::new().check(&Kv::lazy_unmap(), &history) {
+        CheckResult::Linearizable => Ok(history.len()),
+        CheckResult::NotLinearizable(v) => {
+            Err(format!("history of {} operations is not linearizable:\n{v}", history.len()))
+        }
+        CheckResult::Unknown { steps, .. } => {
+            Err(format!("the checker could not decide a history of {} operations in {steps} steps", history.len()))
+        }
+    }
 }
 
 #[cfg(test)]
