@@ -11,6 +11,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
+use super::descriptor::DESCRIPTOR_BYTES;
 use super::*;
 use crate::campaign::{TICK_NS, clock, id_of, value};
 use crate::lincheck::{self, History, KvOp, KvRet};
@@ -433,4 +434,85 @@ fn operation_futures_are_small() {
         assert!(sizes.iter().all(|&s| s <= 4096), "{sizes:?}");
     })
     .unwrap();
+}
+
+/// Bytes of disaggregated memory per key, measured by loading keys of
+/// 1 KiB values (SWARM Table 3: 1M keys of 1 KiB; RAW 0.95 GiB, DM-ABD
+/// 3.00, SWARM-KV 4.06, FUSEE 2.04), against what the layouts predict.
+#[test]
+fn bytes_per_key_against_table_3() {
+    const VALUE: usize = 1024;
+    const BIG_CHUNK: u64 = 64 << 10;
+    let used = |sim: &mut Sim| {
+        let mem = sim.client();
+        sim.block_on(async move {
+            let mut total = 0;
+            for n in 0..3 {
+                let r = Region::open(&mem, NodeId(n)).await.unwrap();
+                total += r.cursor - crate::region::HEADER_SIZE;
+            }
+            total
+        })
+        .unwrap()
+    };
+    let mut rows = Vec::new();
+    for system in System::ALL {
+        let cfg =
+            StoreConfig { keys: 8192, max_key: 24, max_value: VALUE, cache_capacity: 8192, ..config(system, 3, 1) };
+        let mut sim =
+            Sim::new(SimConfig { nodes: 3, node_size: 32 << 20, ..SimConfig::default() }.fixed_latency(2_000));
+        let admin = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            for n in 0..3 {
+                Region::format(&admin, NodeId(n), 32 << 20, BIG_CHUNK).await.unwrap();
+            }
+            format(&admin, &c).await.unwrap();
+        })
+        .unwrap();
+        let mem = sim.client();
+        let c = cfg.clone();
+        let load = move |from: u64, to: u64, sim: &mut Sim| {
+            let (m, c) = (mem.clone(), c.clone());
+            sim.block_on(async move {
+                let mut s = connect(m.clone(), &c, 1, clock(&m, 0)).await.unwrap();
+                for k in from..to {
+                    s.insert(format!("user{k:020}").as_bytes(), &[7; VALUE]).await.unwrap();
+                }
+            })
+            .unwrap();
+        };
+        // The first keys take every client chunk; the next ones fill them.
+        load(0, 2048, &mut sim);
+        let before = used(&mut sim);
+        load(2048, 6144, &mut sim);
+        let per_key = (used(&mut sim) - before) as f64 / 4096.0;
+        // The index's buckets, made at format for `keys` keys, shared.
+        let index = crate::index::Geometry::bytes(cfg.index().groups).unwrap() as f64 / cfg.keys as f64;
+        let class = |size: u64| crate::slab::class_of(size).unwrap().1;
+        let block = class(crate::index::block_len(24) as u64) as f64;
+        let predicted = match system {
+            System::Raw => class(crate::raw::RawRegister::size(VALUE as u64)) as f64 + block,
+            _ => {
+                let entry = (crate::writerlog::ENTRY_HEADER + VALUE as u64).next_multiple_of(64);
+                let object = class(cfg.layout().unwrap().size());
+                3.0 * (object + entry) as f64 + block + DESCRIPTOR_BYTES as f64
+            }
+        };
+        assert!(
+            (per_key - predicted).abs() < 0.05 * predicted,
+            "{}: {per_key} B/key, predicted {predicted}",
+            system.name()
+        );
+        rows.push((system, per_key + index));
+    }
+    let paper = [(System::Raw, 0.95), (System::DmAbd, 3.00), (System::SwarmKv, 4.06)];
+    let raw = rows[0].1;
+    std::println!("| system | bytes/key | ratio to RAW | paper bytes/key | paper ratio |");
+    std::println!("|---|---|---|---|---|");
+    for ((system, bytes), (_, gib)) in rows.iter().zip(paper) {
+        let paper_bytes = gib * (1u64 << 30) as f64 / 1e6;
+        std::println!("| {} | {bytes:.0} | {:.2} | {paper_bytes:.0} | {:.2} |", system.name(), bytes / raw, gib / 0.95);
+    }
+    assert!(rows[0].1 < rows[1].1 && rows[1].1 < rows[2].1, "RAW < DM-ABD < SWARM-KV, as in the paper");
 }
