@@ -38,7 +38,7 @@ pub async fn write<M: Memory, C: Clock>(
     value: &[u8],
 ) -> Result<Meta, RegError> {
     reg.check_value(value)?;
-    let m = reg.read_meta(mem, cache).await?;
+    let m = reg.read_meta(ctx, mem, cache).await?;
     if m.is_deleted() {
         return Err(RegError::Deleted);
     }

@@ -29,6 +29,9 @@ pub struct ClientCtx<C> {
     pub logs: Logs,
     /// Remote memory allocation.
     pub slab: SlabAllocator,
+    /// Nodes this client last saw fail (bit `n` for node `n < 32`): the
+    /// replicated objects start their majority with the others (SWARM §6).
+    pub suspects: u32,
     clock: C,
     /// Added to the clock after a stale guess (re-synchronisation).
     offset: u64,
@@ -68,6 +71,7 @@ impl<C: Clock> ClientCtx<C> {
             id,
             logs: Logs::new(),
             slab: SlabAllocator::new(),
+            suspects: 0,
             clock,
             offset: 0,
             last_time: 0,
@@ -85,6 +89,23 @@ impl<C: Clock> ClientCtx<C> {
         }
         self.last_time = t;
         Ok(t)
+    }
+
+    /// Whether `node` failed the last time this client used it.
+    pub fn suspects(&self, node: crate::NodeId) -> bool {
+        node.0 < 32 && self.suspects & (1 << node.0) != 0
+    }
+
+    /// Remembers how `node` answered: failed (unreachable or timed out),
+    /// or not.
+    pub fn note(&mut self, node: crate::NodeId, failed: bool) {
+        if node.0 < 32 {
+            if failed {
+                self.suspects |= 1 << node.0;
+            } else {
+                self.suspects &= !(1 << node.0);
+            }
+        }
     }
 
     /// After a stale guess: move the clock past `seen` so that the next

@@ -17,7 +17,7 @@ use crate::client::{ClientCtx, Clock};
 use crate::inout::{InOutError, Layout, Replica, ReplicaCache, Value};
 use crate::max::MaxOutcome;
 use crate::meta::Meta;
-use crate::quorum::{MAX_REPLICAS, majority, quorum};
+use crate::quorum::{MAX_REPLICAS, Replies, majority, quorum, quorum_first};
 use crate::{Memory, NodeId, RemoteAddr};
 
 use core::fmt;
@@ -65,6 +65,23 @@ impl From<crate::client::ClientError> for RegError {
     }
 }
 
+/// Errors that may say a node is down (not a bad request).
+trait NodeFailure {
+    fn is_node_failure(&self) -> bool;
+}
+
+impl NodeFailure for crate::MemError {
+    fn is_node_failure(&self) -> bool {
+        !self.is_request_error()
+    }
+}
+
+impl NodeFailure for InOutError {
+    fn is_node_failure(&self) -> bool {
+        matches!(self, InOutError::Mem(e) if !e.is_request_error())
+    }
+}
+
 /// What one replica's READ gave, if it answered in time.
 type ReplicaReply<B> = Option<Result<crate::inout::Reply<B>, InOutError>>;
 
@@ -109,6 +126,21 @@ impl Register {
 
     fn need(&self) -> usize {
         majority(self.replicas.len())
+    }
+
+    /// Notes which replicas' nodes failed (`replica(j)` is reply `j`'s).
+    fn note<C: Clock, T, E: NodeFailure>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        replies: &Replies<T, E>,
+        replica: impl Fn(usize) -> usize,
+    ) {
+        for (j, res) in replies.results.iter().enumerate() {
+            if let Some(res) = res {
+                let failed = res.as_ref().err().is_some_and(NodeFailure::is_node_failure);
+                ctx.note(self.replicas[replica(j)].node, failed);
+            }
+        }
     }
 
     /// Checks that `value` fits the register, before anything is spent on it.
@@ -188,20 +220,19 @@ impl Register {
             }
         }
         let (layout, id) = (self.layout, ctx.id);
-        let futs = targets
-            .iter()
-            .map(|&(r, entry)| {
-                let (rep, seed) = (self.replicas[r], cache.replicas[r].mine);
-                async move {
-                    match meta.is_deleted() {
-                        true => rep.delete(mem, &layout, id, seed).await,
-                        false => rep.write(mem, &layout, entry, seed, meta, value).await,
-                    }
+        let op = |j: usize| {
+            let (r, entry) = targets[j];
+            let (rep, seed) = (self.replicas[r], cache.replicas[r].mine);
+            async move {
+                match meta.is_deleted() {
+                    true => rep.delete(mem, &layout, id, seed).await,
+                    false => rep.write(mem, &layout, entry, seed, meta, value).await,
                 }
-            })
-            .collect();
+            }
+        };
         let want = self.need() - already;
-        let replies = quorum(futs, want).await;
+        let replies = quorum_first(targets.len(), want, |j| !ctx.suspects(self.replicas[targets[j].0].node), op).await;
+        self.note(ctx, &replies, |j| targets[j].0);
         for (i, res) in replies.results.iter().enumerate() {
             let r = targets[i].0;
             match res {
@@ -215,6 +246,8 @@ impl Register {
                     seen = seen.max(reply.seen);
                 }
                 Some(Err(e)) => first_err = first_err.or(Some(*e)),
+                // Never started (majority first): nothing changed there.
+                None if replies.started & (1 << i) == 0 => {}
                 // Not waited for (the majority answered first). Its first CAS
                 // most likely installed `meta`: seed the next MAX with it, so
                 // that a slow replica does not stay behind for lack of a
@@ -257,10 +290,17 @@ impl Register {
     /// without the value and without write-back (one roundtrip, always).
     /// Enough to learn a fresh timestamp (ABD's write); it does not give
     /// read-read monotonicity, which the full [`Register::read`] does.
-    pub async fn read_meta<M: Memory>(&self, mem: &M, cache: &mut RegCache) -> Result<Meta, RegError> {
+    pub async fn read_meta<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<Meta, RegError> {
         let words = 8 * self.layout.meta_words as usize;
-        let futs = self.replicas.iter().map(|rep| mem.read(RemoteAddr::new(rep.node, rep.base), words)).collect();
-        let replies = quorum(futs, self.need()).await;
+        let op = |r: usize| mem.read(RemoteAddr::new(self.replicas[r].node, self.replicas[r].base), words);
+        let replies =
+            quorum_first(self.replicas.len(), self.need(), |r| !ctx.suspects(self.replicas[r].node), op).await;
+        self.note(ctx, &replies, |r| r);
         if !replies.reached(self.need()) {
             let e = *replies.first_error().expect("a failed quorum has an error");
             return Err(RegError::NoQuorum(InOutError::Mem(e)));
@@ -285,9 +325,11 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
     ) -> Result<(Meta, Value<M::Buf>), RegError> {
-        let layout = self.layout;
-        let futs = self.replicas.iter().map(|rep| rep.read(mem, &layout, ctx.id)).collect();
-        let mut replies = quorum(futs, self.need()).await;
+        let (layout, id) = (self.layout, ctx.id);
+        let op = |r: usize| self.replicas[r].read(mem, &layout, id);
+        let mut replies =
+            quorum_first(self.replicas.len(), self.need(), |r| !ctx.suspects(self.replicas[r].node), op).await;
+        self.note(ctx, &replies, |r| r);
         if !replies.reached(self.need()) {
             let e = *replies.first_error().expect("a failed quorum has an error");
             return Err(RegError::NoQuorum(e));
@@ -418,7 +460,7 @@ mod tests {
                     } else if k % 2 == 0 {
                         // The weak read: no value, no write-back; still at
                         // least every write completed before it.
-                        let meta = reg.read_meta(&mem, &mut cache).await.unwrap();
+                        let meta = reg.read_meta(&mut ctx, &mem, &mut cache).await.unwrap();
                         events.borrow_mut().push((id, meta, t0, mem.now(), false, true));
                     } else {
                         let (meta, v) = reg.read(&mut ctx, &mem, &mut cache).await.unwrap();

@@ -24,6 +24,9 @@ pub struct Replies<T, E> {
     pub ok: usize,
     /// How many failed.
     pub failed: usize,
+    /// Which were started (bit `i` for future `i`): all of them, except with
+    /// [`quorum_first`].
+    pub started: u16,
 }
 
 impl<T, E> Replies<T, E> {
@@ -60,7 +63,9 @@ pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) 
 where
     F: Future<Output = Result<T, E>>,
 {
-    gather(futs, Some(need)).await
+    let n = futs.len();
+    let mut futs = futs.into_iter();
+    gather(n, Some(need), |_| true, n, |_| futs.next().expect("one future per replica")).await
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
@@ -69,47 +74,104 @@ pub async fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> Replies<
 where
     F: Future<Output = Result<T, E>>,
 {
-    gather(futs, None).await
+    let n = futs.len();
+    let mut futs = futs.into_iter();
+    gather(n, None, |_| true, n, |_| futs.next().expect("one future per replica")).await
 }
 
-/// [`quorum`] (with `Some(need)`) or [`join_all`] (with `None`).
-async fn gather<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: Option<usize>) -> Replies<T, E>
+/// Majority first (SWARM §6): starts `op(i)` for only `need` of the
+/// replicas `0..n`, those `prefer` accepts first, in order; each time one
+/// fails, starts one more, so that `need` can still succeed, until `need`
+/// did or every replica answered. Saves the bandwidth and work of the
+/// replicas beyond a majority; a failed (or timed-out) replica costs a
+/// roundtrip more. Results by replica, as [`quorum`]'s (`None` for those
+/// never started or still pending).
+pub async fn quorum_first<F, T, E>(
+    n: usize,
+    need: usize,
+    prefer: impl Fn(usize) -> bool,
+    op: impl FnMut(usize) -> F,
+) -> Replies<T, E>
 where
     F: Future<Output = Result<T, E>>,
 {
-    let n = futs.len();
-    let mut futs = pin!(futs);
-    let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0 };
+    gather(n, Some(need), prefer, need, op).await
+}
+
+/// Runs `make(i)` for replicas `0..n` (those `prefer` accepts first): the
+/// first `start` at once, then one more for each failure while `need` (if
+/// given) is not reached, or all of them without `need`; polls them
+/// concurrently until `need` succeeded, `need` is out of reach, or all
+/// started ones completed.
+async fn gather<F, T, E>(
+    n: usize,
+    need: Option<usize>,
+    prefer: impl Fn(usize) -> bool,
+    start: usize,
+    mut make: impl FnMut(usize) -> F,
+) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let n = n.min(MAX_REPLICAS);
+    let order: heapless::Vec<usize, MAX_REPLICAS> =
+        (0..n).filter(|&i| prefer(i)).chain((0..n).filter(|&i| !prefer(i))).collect();
+    let mut futs: heapless::Vec<Option<F>, MAX_REPLICAS> = heapless::Vec::new();
+    let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0, started: 0 };
     for _ in 0..n {
-        // Cannot fail: `results` has the same capacity as `futs`.
+        // Cannot fail: both have room for MAX_REPLICAS.
+        let _ = futs.push(None);
         let _ = replies.results.push(None);
     }
+    let mut started = 0;
+    let mut futs = pin!(futs);
     poll_fn(|cx| {
         // SAFETY: structural pinning of the elements of a pinned
         // `heapless::Vec`. The vector stores its elements inline, and it is
         // pinned for the rest of this function: it is never moved, pushed to,
         // popped from or resized, so no element moves between polls or before
-        // it is dropped in place when the vector is dropped. We only hand out
-        // `Pin<&mut F>` to the elements and never move out of them.
-        let elems: &mut [F] = unsafe { Pin::get_unchecked_mut(futs.as_mut()) }.as_mut_slice();
-        for (i, fut) in elems.iter_mut().enumerate() {
-            if replies.results[i].is_some() {
-                continue;
+        // it is dropped in place when the vector is dropped. A slot is only
+        // ever assigned while it holds `None` (nothing pinned is overwritten),
+        // we only hand out `Pin<&mut F>` to the futures, and never move out.
+        let slots: &mut [Option<F>] = unsafe { Pin::get_unchecked_mut(futs.as_mut()) }.as_mut_slice();
+        loop {
+            // Start replicas until `need` can succeed even if no other fails
+            // (started minus failed is succeeded plus pending).
+            let need_live = need.unwrap_or(n);
+            while started < n && (started < start || started - replies.failed < need_live) {
+                let i = order[started];
+                slots[i] = Some(make(i));
+                replies.started |= 1 << i;
+                started += 1;
             }
-            // SAFETY: see above; `fut` is an element of the pinned vector.
-            let fut = unsafe { Pin::new_unchecked(fut) };
-            if let Poll::Ready(r) = fut.poll(cx) {
-                if r.is_ok() {
-                    replies.ok += 1;
-                } else {
-                    replies.failed += 1;
+            let mut failed_now = false;
+            for (i, slot) in slots.iter_mut().enumerate() {
+                let Some(fut) = slot.as_mut() else { continue };
+                if replies.results[i].is_some() {
+                    continue;
                 }
-                replies.results[i] = Some(r);
+                // SAFETY: see above; `fut` is an element of the pinned vector.
+                let fut = unsafe { Pin::new_unchecked(fut) };
+                if let Poll::Ready(r) = fut.poll(cx) {
+                    if r.is_ok() {
+                        replies.ok += 1;
+                    } else {
+                        replies.failed += 1;
+                        failed_now = true;
+                    }
+                    replies.results[i] = Some(r);
+                }
+            }
+            let done = replies.ok + replies.failed == n;
+            let enough = need.is_some_and(|need| replies.ok >= need || n.saturating_sub(replies.failed) < need);
+            if enough || done {
+                return Poll::Ready(());
+            }
+            // A failure calls for another replica: start it and poll it now.
+            if !failed_now || started == n {
+                return Poll::Pending;
             }
         }
-        let done = replies.ok + replies.failed == n;
-        let enough = need.is_some_and(|need| replies.ok >= need || n.saturating_sub(replies.failed) < need);
-        if enough || done { Poll::Ready(()) } else { Poll::Pending }
     })
     .await;
     replies
@@ -160,6 +222,39 @@ mod tests {
         let r = block_on(join_all(futs(&[(0, Err("down")), (50, Ok(1)), (3, Ok(2))])));
         assert_eq!((r.ok, r.failed), (2, 1));
         assert!(r.results.iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn majority_first_starts_a_majority_and_widens_on_failure() {
+        use core::cell::RefCell;
+        let spec = [(0, Ok(0)), (2, Ok(1)), (1, Ok(2)), (0, Ok(3)), (0, Ok(4))];
+        let started = RefCell::new(heapless::Vec::<usize, 8>::new());
+        let op = |i: usize| {
+            let _ = started.borrow_mut().push(i);
+            after(spec[i].0, spec[i].1)
+        };
+        // Replicas 1 and 2 are suspected: 0, 3 and 4 go first.
+        let r = block_on(quorum_first(5, 3, |i| i != 1 && i != 2, op));
+        assert!(r.reached(3));
+        assert_eq!(started.borrow().as_slice(), &[0, 3, 4], "only a majority is started");
+        let spec = [(0, Err("down")), (2, Ok(1)), (5, Ok(2)), (1, Err("down")), (0, Ok(4))];
+        let started = RefCell::new(heapless::Vec::<usize, 8>::new());
+        let op = |i: usize| {
+            let _ = started.borrow_mut().push(i);
+            after(spec[i].0, spec[i].1)
+        };
+        let r = block_on(quorum_first(5, 3, |_| true, op));
+        assert!(r.reached(3));
+        assert_eq!(started.borrow().as_slice(), &[0, 1, 2, 3, 4], "each failure starts one more");
+        assert_eq!((r.ok, r.failed), (3, 2));
+    }
+
+    #[test]
+    fn majority_first_gives_up_when_too_many_fail() {
+        let spec = [(0, Err("down")), (2, Ok(1)), (1, Err("down"))];
+        let r = block_on(quorum_first(3, 2, |_| true, |i| after(spec[i].0, spec[i].1)));
+        assert!(!r.reached(2));
+        assert_eq!(r.failed, 2);
     }
 
     #[test]
