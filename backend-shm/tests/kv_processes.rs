@@ -45,6 +45,7 @@ fn config() -> StoreConfig {
         max_value: 64,
         writers: CLIENTS + 3,
         cache_capacity: 64,
+        in_place: kv::InPlace::First,
     }
 }
 

@@ -49,6 +49,11 @@ pub struct Layout {
     /// is read out of place (two roundtrips): the classic out-of-place
     /// update with a pointer swing, as DM-ABD uses (SWARM §4.1, §7).
     pub in_place: bool,
+    /// Only a register's first replica keeps the in-place copy; the others
+    /// hold the metadata alone (SWARM §6: less memory and bandwidth, and a
+    /// majority that starts with the first replica still reads in one
+    /// roundtrip). See [`Layout::of_replica`].
+    pub first_only: bool,
 }
 
 impl Layout {
@@ -57,12 +62,22 @@ impl Layout {
         if meta_words == 0 || meta_words > MAX_META_WORDS || max_value > MAX_VALUE {
             return Err(InOutError::BadLayout);
         }
-        Ok(Layout { meta_words, max_value, in_place: true })
+        Ok(Layout { meta_words, max_value, in_place: true, first_only: false })
     }
 
     /// A layout without in-place copy (values only out of place).
     pub fn out_of_place(meta_words: u32, max_value: u64) -> Result<Layout, InOutError> {
         Ok(Layout { in_place: false, ..Self::new(meta_words, max_value)? })
+    }
+
+    /// The same, with the in-place copy on the first replica only.
+    pub fn in_place_on_first(self) -> Layout {
+        Layout { first_only: true, ..self }
+    }
+
+    /// The shape of replica `r`'s object.
+    pub fn of_replica(&self, r: usize) -> Layout {
+        Layout { in_place: self.in_place && (!self.first_only || r == 0), first_only: false, ..*self }
     }
 
     /// Bytes of one object (64-byte aligned).

@@ -110,13 +110,19 @@ impl Register {
         layout: Layout,
     ) -> Result<Register, RegError> {
         let mut replicas = heapless::Vec::new();
-        for &node in nodes {
-            let a = ctx.slab.alloc(mem, node, layout.size()).await.map_err(|_| RegError::Corrupt(node))?;
+        for (r, &node) in nodes.iter().enumerate() {
+            let size = layout.of_replica(r).size();
+            let a = ctx.slab.alloc(mem, node, size).await.map_err(|_| RegError::Corrupt(node))?;
             let _ = replicas.push(Replica { node, base: a.offset });
         }
         let zeros = [0u8; 8 * crate::inout::MAX_META_WORDS as usize + 16];
-        let clear = &zeros[..(8 * layout.meta_words as usize + 16).min(layout.size() as usize)];
-        let futs = replicas.iter().map(|r: &Replica| mem.write(RemoteAddr::new(r.node, r.base), clear)).collect();
+        let clear =
+            |r: usize| &zeros[..(8 * layout.meta_words as usize + 16).min(layout.of_replica(r).size() as usize)];
+        let futs = replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r): (usize, &Replica)| mem.write(RemoteAddr::new(r.node, r.base), clear(i)))
+            .collect();
         let done = quorum(futs, replicas.len()).await;
         if let Some(e) = done.first_error() {
             return Err(RegError::NoQuorum(InOutError::Mem(*e)));
@@ -222,7 +228,7 @@ impl Register {
         let (layout, id) = (self.layout, ctx.id);
         let op = |j: usize| {
             let (r, entry) = targets[j];
-            let (rep, seed) = (self.replicas[r], cache.replicas[r].mine);
+            let (rep, seed, layout) = (self.replicas[r], cache.replicas[r].mine, layout.of_replica(r));
             async move {
                 match meta.is_deleted() {
                     true => rep.delete(mem, &layout, id, seed).await,
@@ -326,7 +332,7 @@ impl Register {
         cache: &mut RegCache,
     ) -> Result<(Meta, Value<M::Buf>), RegError> {
         let (layout, id) = (self.layout, ctx.id);
-        let op = |r: usize| self.replicas[r].read(mem, &layout, id);
+        let op = |r: usize| async move { self.replicas[r].read(mem, &layout.of_replica(r), id).await };
         let mut replies =
             quorum_first(self.replicas.len(), self.need(), |r| !ctx.suspects(self.replicas[r].node), op).await;
         self.note(ctx, &replies, |r| r);
@@ -388,7 +394,7 @@ impl Register {
                     continue;
                 }
             };
-            match rep.read_out_of_place(mem, &self.layout, entry, geo_max).await {
+            match rep.read_out_of_place(mem, &self.layout.of_replica(r), entry, geo_max).await {
                 Ok(v) => return Ok(v),
                 Err(InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
                 Err(e) => last = RegError::NoQuorum(e),

@@ -345,6 +345,7 @@ where
         max_value: 64,
         writers: t.clients,
         cache_capacity: 64,
+        in_place: if t.seed.is_multiple_of(2) { kv::InPlace::Every } else { kv::InPlace::First },
     };
     let admin = make();
     for n in 0..admin.node_count() {

@@ -65,6 +65,20 @@ pub struct StoreConfig {
     pub writers: u8,
     /// Entries of each client's location cache.
     pub cache_capacity: usize,
+    /// Which replicas keep an in-place copy of the value (SWARM-KV).
+    pub in_place: InPlace,
+}
+
+/// Where SWARM-KV keeps in-place copies of values (SWARM §4, §6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum InPlace {
+    /// On the key's first replica only (the paper's implementation, §6):
+    /// a third of the memory for values, and majorities start there.
+    #[default]
+    First,
+    /// On every replica (§4 as written): a get stays one roundtrip whichever
+    /// majority answers.
+    Every,
 }
 
 /// Most metadata words per In-n-Out object: one per writer up to this many
@@ -131,7 +145,10 @@ impl StoreConfig {
         let bad = |_| KvError::BadConfig("values may have at most 64 KiB");
         match self.system {
             System::DmAbd => Layout::out_of_place(1, self.max_value as u64).map_err(bad),
-            _ => Layout::new(self.meta_words(), self.max_value as u64).map_err(bad),
+            _ => {
+                let layout = Layout::new(self.meta_words(), self.max_value as u64).map_err(bad)?;
+                Ok(if self.in_place == InPlace::First { layout.in_place_on_first() } else { layout })
+            }
         }
     }
 
@@ -154,12 +171,16 @@ impl StoreConfig {
         let nodes = nodes.max(1) as u64;
         let keys = self.keys;
         let obj = |size: u64| class_of(size).map_or(size, |(_, c)| c);
-        let (copies, object) = match self.system {
+        let (copies, objects) = match self.system {
             System::Raw => (1, obj(RawRegister::size(self.max_value as u64))),
-            _ => (self.replicas.max(1) as u64, self.layout().map_or(0, |l| obj(l.size()))),
+            _ => {
+                let copies = self.replicas.max(1);
+                let layout = self.layout();
+                (copies as u64, (0..copies).map(|r| layout.as_ref().map_or(0, |l| obj(l.of_replica(r).size()))).sum())
+            }
         };
         // Values: one object per key and copy, spread over the nodes.
-        let values = (keys * copies).div_ceil(nodes) * object;
+        let values = keys.div_ceil(nodes) * objects;
         // Out-of-place copies: one log entry per write and replica.
         let entry = (ENTRY_HEADER + self.max_value as u64).next_multiple_of(64);
         let logs = match self.system {
@@ -185,7 +206,16 @@ mod tests {
     use super::*;
 
     fn cfg(system: System) -> StoreConfig {
-        StoreConfig { system, replicas: 3, keys: 1000, max_key: 24, max_value: 64, writers: 4, cache_capacity: 1000 }
+        StoreConfig {
+            system,
+            replicas: 3,
+            keys: 1000,
+            max_key: 24,
+            max_value: 64,
+            writers: 4,
+            cache_capacity: 1000,
+            in_place: InPlace::First,
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!
 //! ```text
 //! 0    magic "SWKVDSC1"
-//! 8    replicas (1) | in place (1) | reserved (2) | meta words (4)
+//! 8    replicas (1) | in place (bit 0), on the first only (bit 1) (1)
+//!      | reserved (2) | meta words (4)
 //! 16   max value (8)
 //! 24   nodes: 8 × u16
 //! 40   bases: 8 × u64
@@ -38,7 +39,7 @@ pub fn encode(reg: &Register) -> [u8; LEN] {
     let mut b = [0u8; LEN];
     b[..8].copy_from_slice(&MAGIC.to_le_bytes());
     b[8] = reg.replicas.len() as u8;
-    b[9] = reg.layout.in_place as u8;
+    b[9] = reg.layout.in_place as u8 | (reg.layout.first_only as u8) << 1;
     b[12..16].copy_from_slice(&reg.layout.meta_words.to_le_bytes());
     b[16..24].copy_from_slice(&reg.layout.max_value.to_le_bytes());
     for (i, r) in reg.replicas.iter().enumerate() {
@@ -63,16 +64,17 @@ pub fn decode(b: &[u8], nodes: usize) -> Result<Register, &'static str> {
     let n = b[8] as usize;
     let meta_words = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
     let max_value = word(16)?;
-    if n == 0 || n > MAX_REPLICAS || b[9] > 1 || meta_words == 0 || meta_words > MAX_META_WORDS || max_value > MAX_VALUE
+    if n == 0 || n > MAX_REPLICAS || b[9] > 3 || meta_words == 0 || meta_words > MAX_META_WORDS || max_value > MAX_VALUE
     {
         return Err("impossible descriptor");
     }
-    let layout = Layout { meta_words, max_value, in_place: b[9] == 1 };
+    let layout = Layout { meta_words, max_value, in_place: b[9] & 1 == 1, first_only: b[9] & 2 == 2 };
     let mut replicas = heapless::Vec::new();
     for i in 0..n {
         let node = u16::from_le_bytes([b[24 + 2 * i], b[25 + 2 * i]]);
         let base = word(40 + 8 * i)?;
-        if node as usize >= nodes || !base.is_multiple_of(8) || base.checked_add(layout.size()).is_none() {
+        if node as usize >= nodes || !base.is_multiple_of(8) || base.checked_add(layout.of_replica(i).size()).is_none()
+        {
             return Err("descriptor names an impossible replica");
         }
         let _ = replicas.push(Replica { node: NodeId(node), base });
@@ -96,6 +98,9 @@ mod tests {
     fn round_trips() {
         for n in [1, 3, 5, 7] {
             assert_eq!(decode(&encode(&reg(n)), 8), Ok(reg(n)));
+            let mut one = reg(n);
+            one.layout = one.layout.in_place_on_first();
+            assert_eq!(decode(&encode(&one), 8), Ok(one));
         }
         assert_eq!(decode(&encode(&reg(3)), 2), Err("descriptor names an impossible replica"));
     }

@@ -43,7 +43,7 @@ mod store;
 mod tests;
 
 #[cfg(feature = "alloc")]
-pub use config::{StoreConfig, System};
+pub use config::{InPlace, StoreConfig, System};
 #[cfg(feature = "alloc")]
 pub use store::{Store, connect, format};
 

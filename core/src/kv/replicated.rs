@@ -39,9 +39,11 @@
 //! - A delete with a cached location first checks that the index slot
 //!   still holds it (one more roundtrip, two in all; see
 //!   [`Replicated::delete`]); see [`super`] for what deletes answer.
-//! - Writes go to every replica and wait for a majority; the paper's
-//!   bandwidth savings (a majority first, in-place data on one replica,
-//!   §6) are not implemented.
+//! - As in the paper's implementation (§6), operations start with a
+//!   majority (the key's first replicas, unless this client saw their node
+//!   fail) and widen on failure ([`crate::quorum::quorum_first`]), and by
+//!   default only the first replica keeps an in-place copy
+//!   ([`super::InPlace`]).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -331,8 +333,8 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         let nodes: Vec<NodeId> = (0..self.replicas).map(|i| NodeId(((first + i) % self.nodes) as u16)).collect();
         let mut replicas = heapless::Vec::new();
         let mut missing = 0;
-        for node in nodes {
-            let base = match self.ctx.slab.alloc(&self.mem, node, self.layout.size()).await {
+        for (r, node) in nodes.into_iter().enumerate() {
+            let base = match self.ctx.slab.alloc(&self.mem, node, self.layout.of_replica(r).size()).await {
                 Ok(a) => a.offset,
                 Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
                     missing += 1;

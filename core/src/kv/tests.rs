@@ -24,7 +24,8 @@ const NODE_SIZE: u64 = 4 << 20;
 const CHUNK: u64 = 64 << 10;
 
 fn config(system: System, replicas: usize, writers: u8) -> StoreConfig {
-    StoreConfig { system, replicas, keys: 64, max_key: 16, max_value: 256, writers, cache_capacity: 64 }
+    let in_place = if replicas == 5 { InPlace::Every } else { InPlace::First };
+    StoreConfig { system, replicas, keys: 64, max_key: 16, max_value: 256, writers, cache_capacity: 64, in_place }
 }
 
 /// Formats `nodes` simulated nodes for `cfg`.
@@ -495,8 +496,9 @@ fn bytes_per_key_against_table_3() {
             System::Raw => class(crate::raw::RawRegister::size(VALUE as u64)) as f64 + block,
             _ => {
                 let entry = (crate::writerlog::ENTRY_HEADER + VALUE as u64).next_multiple_of(64);
-                let object = class(cfg.layout().unwrap().size());
-                3.0 * (object + entry) as f64 + block + DESCRIPTOR_BYTES as f64
+                let layout = cfg.layout().unwrap();
+                let objects: u64 = (0..3).map(|r| class(layout.of_replica(r).size())).sum();
+                (objects + 3 * entry) as f64 + block + DESCRIPTOR_BYTES as f64
             }
         };
         assert!(
