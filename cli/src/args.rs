@@ -47,9 +47,18 @@ pub enum Command {
     /// files (`--backend cxl`).
     #[command(subcommand)]
     Memnode(Memnode),
+    /// Compare the key-value stores side by side on a YCSB workload:
+    /// throughput, latency percentiles, roundtrips, plots.
+    Bench(crate::bench::ycsb::YcsbArgs),
     /// Benchmark Safe-Guess registers: latency, throughput and roundtrips
     /// of reads and writes.
-    Bench(BenchArgs),
+    BenchRegister(BenchArgs),
+    /// Get, put and delete keys of a store on a shm cluster, or open a
+    /// small shell on it.
+    Kv(crate::kv::KvArgs),
+    /// A worker process of `swarm bench --processes` (internal).
+    #[command(hide = true)]
+    YcsbWorker,
 }
 
 /// `swarm memnode ...`.
@@ -421,8 +430,8 @@ mod tests {
 
     #[test]
     fn bench_defaults() {
-        let cli = Cli::try_parse_from(["swarm", "bench"]).unwrap();
-        let Command::Bench(b) = cli.command else { panic!("not bench") };
+        let cli = Cli::try_parse_from(["swarm", "bench-register"]).unwrap();
+        let Command::BenchRegister(b) = cli.command else { panic!("not bench-register") };
         assert_eq!((b.backend, b.clients, b.replicas, b.value_size, b.ops), (Backend::Shm, 2, 3, 64, 20_000));
         assert_eq!((b.warmup, b.read_ratio, b.registers, b.inject_rtt_us, b.seed), (None, 0.5, 1, 0.0, 1));
     }

@@ -3,9 +3,12 @@
 //! - `swarm memnode create|list|remove`: clusters of memory nodes in shared
 //!   memory (`/dev/shm`, `--dir`) or on DAX devices and files
 //!   (`--backend cxl --path`), formatted so that SWARM clients can use them.
-//! - `swarm bench`: a Safe-Guess register benchmark on shared memory, on DAX
-//!   devices and files (with cache-line flushes), or on the deterministic
-//!   simulator.
+//! - `swarm bench`: the YCSB comparison of the key-value stores (RAW,
+//!   DM-ABD, SWARM-KV) on shared memory (threads or processes), DAX devices
+//!   and files, or the deterministic simulator: a table, JSON and plots.
+//! - `swarm bench-register`: a Safe-Guess register benchmark on the same
+//!   backends.
+//! - `swarm kv`: get, put, delete and a small shell on a shm cluster.
 //!
 //! Every failure, from a mistyped flag to a cluster that cannot be opened,
 //! ends as one `error: ...` line on stderr and a non-zero exit status (2 for
@@ -14,6 +17,7 @@
 
 mod args;
 mod bench;
+mod kv;
 mod memnode;
 mod report;
 
@@ -33,12 +37,19 @@ fn main() -> ExitCode {
         Command::Memnode(Memnode::Create(a)) => memnode::create(&a),
         Command::Memnode(Memnode::List(a)) => memnode::list(&a),
         Command::Memnode(Memnode::Remove(a)) => memnode::remove(&a),
-        Command::Bench(a) => bench::run(&a),
+        Command::Bench(a) => bench::ycsb::run(&a),
+        Command::BenchRegister(a) => bench::run(&a),
+        Command::Kv(a) => kv::run(&a),
+        Command::YcsbWorker => bench::procs::worker(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("error: {msg}");
+            // An empty message: already reported (a worker process's
+            // errors go to its parent).
+            if !msg.is_empty() {
+                eprintln!("error: {msg}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -1,4 +1,4 @@
-//! `swarm bench` on both backends: the table is printed, the JSON report
+//! `swarm bench-register` on both backends: the table is printed, the JSON report
 //! holds the same numbers, and uncontended operations take one roundtrip.
 
 mod common;
@@ -11,7 +11,7 @@ fn bench(args: &[&str]) -> (String, Value) {
     let (dir, _) = ShmDir::named("json");
     std::fs::create_dir(&dir.0).unwrap();
     let file = dir.0.join("out.json");
-    let mut all = vec!["bench"];
+    let mut all = vec!["bench-register"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--json", file.to_str().unwrap()]);
     let out = ok(&all);

@@ -9,17 +9,17 @@ use common::{ShmDir, fails, ok, swarm};
 #[test]
 fn bad_flags_are_one_line_errors() {
     let cases: &[(&[&str], &str)] = &[
-        (&["bench", "--frobnicate"], "unexpected argument '--frobnicate'"),
-        (&["bench", "--replicas", "4"], "replicas must be 3, 5 or 7"),
-        (&["bench", "--replicas", "9"], "replicas must be 3, 5 or 7"),
-        (&["bench", "--clients", "0"], "clients must be between 1 and 126"),
-        (&["bench", "--clients", "many"], "not a whole number"),
-        (&["bench", "--read-ratio", "1.5"], "read ratio must be between 0 and 1"),
-        (&["bench", "--value-size", "70000"], "at most 65536 bytes"),
-        (&["bench", "--ops", "0"], "operations must be between 1"),
-        (&["bench", "--backend", "rdma"], "invalid value 'rdma'"),
-        (&["bench", "--inject-rtt-us", "-1"], "injected latency must be between 0"),
-        (&["bench", "--read-ratio", "-0.5"], "read ratio must be between 0 and 1"),
+        (&["bench-register", "--frobnicate"], "unexpected argument '--frobnicate'"),
+        (&["bench-register", "--replicas", "4"], "replicas must be 3, 5 or 7"),
+        (&["bench-register", "--replicas", "9"], "replicas must be 3, 5 or 7"),
+        (&["bench-register", "--clients", "0"], "clients must be between 1 and 126"),
+        (&["bench-register", "--clients", "many"], "not a whole number"),
+        (&["bench-register", "--read-ratio", "1.5"], "read ratio must be between 0 and 1"),
+        (&["bench-register", "--value-size", "70000"], "at most 65536 bytes"),
+        (&["bench-register", "--ops", "0"], "operations must be between 1"),
+        (&["bench-register", "--backend", "rdma"], "invalid value 'rdma'"),
+        (&["bench-register", "--inject-rtt-us", "-1"], "injected latency must be between 0"),
+        (&["bench-register", "--read-ratio", "-0.5"], "read ratio must be between 0 and 1"),
         (&["memnode", "create", "--dir", "x", "--nodes", "3", "--size", "0"], "node size must be positive"),
         (&["memnode", "create", "--dir", "x", "--nodes", "3", "--size", "4097"], "multiple of 4 KiB"),
         (&["memnode", "create", "--dir", "x", "--nodes", "3", "--size", "12Q"], "unknown size suffix"),
@@ -38,7 +38,7 @@ fn bad_flags_are_one_line_errors() {
 #[test]
 fn help_and_version_are_not_errors() {
     assert!(ok(&["--help"]).contains("memnode"));
-    assert!(ok(&["bench", "--help"]).contains("--read-ratio"));
+    assert!(ok(&["bench-register", "--help"]).contains("--read-ratio"));
     assert!(ok(&["--version"]).starts_with("swarm "));
     // A missing subcommand prints the help, as a usage error.
     let out = swarm(&[]);
@@ -48,15 +48,17 @@ fn help_and_version_are_not_errors() {
 
 #[test]
 fn flags_that_do_not_go_together() {
-    assert!(fails(&["bench", "--backend", "sim", "--inject-rtt-us", "3"], 1).contains("shm and cxl"));
-    assert!(fails(&["bench", "--backend", "sim", "--dir", "somewhere"], 1).contains("shm only"));
-    assert!(fails(&["bench", "--sim-jitter"], 1).contains("sim only"));
-    assert!(fails(&["bench", "--path", "/dev/shm/x"], 1).contains("--backend cxl only"));
-    assert!(fails(&["bench", "--flush", "none"], 1).contains("--backend cxl only"));
-    assert!(fails(&["bench", "--backend", "cxl"], 1).contains("needs --path"));
-    assert!(fails(&["bench", "--backend", "cxl", "--path", "/dev/shm/x", "--dir", "y"], 1).contains("shm only"));
+    assert!(fails(&["bench-register", "--backend", "sim", "--inject-rtt-us", "3"], 1).contains("shm and cxl"));
+    assert!(fails(&["bench-register", "--backend", "sim", "--dir", "somewhere"], 1).contains("shm only"));
+    assert!(fails(&["bench-register", "--sim-jitter"], 1).contains("sim only"));
+    assert!(fails(&["bench-register", "--path", "/dev/shm/x"], 1).contains("--backend cxl only"));
+    assert!(fails(&["bench-register", "--flush", "none"], 1).contains("--backend cxl only"));
+    assert!(fails(&["bench-register", "--backend", "cxl"], 1).contains("needs --path"));
     assert!(
-        fails(&["bench", "--backend", "cxl", "--path", "/dev/shm/x", "--flush", "maybe"], 2)
+        fails(&["bench-register", "--backend", "cxl", "--path", "/dev/shm/x", "--dir", "y"], 1).contains("shm only")
+    );
+    assert!(
+        fails(&["bench-register", "--backend", "cxl", "--path", "/dev/shm/x", "--flush", "maybe"], 2)
             .contains("unknown flush mode")
     );
     assert!(
@@ -70,7 +72,7 @@ fn flags_that_do_not_go_together() {
         fails(&["memnode", "remove", "--backend", "cxl", "--path", "/dev/shm/no-such-swarm-pool"], 1)
             .contains("no such device or file")
     );
-    let line = fails(&["bench", "--ops", "10", "--json", "/nonexistent-dir/x.json"], 1);
+    let line = fails(&["bench-register", "--ops", "10", "--json", "/nonexistent-dir/x.json"], 1);
     assert!(line.contains("cannot write /nonexistent-dir/x.json"), "{line}");
 }
 
@@ -96,7 +98,7 @@ fn missing_and_foreign_directories() {
     let (missing, name) = ShmDir::named("missing");
     assert!(fails(&["memnode", "remove", "--dir", missing.arg()], 1).contains("no cluster at"));
     assert!(fails(&["memnode", "remove", "--dir", &name], 1).contains("no cluster at"));
-    assert!(fails(&["bench", "--dir", missing.arg(), "--ops", "10"], 1).contains(missing.arg()));
+    assert!(fails(&["bench-register", "--dir", missing.arg(), "--ops", "10"], 1).contains(missing.arg()));
     // A directory that is not a cluster is not removed.
     let (foreign, _) = ShmDir::named("foreign");
     std::fs::create_dir(&foreign.0).unwrap();
@@ -122,13 +124,13 @@ fn bench_checks_the_cluster_it_is_given() {
         "--max-value",
         "64",
     ]);
-    let line = fails(&["bench", "--dir", dir.arg(), "--replicas", "5", "--ops", "10"], 1);
+    let line = fails(&["bench-register", "--dir", dir.arg(), "--replicas", "5", "--ops", "10"], 1);
     assert!(line.contains("--replicas 5 needs 5 nodes"), "{line}");
-    let line = fails(&["bench", "--dir", dir.arg(), "--value-size", "200", "--ops", "10"], 1);
+    let line = fails(&["bench-register", "--dir", dir.arg(), "--value-size", "200", "--ops", "10"], 1);
     assert!(line.contains("values of up to 112 bytes, not 200"), "{line}");
-    let line = fails(&["bench", "--dir", dir.arg(), "--ops", "100000"], 1);
+    let line = fails(&["bench-register", "--dir", dir.arg(), "--ops", "100000"], 1);
     assert!(line.contains("exceed"), "{line}");
-    let line = fails(&["bench", "--dir", dir.arg(), "--ops", "20000"], 1);
+    let line = fails(&["bench-register", "--dir", dir.arg(), "--ops", "20000"], 1);
     assert!(line.contains("free"), "{line}");
     let line = fails(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", "4M"], 1);
     assert!(line.contains("already exists"), "{line}");

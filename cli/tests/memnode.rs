@@ -24,7 +24,7 @@ fn create_list_bench_remove() {
     let used_before = cols[8].to_string();
 
     // Clients of another process use it.
-    let out = ok(&["bench", "--dir", dir.arg(), "--ops", "200", "--clients", "2", "--value-size", "1K"]);
+    let out = ok(&["bench-register", "--dir", dir.arg(), "--ops", "200", "--clients", "2", "--value-size", "1K"]);
     assert!(out.contains(dir.arg()) && out.contains("write"), "{out}");
     let after = listed(dir.arg()).unwrap();
     assert_ne!(after.split_whitespace().nth(8).unwrap(), used_before, "the bench allocated: {after}");
@@ -83,7 +83,7 @@ fn cxl_create_list_bench_remove() {
     assert!(out.contains("3 node(s) of 16 MiB"), "{out}");
     let listed = ok(&["memnode", "list", "--path", pool]);
     assert!(listed.contains("tmpfs") && listed.contains("0..3"), "{listed}");
-    let out = ok(&["bench", "--backend", "cxl", "--path", pool, "--ops", "200", "--value-size", "256"]);
+    let out = ok(&["bench-register", "--backend", "cxl", "--path", pool, "--ops", "200", "--value-size", "256"]);
     assert!(out.contains("cxl (") && out.contains("flush persist") && out.contains("lines written back"), "{out}");
     assert!(
         fails(&["memnode", "create", "--backend", "cxl", "--path", pool, "--nodes", "3", "--size", "16M"], 1)
@@ -96,7 +96,7 @@ fn cxl_create_list_bench_remove() {
     let own = dir.0.join("own");
     let own = own.to_str().unwrap();
     for mode in ["none", "persist", "noncoherent"] {
-        let out = ok(&["bench", "--backend", "cxl", "--path", own, "--flush", mode, "--ops", "100"]);
+        let out = ok(&["bench-register", "--backend", "cxl", "--path", own, "--flush", mode, "--ops", "100"]);
         assert!(out.contains(&format!("flush {mode}")), "{out}");
         assert!(!std::path::Path::new(own).exists(), "the bench's own nodes are removed");
     }

@@ -1,4 +1,5 @@
-//! `swarm bench`: a Safe-Guess register benchmark.
+//! `swarm bench-register`: a Safe-Guess register benchmark (and, in
+//! [`ycsb`], `swarm bench`: the YCSB comparison of the key-value stores).
 //!
 //! Every client loops over seeded random operations: pick a register
 //! uniformly among `--registers`, then read it or write a `--value-size`
@@ -15,8 +16,10 @@
 //! itself are sized for the run, and a `--dir` cluster is checked for room.
 
 mod cxl;
+pub mod procs;
 mod shm;
 mod sim;
+pub mod ycsb;
 
 use std::fs::File;
 use std::io::Write;
@@ -263,7 +266,7 @@ fn merge(outs: Vec<ClientOut>, time: TimeBase) -> Measured {
     m
 }
 
-/// `swarm bench`.
+/// `swarm bench-register`.
 pub fn run(a: &BenchArgs) -> Result<(), String> {
     let w = workload(a)?;
     // Fail on an unwritable report now, not after the run.

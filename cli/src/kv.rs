@@ -1,0 +1,422 @@
+//! `swarm kv`: a key-value store for a person at a terminal, on a shm
+//! cluster that `swarm memnode create` made.
+//!
+//! ```text
+//! swarm memnode create --dir demo --nodes 3 --size 256M
+//! swarm kv --dir demo init --system swarm-kv     # once
+//! swarm kv --dir demo put greeting hello
+//! swarm kv --dir demo get greeting
+//! swarm kv --dir demo delete greeting
+//! swarm kv --dir demo shell                      # get/put/insert/update/delete/help/quit
+//! ```
+//!
+//! `memnode create` formats regions and writer logs; `kv init` sets up the
+//! store itself ([`swarm_core::kv::format`]: the index, and logs where
+//! missing) and records its configuration (system, replicas, sizes, the
+//! clients' clock epoch) in three root slots of node 0 ([`CONFIG_ROOTS`]),
+//! so that every later command, in any process, connects with the same
+//! shape. Each process connects as client `--id` (default 1): two
+//! processes running at once need different ids (Safe-Guess has one
+//! outstanding operation per writer id).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use swarm_backend_shm::{ShmCluster, ShmMemory};
+use swarm_core::client::SystemClock;
+use swarm_core::exec::block_on;
+use swarm_core::kv::{self, Got, KvClient, KvError, Missing, Store, StoreConfig, System, Written};
+use swarm_core::region::{ROOT_SLOTS, Region};
+use swarm_core::writerlog::Logs;
+use swarm_core::{Memory, NodeId};
+
+use crate::args::{format_size, parse_dir, parse_size};
+
+/// Root slots of node 0 that hold the store's configuration: the shape
+/// word, the key count and the clock epoch (the last three of the region
+/// header, which the core leaves unused).
+pub const CONFIG_ROOTS: [u64; 3] = [ROOT_SLOTS - 3, ROOT_SLOTS - 2, ROOT_SLOTS - 1];
+/// Tag in the top 16 bits of the shape word ("KV").
+const MAGIC: u64 = 0x4B56;
+
+/// `swarm kv`.
+#[derive(Args, Debug)]
+pub struct KvArgs {
+    /// The cluster (`swarm memnode create --dir`): a path, or a bare NAME
+    /// for /dev/shm/swarm-NAME.
+    #[arg(long, value_name = "DIR", value_parser = parse_dir)]
+    pub dir: PathBuf,
+    /// This process's client id, from 1 to the store's writers (processes
+    /// running at the same time need different ids).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_id)]
+    pub id: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: KvCommand,
+}
+
+/// `swarm kv ...`.
+#[derive(Subcommand, Debug)]
+pub enum KvCommand {
+    /// Set up a key-value store on the cluster (once).
+    Init(InitArgs),
+    /// Print a key's value.
+    Get {
+        /// The key.
+        key: String,
+    },
+    /// Insert a key, or update it if it exists.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Delete a key.
+    Delete {
+        /// The key.
+        key: String,
+    },
+    /// Show the store's configuration.
+    Info,
+    /// A small shell reading commands from stdin (type `help`).
+    Shell,
+}
+
+/// `swarm kv init`.
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// The store: raw, dm-abd or swarm-kv.
+    #[arg(long, value_name = "SYSTEM", default_value = "swarm-kv", value_parser = parse_system)]
+    pub system: System,
+    /// Replicas of each key (odd; at most the cluster's nodes; RAW keeps one copy).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = parse_replicas)]
+    pub replicas: usize,
+    /// Keys the store must hold (sizes its index).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = parse_keys)]
+    pub keys: u64,
+    /// Longest key, bytes.
+    #[arg(long, value_name = "BYTES", default_value = "64", value_parser = parse_max_key)]
+    pub max_key: usize,
+    /// Largest value, bytes (every key reserves room for one per replica).
+    #[arg(long, value_name = "BYTES", default_value = "1K", value_parser = parse_max_value)]
+    pub max_value: usize,
+    /// Client ids that may be used (1..=N).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = parse_id)]
+    pub writers: u8,
+}
+
+fn parse_system(s: &str) -> Result<System, String> {
+    System::from_name(&s.trim().to_ascii_lowercase())
+        .ok_or_else(|| format!("'{s}' is not a system (use raw, dm-abd or swarm-kv)"))
+}
+
+fn parse_id(s: &str) -> Result<u8, String> {
+    match s.trim().parse::<u8>() {
+        Ok(n @ 1..=126) => Ok(n),
+        _ => Err("client ids go from 1 to 126".into()),
+    }
+}
+
+fn parse_replicas(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n @ (1 | 3 | 5 | 7)) => Ok(n),
+        _ => Err("replicas must be 1, 3, 5 or 7".into()),
+    }
+}
+
+fn parse_keys(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n @ 1..=100_000_000) => Ok(n),
+        _ => Err("the number of keys must be between 1 and 100000000".into()),
+    }
+}
+
+fn parse_max_key(s: &str) -> Result<usize, String> {
+    match parse_size(s)? {
+        n @ 1..=255 => Ok(n as usize),
+        _ => Err("keys may have 1 to 255 bytes".into()),
+    }
+}
+
+fn parse_max_value(s: &str) -> Result<usize, String> {
+    match parse_size(s)? {
+        n @ 1..=65536 => Ok(n as usize),
+        _ => Err("values may have 1 to 65536 bytes".into()),
+    }
+}
+
+/// Packs what clients must agree on into the three root words.
+fn encode(cfg: &StoreConfig, epoch_us: u64) -> [u64; 3] {
+    let system = System::ALL.iter().position(|s| *s == cfg.system).unwrap_or(0) as u64;
+    let shape = MAGIC << 48
+        | system << 44
+        | (cfg.replicas as u64) << 40
+        | (cfg.writers as u64) << 32
+        | (cfg.max_key as u64) << 24
+        | cfg.max_value as u64;
+    [shape, cfg.keys, epoch_us]
+}
+
+/// Reads back what [`encode`] packed; `None` if the words hold no store.
+fn decode(words: [u64; 3]) -> Option<(StoreConfig, u64)> {
+    let [shape, keys, epoch_us] = words;
+    if shape >> 48 != MAGIC || keys == 0 || epoch_us == 0 {
+        return None;
+    }
+    let system = *System::ALL.get(((shape >> 44) & 0xf) as usize)?;
+    let cfg = StoreConfig {
+        system,
+        replicas: ((shape >> 40) & 0xf) as usize,
+        writers: ((shape >> 32) & 0xff) as u8,
+        max_key: ((shape >> 24) & 0xff) as usize,
+        max_value: (shape & 0xff_ffff) as usize,
+        keys,
+        cache_capacity: keys.clamp(1, 1 << 20) as usize,
+        in_place: Default::default(),
+    };
+    Some((cfg, epoch_us))
+}
+
+/// The cluster of `dir`, with a reason in words if it cannot be used.
+fn open_cluster(dir: &Path) -> Result<ShmCluster, String> {
+    ShmCluster::open(dir).map_err(|e| format!("{e} (make a cluster with `swarm memnode create --dir ...`)"))
+}
+
+/// The store's configuration, read from node 0.
+fn read_config(mem: &ShmMemory, dir: &Path) -> Result<(StoreConfig, u64), String> {
+    let mut words = [0u64; 3];
+    for (w, slot) in words.iter_mut().zip(CONFIG_ROOTS) {
+        *w = block_on(Region::read_root(mem, NodeId(0), slot))
+            .map_err(|e| format!("{}: not a cluster of `swarm memnode create` ({e})", dir.display()))?;
+    }
+    decode(words).ok_or_else(|| {
+        format!("{} holds no key-value store yet (set one up with `swarm kv --dir {0} init`)", dir.display())
+    })
+}
+
+/// `swarm kv`.
+pub fn run(a: &KvArgs) -> Result<(), String> {
+    let cluster = open_cluster(&a.dir)?;
+    let mem = cluster.memory();
+    if let KvCommand::Init(i) = &a.command {
+        return init(&mem, &a.dir, i);
+    }
+    let (cfg, epoch_us) = read_config(&mem, &a.dir)?;
+    if let KvCommand::Info = a.command {
+        println!(
+            "{}: {} with {} replica(s), up to {} keys of at most {} B, values of at most {}, client ids 1 to {}",
+            a.dir.display(),
+            cfg.system.name(),
+            if cfg.system.replicated() { cfg.replicas } else { 1 },
+            cfg.keys,
+            cfg.max_key,
+            format_size(cfg.max_value as u64),
+            cfg.writers
+        );
+        return Ok(());
+    }
+    if a.id > cfg.writers {
+        return Err(format!("--id {} is not a client id of this store (1 to {})", a.id, cfg.writers));
+    }
+    let clock = SystemClock { epoch_us };
+    let mut store = block_on(kv::connect(mem, &cfg, a.id, clock)).map_err(|e| format!("cannot connect: {e}"))?;
+    match &a.command {
+        KvCommand::Get { key } => print!("{}", get(&mut store, key)?),
+        KvCommand::Put { key, value } => print!("{}", put(&mut store, key, value)?),
+        KvCommand::Delete { key } => print!("{}", delete(&mut store, key)?),
+        KvCommand::Shell => shell(&mut store)?,
+        KvCommand::Init(_) | KvCommand::Info => {}
+    }
+    Ok(())
+}
+
+/// `swarm kv init`: checks the cluster can hold the store, sets it up and
+/// records its configuration.
+fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
+    let cfg = StoreConfig {
+        system: i.system,
+        replicas: if i.system.replicated() { i.replicas } else { 1 },
+        keys: i.keys,
+        max_key: i.max_key,
+        max_value: i.max_value,
+        writers: i.writers,
+        cache_capacity: i.keys.clamp(1, 1 << 20) as usize,
+        in_place: Default::default(),
+    };
+    let nodes = mem.node_count();
+    cfg.check(nodes).map_err(|e| e.to_string())?;
+    if read_config(mem, dir).is_ok() {
+        return Err(format!(
+            "{} already holds a key-value store (see `swarm kv --dir {0} info`; `swarm memnode remove` and \
+             create to start afresh)",
+            dir.display()
+        ));
+    }
+    let mut logs = Logs::new();
+    for n in 0..nodes {
+        let node = NodeId(n as u16);
+        let not_formatted = |e: String| {
+            format!("{}: {node} is not formatted ({e}); make clusters with `swarm memnode create`", dir.display())
+        };
+        block_on(Region::open(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
+        let geo = block_on(logs.geometry(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
+        if i.max_value as u64 > geo.max_value() {
+            return Err(format!(
+                "the cluster holds values of up to {} bytes, not {} (see `swarm memnode create --max-value`)",
+                geo.max_value(),
+                i.max_value
+            ));
+        }
+    }
+    // An index too large for node 0 fails here ("the store is full"); values
+    // are allocated as keys are inserted, and a full node fails that put.
+    block_on(kv::format(mem, &cfg)).map_err(|e| match e {
+        KvError::Full => format!(
+            "cannot set up the store: an index for {} keys does not fit in node 0 (use fewer --keys or a bigger \
+             cluster)",
+            cfg.keys
+        ),
+        e => format!("cannot set up the store: {e}"),
+    })?;
+    let epoch_us = SystemClock::unix_us().max(1);
+    for (slot, word) in CONFIG_ROOTS.into_iter().zip(encode(&cfg, epoch_us)).rev() {
+        // The shape word last: a store is there once it is.
+        let prev = block_on(Region::claim_root(mem, NodeId(0), slot, word)).map_err(|e| e.to_string())?;
+        if prev != 0 && prev != word {
+            return Err(format!("{}: another process is setting up a store at the same time", dir.display()));
+        }
+    }
+    println!(
+        "{}: {} store for {} keys (keys up to {} B, values up to {}), client ids 1 to {}",
+        dir.display(),
+        cfg.system.name(),
+        cfg.keys,
+        cfg.max_key,
+        format_size(cfg.max_value as u64),
+        cfg.writers
+    );
+    Ok(())
+}
+
+/// A client of a store on shared memory.
+type Client = Store<ShmMemory, SystemClock>;
+
+/// Explains a store error to a person.
+fn kv_error(what: &str, key: &str, e: KvError) -> String {
+    format!("{what} '{key}': {e}")
+}
+
+fn get(s: &mut Client, key: &str) -> Result<String, String> {
+    match block_on(s.get(key.as_bytes())).map_err(|e| kv_error("get", key, e))? {
+        Got::Found(v) => Ok(format!("{}\n", String::from_utf8_lossy(&v))),
+        Got::NotFound | Got::Deleted => Err(format!("'{key}' not found")),
+    }
+}
+
+fn put(s: &mut Client, key: &str, value: &str) -> Result<String, String> {
+    let Written = block_on(s.insert(key.as_bytes(), value.as_bytes())).map_err(|e| kv_error("put", key, e))?;
+    Ok("OK\n".into())
+}
+
+fn update(s: &mut Client, key: &str, value: &str) -> Result<String, String> {
+    match block_on(s.update(key.as_bytes(), value.as_bytes())).map_err(|e| kv_error("update", key, e))? {
+        Ok(Written) => Ok("OK\n".into()),
+        Err(Missing::NotFound) => Err(format!("'{key}' not found (insert it with put)")),
+    }
+}
+
+fn delete(s: &mut Client, key: &str) -> Result<String, String> {
+    match block_on(s.delete(key.as_bytes())).map_err(|e| kv_error("delete", key, e))? {
+        Ok(Written) => Ok("deleted\n".into()),
+        Err(Missing::NotFound) => Err(format!("'{key}' not found")),
+    }
+}
+
+const HELP: &str = "commands:
+  get KEY            print KEY's value
+  put KEY VALUE      insert KEY, or update it (VALUE is the rest of the line)
+  insert KEY VALUE   the same as put
+  update KEY VALUE   update KEY if it exists
+  delete KEY         delete KEY
+  help               this text
+  quit               leave (so does end of input)
+";
+
+/// One shell line: the text to print, or an error to print; `None` to quit.
+fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
+    let line = line.trim();
+    let (cmd, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let rest = rest.trim_start();
+    let (key, value) = rest.split_once(char::is_whitespace).map_or((rest, ""), |(k, v)| (k, v.trim_start()));
+    let need_key = || Err(format!("{cmd} needs a KEY (type help)"));
+    let need_value = || Err(format!("{cmd} needs a KEY and a VALUE (type help)"));
+    Some(match cmd.to_ascii_lowercase().as_str() {
+        "" => Ok(String::new()),
+        "quit" | "exit" => return None,
+        "help" | "?" => Ok(HELP.into()),
+        "get" | "delete" | "del" if key.is_empty() || !value.is_empty() => need_key(),
+        "get" => get(s, key),
+        "delete" | "del" => delete(s, key),
+        "put" | "insert" | "update" if key.is_empty() || value.is_empty() => need_value(),
+        "put" | "insert" => put(s, key, value),
+        "update" => update(s, key, value),
+        other => Err(format!("unknown command '{other}' (type help)")),
+    })
+}
+
+/// The shell: one command per line of stdin; errors are printed and the
+/// shell goes on. A prompt when stdin is a terminal.
+fn shell(s: &mut Client) -> Result<(), String> {
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    let mut out = std::io::stdout();
+    let mut line = String::new();
+    loop {
+        if interactive {
+            let _ = write!(out, "swarm> ");
+            let _ = out.flush();
+        }
+        line.clear();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("cannot read stdin: {e}")),
+        }
+        match shell_line(s, &line) {
+            None => return Ok(()),
+            Some(Ok(text)) => {
+                let _ = write!(out, "{text}");
+            }
+            Some(Err(e)) => {
+                let _ = writeln!(out, "error: {e}");
+            }
+        }
+        let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_round_trip_through_the_root_words() {
+        for system in System::ALL {
+            let cfg = StoreConfig {
+                system,
+                replicas: 5,
+                keys: 123_456,
+                max_key: 255,
+                max_value: 65536,
+                writers: 126,
+                cache_capacity: 123_456,
+                in_place: Default::default(),
+            };
+            assert_eq!(decode(encode(&cfg, 42)), Some((cfg, 42)));
+        }
+        assert_eq!(decode([0, 0, 0]), None);
+        assert_eq!(decode([u64::MAX, 1, 1]), None);
+    }
+}

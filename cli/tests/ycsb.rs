@@ -1,0 +1,170 @@
+//! `swarm bench`, the YCSB comparison: bad input is one line of error, a
+//! simulated run gives SWARM Table 2's roundtrips in the JSON shape the
+//! issue fixes, and shared-memory runs with threads and with worker
+//! processes complete.
+
+mod common;
+
+use common::{ShmDir, fails, ok};
+use serde_json::Value;
+
+/// Runs `swarm bench ARGS --json FILE --plots DIR`; returns stdout, the
+/// JSON and the files written.
+fn bench(args: &[&str]) -> (String, Value, Vec<String>) {
+    let (dir, _) = ShmDir::named("ycsb");
+    std::fs::create_dir(&dir.0).unwrap();
+    let file = dir.0.join("out.json");
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", file.to_str().unwrap()]);
+    let out = ok(&all);
+    let json = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).expect("valid JSON");
+    let mut files: Vec<String> =
+        std::fs::read_dir(&dir.0).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    (out, json, files)
+}
+
+fn system<'a>(j: &'a Value, name: &str) -> &'a Value {
+    j["systems"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no {name}: {j}"))
+}
+
+#[test]
+fn bad_flags_are_one_line_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "--workload", "e"], "'e' is not a workload"),
+        (&["bench", "--distribution", "latest"], "not a distribution"),
+        (&["bench", "--systems", "raw,fusee"], "'fusee' is not a system"),
+        (&["bench", "--inflight", "1,0"], "operations in flight must be between 1 and 126"),
+        (&["bench", "--inflight", "two"], "not a whole number"),
+        (&["bench", "--key-size", "300"], "keys may have 1 to 255 bytes"),
+        (&["bench", "--value-size", "70000"], "at most 65536 bytes"),
+        (&["bench", "--replicas", "4"], "replicas must be 3, 5 or 7"),
+        (&["bench", "--clients", "0"], "clients must be between 1 and 126"),
+        (&["bench", "--keys", "0"], "keys must be between 1"),
+        (&["bench", "--ops", "0"], "operations must be between 1"),
+        (&["bench", "--inject-rtt-us", "-1"], "injected latency must be between 0"),
+        (&["bench", "--backend", "tcp"], "invalid value 'tcp'"),
+        (&["bench", "--plots", "x", "--no-plots"], "cannot be used with"),
+    ];
+    for (args, expect) in cases {
+        let line = fails(args, 2);
+        assert!(line.contains(expect), "swarm {args:?}: {line:?} lacks {expect:?}");
+    }
+}
+
+#[test]
+fn impossible_runs_are_one_line_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "--backend", "rdma"], "--backend rdma needs"),
+        (&["bench", "--backend", "sim", "--inject-rtt-us", "1"], "applies to --backend shm and cxl"),
+        (&["bench", "--backend", "sim", "--processes", "2", "--clients", "2"], "--processes applies"),
+        (&["bench", "--processes", "3", "--clients", "2"], "needs at least 3 clients"),
+        (&["bench", "--backend", "cxl"], "needs --path"),
+        (&["bench", "--path", "/dev/shm/x"], "--path applies to --backend cxl"),
+        (&["bench", "--flush", "none"], "--flush applies"),
+        (&["bench", "--clients", "64", "--inflight", "1,2"], "need 128 client ids"),
+        (&["bench", "--key-size", "6", "--keys", "1000"], "keys of 6 bytes cannot name 1000 keys"),
+        (&["bench", "--keys", "100000000", "--value-size", "64K", "--ops", "1"], "need up to"),
+        (&["bench", "--ops", "10", "--json", "/nonexistent-dir/x.json"], "cannot write /nonexistent-dir/x.json"),
+    ];
+    for (args, expect) in cases {
+        let line = fails(args, 1);
+        assert!(line.contains(expect), "swarm {args:?}: {line:?} lacks {expect:?}");
+    }
+}
+
+/// SWARM Table 2 in the simulator, in the JSON shape the issue fixes.
+#[test]
+fn sim_gives_table_2_in_the_fixed_json_shape() {
+    let args = ["--backend", "sim", "--keys", "500", "--ops", "2000", "--seed", "3"];
+    let (out, j, files) = bench(&args);
+    assert!(out.contains("rtt p50") && out.contains("vs raw"), "{out}");
+    for (name, rtt) in [("raw", 1), ("dm-abd", 2), ("swarm-kv", 1)] {
+        let s = system(&j, name);
+        assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);
+        for op in ["get", "update"] {
+            let o = &s["ops"][op];
+            assert!(o["count"].as_u64().unwrap() > 0, "{name} {op}");
+            assert!(
+                o["p50_us"].as_f64().unwrap() > 0.0 && o["p99_us"].as_f64().unwrap() >= o["p50_us"].as_f64().unwrap()
+            );
+            assert_eq!((o["rtt_p50"].as_u64(), o["rtt_p99"].as_u64()), (Some(rtt), Some(rtt)), "{name} {op}");
+        }
+        let ops = s["ops"].as_object().unwrap();
+        assert_eq!(ops.keys().collect::<Vec<_>>(), ["get", "update"], "YCSB-B has gets and updates only");
+    }
+    assert_eq!(j["config"]["workload"], "b");
+    assert_eq!(j["config"]["backend"], "sim");
+    assert_eq!(j["systems"].as_array().unwrap().len(), 3);
+    for plot in ["ycsb-b-get-cdf", "ycsb-b-update-cdf", "ycsb-b-throughput-inflight"] {
+        for ext in ["svg", "png"] {
+            assert!(files.contains(&format!("{plot}.{ext}")), "{plot}.{ext} missing: {files:?}");
+        }
+    }
+    // The same seed replays the same virtual run.
+    let (_, again, _) = bench(&args);
+    assert_eq!(j["systems"], again["systems"]);
+}
+
+#[test]
+fn sim_sweeps_inflight_and_runs_the_other_workloads() {
+    let (out, j, _) = bench(&[
+        "--backend",
+        "sim",
+        "--keys",
+        "200",
+        "--ops",
+        "400",
+        "--inflight",
+        "1,2",
+        "--clients",
+        "2",
+        "--no-plots",
+    ]);
+    assert!(out.contains("2 in flight"), "{out}");
+    let s = system(&j, "swarm-kv");
+    let sweep = s["sweep"].as_array().unwrap();
+    assert_eq!(sweep.len(), 2);
+    assert_eq!(sweep[1]["inflight"], 2);
+    assert_eq!(s["throughput_ops"], sweep[0]["throughput_ops"]);
+    for w in ["a", "c", "d", "f"] {
+        let (_, j, _) = bench(&["--backend", "sim", "--keys", "100", "--ops", "200", "--workload", w, "--no-plots"]);
+        let ops = system(&j, "dm-abd")["ops"].as_object().unwrap().clone();
+        let expect: &[&str] = match w {
+            "a" => &["get", "update"],
+            "c" => &["get"],
+            "d" => &["get", "insert"],
+            _ => &["get", "rmw"],
+        };
+        assert_eq!(ops.keys().collect::<Vec<_>>(), expect, "workload {w}");
+    }
+}
+
+#[test]
+fn shm_threads_and_processes() {
+    let (out, j, _) = bench(&["--keys", "1000", "--ops", "2000", "--clients", "2", "--systems", "raw,swarm-kv"]);
+    assert!(out.contains("swarm-kv") && !out.contains("dm-abd"), "{out}");
+    assert_eq!(j["systems"].as_array().unwrap().len(), 2);
+    assert_eq!(system(&j, "raw")["ops"]["get"]["rtt_p50"], 1);
+    let (_, j, _) = bench(&[
+        "--keys",
+        "1000",
+        "--ops",
+        "1000",
+        "--clients",
+        "2",
+        "--processes",
+        "2",
+        "--systems",
+        "dm-abd",
+        "--workload",
+        "a",
+        "--no-plots",
+    ]);
+    let s = system(&j, "dm-abd");
+    let count = s["ops"]["get"]["count"].as_u64().unwrap() + s["ops"]["update"]["count"].as_u64().unwrap();
+    assert_eq!(count, 2000, "both processes' clients are counted");
+    assert_eq!(s["ops"]["update"]["rtt_p50"], 2);
+    assert_eq!(s["load"]["count"], 1000);
+}

@@ -1,0 +1,270 @@
+//! The comparison, for people (a table per in-flight setting, the load
+//! phase, throughput per client thread across the sweep) and for programs
+//! (JSON of the shape the issue fixes:
+//! `{"config": {...}, "systems": [{"name", "throughput_ops", "ops": {"get":
+//! {"count", "p50_us", "p99_us", "rtt_p50", "rtt_p99", ...}, ...}}]}`).
+//!
+//! Ratios are to RAW, the latency floor (SWARM §7): for an operation type,
+//! its median latency over RAW's; for a system, its throughput over RAW's.
+
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value, json};
+use swarm_core::kv::System;
+
+use crate::runner::{RunSpec, SystemRun};
+use crate::stats::{OpSummary, PhaseStats, round3};
+use crate::workload::OpKind;
+
+/// One system at one in-flight setting, summarised.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    /// Operations in flight per client.
+    pub inflight: usize,
+    /// Measured operations per second, all clients.
+    pub throughput_ops: f64,
+    /// The measured window, s.
+    pub window_s: f64,
+    /// Per operation type that occurred.
+    pub ops: Vec<(OpKind, OpSummary)>,
+}
+
+impl RunSummary {
+    fn new(inflight: usize, p: &PhaseStats) -> RunSummary {
+        let w = p.window_ns();
+        let ops = OpKind::ALL.into_iter().filter(|k| p.op(*k).count() > 0).map(|k| (k, p.op(k).summary(w))).collect();
+        let throughput_ops = if w == 0 { 0.0 } else { p.count() as f64 * 1e9 / w as f64 };
+        RunSummary { inflight, throughput_ops, window_s: w as f64 / 1e9, ops }
+    }
+
+    /// The summary of `kind`, if any ran.
+    pub fn op(&self, kind: OpKind) -> Option<&OpSummary> {
+        self.ops.iter().find(|(k, _)| *k == kind).map(|(_, s)| s)
+    }
+
+    /// Operations of every type.
+    pub fn count(&self) -> u64 {
+        self.ops.iter().map(|(_, s)| s.count).sum()
+    }
+}
+
+/// One system's figures.
+#[derive(Clone, Debug)]
+pub struct SystemSummary {
+    /// The system.
+    pub system: System,
+    /// The load phase (inserts).
+    pub load: OpSummary,
+    /// Load window, s.
+    pub load_s: f64,
+    /// One per in-flight setting, in sweep order.
+    pub runs: Vec<RunSummary>,
+}
+
+/// Everything a report shows.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The run.
+    pub spec: RunSpec,
+    /// The backend, in words (table title).
+    pub backend: String,
+    /// The backend's settings (merged into `config`).
+    pub backend_json: Value,
+    /// Whether latencies are virtual (simulator) or wall-clock.
+    pub virtual_time: bool,
+    /// Per system, in the order run.
+    pub systems: Vec<SystemSummary>,
+}
+
+impl Report {
+    /// Summarises the runs.
+    pub fn new(spec: &RunSpec, backend: String, backend_json: Value, virtual_time: bool, runs: &[SystemRun]) -> Report {
+        let systems = runs
+            .iter()
+            .map(|r| {
+                let l = &r.result.load;
+                SystemSummary {
+                    system: r.system,
+                    load: l.op(OpKind::Insert).summary(l.window_ns()),
+                    load_s: l.window_ns() as f64 / 1e9,
+                    runs: spec.inflight.iter().zip(&r.result.runs).map(|(&k, p)| RunSummary::new(k, p)).collect(),
+                }
+            })
+            .collect();
+        Report { spec: spec.clone(), backend, backend_json, virtual_time, systems }
+    }
+
+    fn raw(&self) -> Option<&SystemSummary> {
+        self.systems.iter().find(|s| s.system == System::Raw)
+    }
+
+    /// Per-client-thread throughput of `r`.
+    fn per_client(&self, r: &RunSummary) -> f64 {
+        r.throughput_ops / self.spec.clients as f64
+    }
+
+    /// The title line.
+    pub fn title(&self) -> String {
+        let s = &self.spec;
+        let dist = if s.workload.latest() { "latest" } else { s.distribution.name() };
+        format!(
+            "{} ({dist}): {} keys of {} B, values of {} B, {} replicas; {} client(s); {} ops/client after {} warm-up; seed {}\nbackend: {}",
+            s.workload, s.keys, s.key_size, s.value_size, s.replicas, s.clients, s.ops, s.warmup, s.seed, self.backend
+        )
+    }
+
+    /// The tables, as text.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{}", self.title());
+        let unit = if self.virtual_time { " (virtual time)" } else { "" };
+        for (i, &k) in self.spec.inflight.iter().enumerate() {
+            let _ = writeln!(out, "\n{k} operation(s) in flight per client{unit}:");
+            let _ = writeln!(
+                out,
+                "{:<9} {:<7} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7}",
+                "system",
+                "op",
+                "count",
+                "ops/s",
+                "p50 µs",
+                "p90 µs",
+                "p99 µs",
+                "p99.9 µs",
+                "rtt p50",
+                "rtt p99",
+                "vs raw"
+            );
+            let raw = self.raw().and_then(|r| r.runs.get(i));
+            for sys in &self.systems {
+                let Some(run) = sys.runs.get(i) else { continue };
+                for (kind, s) in &run.ops {
+                    let ratio = raw.and_then(|r| r.op(*kind)).map(|r| ratio(s.p50_us, r.p50_us));
+                    let _ = writeln!(
+                        out,
+                        "{:<9} {:<7} {:>9} {:>11.0} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>7} {:>7}",
+                        sys.system.name(),
+                        kind.name(),
+                        s.count,
+                        s.throughput_ops,
+                        s.p50_us,
+                        s.p90_us,
+                        s.p99_us,
+                        s.p999_us,
+                        s.rtt_p50,
+                        s.rtt_p99,
+                        ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+                    );
+                }
+                let ratio = raw.map(|r| ratio(run.throughput_ops, r.throughput_ops));
+                let _ = writeln!(
+                    out,
+                    "{:<9} {:<7} {:>9} {:>11.0} {:>60}",
+                    sys.system.name(),
+                    "all",
+                    run.count(),
+                    run.throughput_ops,
+                    ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+                );
+            }
+        }
+        let _ = writeln!(out, "\n(vs raw: median latency over RAW's for an operation; throughput over RAW's for all)");
+        let _ = writeln!(out, "\nload phase (every key inserted once):");
+        for sys in &self.systems {
+            let l = &sys.load;
+            let _ = writeln!(
+                out,
+                "{:<9} {} inserts in {:.2} s ({:.0} ops/s), p50 {:.2} µs, p99 {:.2} µs, rtt p50 {} p99 {}",
+                sys.system.name(),
+                l.count,
+                sys.load_s,
+                l.throughput_ops,
+                l.p50_us,
+                l.p99_us,
+                l.rtt_p50,
+                l.rtt_p99
+            );
+        }
+        let _ = writeln!(out, "\nthroughput per client thread (ops/s) by operations in flight:");
+        let mut header = format!("{:<9}", "system");
+        for k in &self.spec.inflight {
+            let _ = write!(header, " {:>11}", format!("{k} in flight"));
+        }
+        if self.spec.inflight.len() > 1 {
+            let _ = write!(header, " {:>8}", "last/1st");
+        }
+        let _ = writeln!(out, "{header}");
+        for sys in &self.systems {
+            let mut line = format!("{:<9}", sys.system.name());
+            for r in &sys.runs {
+                let _ = write!(line, " {:>11.0}", self.per_client(r));
+            }
+            if let (Some(first), Some(last)) = (sys.runs.first(), sys.runs.last())
+                && sys.runs.len() > 1
+            {
+                let _ = write!(line, " {:>7.2}x", ratio(last.throughput_ops, first.throughput_ops));
+            }
+            let _ = writeln!(out, "{line}");
+        }
+        out
+    }
+
+    /// The ops object of one run: `{"get": {...}, ...}`, with the ratio to
+    /// RAW's median where RAW ran.
+    fn ops_json(&self, run: &RunSummary, raw: Option<&RunSummary>) -> Value {
+        let mut ops = Map::new();
+        for (kind, s) in &run.ops {
+            let mut o = s.to_json();
+            if let Some(r) = raw.and_then(|r| r.op(*kind)) {
+                o["vs_raw_p50"] = json!(round3(ratio(s.p50_us, r.p50_us)));
+            }
+            ops.insert(kind.name().into(), o);
+        }
+        Value::Object(ops)
+    }
+
+    fn run_json(&self, run: &RunSummary, raw: Option<&RunSummary>) -> Value {
+        let mut v = json!({
+            "inflight": run.inflight,
+            "throughput_ops": round3(run.throughput_ops),
+            "throughput_per_client_ops": round3(self.per_client(run)),
+            "window_s": run.window_s,
+            "ops": self.ops_json(run, raw),
+        });
+        if let Some(r) = raw {
+            v["vs_raw_throughput"] = json!(round3(ratio(run.throughput_ops, r.throughput_ops)));
+        }
+        v
+    }
+
+    /// The JSON report. Each system's top-level figures are those of the
+    /// first in-flight setting; `sweep` holds every setting's.
+    pub fn json(&self) -> Value {
+        let mut config = self.spec.to_json();
+        if let (Some(c), Some(b)) = (config.as_object_mut(), self.backend_json.as_object()) {
+            c.extend(b.clone());
+        }
+        config["time_base"] = json!(if self.virtual_time { "virtual" } else { "wall" });
+        let raw = self.raw();
+        let systems: Vec<Value> = self
+            .systems
+            .iter()
+            .map(|sys| {
+                let raw_run = |i: usize| raw.and_then(|r| r.runs.get(i));
+                let sweep: Vec<Value> =
+                    sys.runs.iter().enumerate().map(|(i, r)| self.run_json(r, raw_run(i))).collect();
+                let mut v = sweep.first().cloned().unwrap_or_else(|| json!({}));
+                v["name"] = json!(sys.system.name());
+                v["load"] = sys.load.to_json();
+                v["load"]["window_s"] = json!(sys.load_s);
+                v["sweep"] = Value::Array(sweep);
+                v
+            })
+            .collect();
+        json!({ "config": config, "systems": systems })
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}

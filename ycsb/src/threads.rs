@@ -1,0 +1,173 @@
+//! Clients as OS threads on real memory (shared memory, DAX/CXL, RDMA):
+//! one thread per client, each driving its handles with the core's spin
+//! [`block_on`], latencies on the wall clock.
+//!
+//! Worker processes (`--processes`) run this too, for their share of the
+//! clients; their gate then also waits for the other processes (a hook
+//! that the last local thread to arrive runs).
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use swarm_core::Memory;
+use swarm_core::client::SystemClock;
+use swarm_core::exec::block_on;
+use swarm_core::kv::{System, connect};
+use swarm_core::rtt::Counted;
+
+use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
+
+/// Stack of each client thread: store handles are large while they are
+/// built inside a future that lives on the stack.
+const STACK: usize = 16 << 20;
+
+/// What the last thread to reach a gate runs before opening it (the
+/// exchange with the other processes); `false` aborts the run.
+pub type GateHook<'a> = &'a (dyn Fn() -> bool + Sync);
+
+/// The threads' shared state: clock, gate, abort flag, progress counter.
+pub struct ThreadEnv<'a> {
+    base: Instant,
+    abort: AtomicBool,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+    members: usize,
+    hook: Option<GateHook<'a>>,
+    progress: Option<Arc<AtomicU64>>,
+}
+
+impl<'a> ThreadEnv<'a> {
+    /// For `members` threads.
+    pub fn new(members: usize, hook: Option<GateHook<'a>>, progress: Option<Arc<AtomicU64>>) -> Self {
+        ThreadEnv {
+            base: Instant::now(),
+            abort: AtomicBool::new(false),
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            members,
+            hook,
+            progress,
+        }
+    }
+}
+
+impl Env for ThreadEnv<'_> {
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    async fn gate(&self) -> bool {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.members {
+            self.arrived.store(0, Ordering::Release);
+            if !self.hook.is_none_or(|h| h()) {
+                self.abort();
+            }
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        } else {
+            // Sleep rather than spin: the machine may have fewer cores than
+            // threads, and the ones still working need them.
+            while self.generation.load(Ordering::Acquire) == generation && !self.aborted() {
+                thread::sleep(Duration::from_micros(50));
+            }
+        }
+        !self.aborted()
+    }
+
+    fn abort(&self) {
+        self.abort.store(true, Ordering::Release);
+    }
+
+    fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Acquire)
+    }
+
+    fn progress(&self, n: u64) {
+        if let Some(p) = &self.progress {
+            p.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Aborts the run if its thread unwinds, so that no client waits forever
+/// at a gate for one that crashed.
+struct AbortOnPanic<'a, 'b>(&'a ThreadEnv<'b>);
+
+impl Drop for AbortOnPanic<'_, '_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.0.abort();
+        }
+    }
+}
+
+/// Runs clients `clients` (0-based numbers among `spec.clients`) of
+/// `system`'s store, formatted on the nodes that `make` reaches, one
+/// thread each; every handle gets its own memory from `make`. Returns
+/// their measurements merged.
+pub fn run_threads<M: Memory, F: Fn() -> M + Sync>(
+    spec: &RunSpec,
+    system: System,
+    clients: Range<usize>,
+    make: F,
+    clock: SystemClock,
+    hook: Option<GateHook<'_>>,
+    progress: Option<Arc<AtomicU64>>,
+) -> Result<ClientResult, String> {
+    let cfg = spec.store_config(system);
+    let base = chooser(spec);
+    let env = ThreadEnv::new(clients.len(), hook, progress);
+    let results: Vec<Result<ClientResult, Option<String>>> = thread::scope(|s| {
+        let mut handles = Vec::new();
+        for client in clients.clone() {
+            let (cfg, base, env, make) = (&cfg, &base, &env, &make);
+            let body = move || {
+                let _guard = AbortOnPanic(env);
+                block_on(async {
+                    let mut stores = Vec::with_capacity(spec.max_inflight());
+                    for h in 0..spec.max_inflight() {
+                        let id = (client * spec.max_inflight() + h + 1) as u8;
+                        match connect(Counted::new(make()), cfg, id, clock).await {
+                            Ok(s) => stores.push(s),
+                            Err(e) => {
+                                env.abort();
+                                return Err(Some(format!("client {id} cannot connect: {e}")));
+                            }
+                        }
+                    }
+                    run_client(spec, client, stores, base, env).await
+                })
+            };
+            let spawned =
+                thread::Builder::new().name(format!("client-{client}")).stack_size(STACK).spawn_scoped(s, body);
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    env.abort();
+                    handles.clear();
+                    return vec![Err(Some(format!("cannot start a client thread: {e}")))];
+                }
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Some("a client thread crashed (a bug)".into()))))
+            .collect()
+    });
+    let mut merged = ClientResult::default();
+    let mut aborted = false;
+    for r in results {
+        match r {
+            Ok(r) => merged.merge(&r),
+            Err(Some(e)) => return Err(format!("{}: {e}", system.name())),
+            Err(None) => aborted = true,
+        }
+    }
+    if aborted {
+        return Err(format!("{}: the run was aborted", system.name()));
+    }
+    Ok(merged)
+}
