@@ -27,7 +27,7 @@ use swarm_backend_shm::{ShmCluster, ShmMemory};
 use swarm_core::client::SystemClock;
 use swarm_core::exec::block_on;
 use swarm_core::kv::{self, Got, KvClient, KvError, Missing, Store, StoreConfig, System, Written};
-use swarm_core::region::{ROOT_SLOTS, Region};
+use swarm_core::region::Region;
 use swarm_core::writerlog::Logs;
 use swarm_core::{Memory, NodeId};
 
@@ -36,7 +36,7 @@ use crate::args::{format_size, parse_dir, parse_size};
 /// Root slots of node 0 that hold the store's configuration: the shape
 /// word, the key count and the clock epoch (the last three of the region
 /// header, which the core leaves unused).
-pub const CONFIG_ROOTS: [u64; 3] = [ROOT_SLOTS - 3, ROOT_SLOTS - 2, ROOT_SLOTS - 1];
+pub const CONFIG_ROOTS: [u64; 3] = swarm_core::region::KV_CONFIG_ROOTS;
 /// Tag in the top 16 bits of the shape word ("KV").
 const MAGIC: u64 = 0x4B56;
 

@@ -155,7 +155,8 @@ impl<C: Clock> ClientCtx<C> {
         if self.next_id == self.end_id {
             let nodes: heapless::Vec<NodeId, { crate::quorum::MAX_REPLICAS }> =
                 (0..mem.node_count().min(crate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
-            let (start, end) = self.logs.reserve_ids(mem, &nodes, self.id).await.map_err(ClientError::Log)?;
+            let reserve = self.logs.reserve_ids(mem, &nodes, self.id);
+            let (start, end) = crate::exec::cold(reserve).await.map_err(ClientError::Log)?;
             self.next_id = start;
             self.end_id = end;
         }

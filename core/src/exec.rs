@@ -45,6 +45,29 @@ pub async fn yield_now() {
     .await
 }
 
+/// A future for a path an operation rarely takes (a retry, a slow path, a
+/// write-back), boxed where `alloc` is available so that it does not
+/// inflate the caller's future: async state machines are as large as their
+/// largest awaited future, and every level that creates and moves one pays
+/// a copy of its whole size on every call, taken or not.
+#[cfg(feature = "alloc")]
+pub fn cold<F: Future>(fut: F) -> Cold<F> {
+    alloc::boxed::Box::pin(fut)
+}
+
+/// Without `alloc`, the future itself.
+#[cfg(not(feature = "alloc"))]
+pub fn cold<F: Future>(fut: F) -> Cold<F> {
+    fut
+}
+
+/// What [`cold`] makes of a future `F`.
+#[cfg(feature = "alloc")]
+pub type Cold<F> = core::pin::Pin<alloc::boxed::Box<F>>;
+/// What [`cold`] makes of a future `F`.
+#[cfg(not(feature = "alloc"))]
+pub type Cold<F> = F;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@
 //! of the replies, or else from the out-of-place copy its metadata names.
 
 use crate::client::{ClientCtx, Clock};
+use crate::exec::cold;
 use crate::inout::{InOutError, Layout, Replica, ReplicaCache, Value};
 use crate::max::MaxOutcome;
 use crate::meta::Meta;
@@ -134,6 +135,11 @@ impl Register {
         majority(self.replicas.len())
     }
 
+    /// Whether this client knows a majority holds at least `meta`.
+    fn held_by_majority(&self, cache: &RegCache, meta: Meta) -> bool {
+        (0..self.replicas.len()).filter(|&r| cache.replicas[r].max >= meta).count() >= self.need()
+    }
+
     /// Notes which replicas' nodes failed (`replica(j)` is reply `j`'s).
     fn note<C: Clock, T, E: NodeFailure>(
         &self,
@@ -212,7 +218,7 @@ impl Register {
         let entries = if meta.is_deleted() {
             nodes.iter().map(|&n| Ok(Some(RemoteAddr::new(n, 0)))).collect()
         } else {
-            ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab)).await
+            cold(ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await
         };
         let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut first_err = None;
@@ -284,8 +290,7 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
     ) -> Result<bool, RegError> {
-        let known = (0..self.replicas.len()).filter(|&r| cache.replicas[r].max.is_deleted()).count();
-        if known >= self.need() {
+        if self.held_by_majority(cache, Meta::DELETED) {
             return Ok(true);
         }
         self.write_inner(ctx, mem, cache, Meta::DELETED, &[], false).await?;
@@ -356,10 +361,12 @@ impl Register {
         });
         let value = match in_place {
             Some(v) => v,
-            None => self.read_out_of_place(ctx, mem, &replies.results, max).await?,
+            None => cold(self.read_out_of_place(ctx, mem, &replies.results, max)).await?,
         };
         drop(replies);
-        self.write(ctx, mem, cache, max, &value).await?;
+        if !self.held_by_majority(cache, max) {
+            cold(self.write(ctx, mem, cache, max, &value)).await?;
+        }
         Ok((max, value))
     }
 

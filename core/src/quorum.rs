@@ -11,6 +11,8 @@ use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
 use core::task::Poll;
 
+use crate::exec::{Cold, cold};
+
 /// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
 pub const MAX_REPLICAS: usize = 8;
 
@@ -116,7 +118,9 @@ where
     let n = n.min(MAX_REPLICAS);
     let order: heapless::Vec<usize, MAX_REPLICAS> =
         (0..n).filter(|&i| prefer(i)).chain((0..n).filter(|&i| !prefer(i))).collect();
-    let mut futs: heapless::Vec<Option<F>, MAX_REPLICAS> = heapless::Vec::new();
+    // One future per replica, boxed where `alloc` is available: inline, a
+    // slot per possible replica would make every caller's future large.
+    let mut futs: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS> = heapless::Vec::new();
     let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0, started: 0 };
     for _ in 0..n {
         // Cannot fail: both have room for MAX_REPLICAS.
@@ -133,14 +137,14 @@ where
         // it is dropped in place when the vector is dropped. A slot is only
         // ever assigned while it holds `None` (nothing pinned is overwritten),
         // we only hand out `Pin<&mut F>` to the futures, and never move out.
-        let slots: &mut [Option<F>] = unsafe { Pin::get_unchecked_mut(futs.as_mut()) }.as_mut_slice();
+        let slots: &mut [Option<Cold<F>>] = unsafe { Pin::get_unchecked_mut(futs.as_mut()) }.as_mut_slice();
         loop {
             // Start replicas until `need` can succeed even if no other fails
             // (started minus failed is succeeded plus pending).
             let need_live = need.unwrap_or(n);
             while started < n && (started < start || started - replies.failed < need_live) {
                 let i = order[started];
-                slots[i] = Some(make(i));
+                slots[i] = Some(cold(make(i)));
                 replies.started |= 1 << i;
                 started += 1;
             }

@@ -38,6 +38,10 @@ pub const CURSOR_OFFSET: u64 = 32;
 pub const ROOTS_OFFSET: u64 = 64;
 /// Number of root slots.
 pub const ROOT_SLOTS: u64 = (HEADER_SIZE - ROOTS_OFFSET) / 8;
+/// Root slots taken: 1 by the writer logs ([`crate::writerlog::LOG_DIR_ROOT`]),
+/// 2 by the hash index ([`crate::index::INDEX_ROOT`]), and the last three
+/// by the `swarm kv` command's store configuration on node 0 ([`KV_CONFIG_ROOTS`]).
+pub const KV_CONFIG_ROOTS: [u64; 3] = [ROOT_SLOTS - 3, ROOT_SLOTS - 2, ROOT_SLOTS - 1];
 /// Smallest chunk size accepted.
 pub const MIN_CHUNK: u64 = 4096;
 

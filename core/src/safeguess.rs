@@ -39,6 +39,7 @@
 //! (one outstanding operation per writer, Assumption 2 of App. C).
 
 use crate::client::{ClientCtx, Clock};
+use crate::exec::cold;
 use crate::inout::Value;
 use crate::maxreg::{RegCache, RegError, Register};
 use crate::meta::{MAX_CLIENT, MAX_TIME, Meta};
@@ -82,6 +83,19 @@ pub async fn write<M: Memory, C: Clock>(
         mark_verified(mem, reg, cache, w);
         return Ok((w, WritePath::Fast));
     }
+    cold(slow_write(ctx, mem, reg, cache, value, w, m)).await
+}
+
+/// The write's slow path: its guess `w` was stale (the register held `m`).
+async fn slow_write<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    cache: &mut RegCache,
+    value: &[u8],
+    w: Meta,
+    m: Meta,
+) -> Result<(Meta, WritePath), RegError> {
     if !m.is_deleted() {
         ctx.resync(m);
     }
@@ -99,7 +113,7 @@ pub async fn write<M: Memory, C: Clock>(
         return Err(RegError::Client(crate::client::ClientError::TimeExhausted));
     }
     ctx.used_time(time2);
-    let w2 = Meta::new(time2, log_id, ctx.id).verify();
+    let w2 = Meta::new(time2, w.log_id(), ctx.id).verify();
     reg.write(ctx, mem, cache, w2, value).await?;
     Ok((w2, WritePath::Rewritten))
 }
@@ -129,14 +143,24 @@ pub async fn read<M: Memory, C: Clock>(
             // The writer began a newer write, so this one completed.
             return Ok(seen.swap_remove(i));
         }
-        let locks = lock_words(ctx, mem, reg, m).await?;
-        if try_lock(mem, &locks, m.lock_ts(), Mode::Read).await.map_err(|e| no_quorum(e, reg))? {
+        if cold(lock_for_read(ctx, mem, reg, m)).await? {
             mark_verified(mem, reg, cache, m);
             return Ok((m, value));
         }
         seen[i] = (m, value);
     }
     Err(RegError::NotWaitFree)
+}
+
+/// A reader's TRYLOCK of `m`'s timestamp (the rare path of a read).
+async fn lock_for_read<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    m: Meta,
+) -> Result<bool, RegError> {
+    let locks = lock_words(ctx, mem, reg, m).await?;
+    try_lock(mem, &locks, m.lock_ts(), Mode::Read).await.map_err(|e| no_quorum(e, reg))
 }
 
 /// Background M.WRITE((ts, VERIFIED, v)): one CAS per replica, seeded with

@@ -20,9 +20,9 @@
 //!                then unmap k in the background (§5.3.2)
 //! ```
 //!
-//! Register and index operations are boxed: their futures hold a future
-//! per replica and are large (tens of KiB), and a key-value operation
-//! nests several; on the heap they cost an allocation, not the stack.
+//! Index operations and the rare paths are boxed ([`crate::exec::cold`]):
+//! futures are as large as the largest future they await, and every level
+//! moves its children, so the common path keeps them small.
 //!
 //! Differences from the paper, and why:
 //! - The mapping of a new key is published only once its value is written
@@ -74,9 +74,7 @@ struct Known {
 
 /// One SWARM-KV or DM-ABD client.
 pub struct Replicated<M, C> {
-    mem: M,
-    system: System,
-    ctx: ClientCtx<C>,
+    io: Io<M, C>,
     index: RaceIndex,
     cache: LocationCache<Known>,
     layout: Layout,
@@ -98,9 +96,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         });
         let nodes = mem.node_count();
         Ok(Replicated {
-            mem,
-            system: cfg.system,
-            ctx,
+            io: Io { mem, system: cfg.system, ctx },
             index,
             cache,
             layout: cfg.layout()?,
@@ -111,15 +107,37 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     }
 
     pub fn mem(&self) -> &M {
-        &self.mem
+        &self.io.mem
     }
 
     pub fn id(&self) -> u8 {
-        self.ctx.id
+        self.io.ctx.id
     }
 
     pub fn system(&self) -> System {
-        self.system
+        self.io.system
+    }
+
+    /// Runs `op` on the key's register: the cached one, in place (no
+    /// roundtrip to find it), or else the one the index and its descriptor
+    /// name (three roundtrips), cached afterwards. `None` if the key is not
+    /// mapped; with the answer, whether the register came from the cache
+    /// (and may be stale).
+    async fn with_key<T>(
+        &mut self,
+        key: &[u8],
+        mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T,
+    ) -> Result<Option<(T, bool)>, KvError> {
+        if let Some((_, k)) = self.cache.get(key) {
+            return Ok(Some((op(&mut self.io, k).await, true)));
+        }
+        let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
+            return Ok(None);
+        };
+        let mut k = self.describe(entry).await?;
+        let out = op(&mut self.io, &mut k).await;
+        self.cache.insert(key, entry.location, k);
+        Ok(Some((out, false)))
     }
 
     pub fn limits(&self) -> Limits {
@@ -132,7 +150,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         if let Some((_, k)) = self.cache.get(key) {
             return Ok(Some((k.clone(), true)));
         }
-        let Some(entry) = Box::pin(self.index.lookup(&self.mem, key)).await.map_err(index_error)? else {
+        let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
             return Ok(None);
         };
         let k = self.describe(entry).await?;
@@ -143,48 +161,25 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     /// Reads the descriptor an index entry points to.
     async fn describe(&self, entry: Entry) -> Result<Known, KvError> {
         let at = RemoteAddr::new(INDEX_NODE, entry.location);
-        let buf = self.mem.read(at, DESCRIPTOR_BYTES as usize).await.map_err(mem_error)?;
+        let buf = self.io.mem.read(at, DESCRIPTOR_BYTES as usize).await.map_err(mem_error)?;
         let reg = descriptor::decode(&buf, self.nodes).map_err(|_| KvError::Corrupt)?;
         Ok(Known { reg, rc: RegCache::default(), entry })
     }
 
-    /// Keeps what the last operation learned about the key's replicas.
-    fn remember(&mut self, key: &[u8], k: Known) {
-        if let Some((location, known)) = self.cache.get(key)
-            && location == k.entry.location
-        {
-            *known = k;
-        }
-    }
-
-    async fn read(&mut self, k: &mut Known) -> Result<(Meta, Value<M::Buf>), RegError> {
-        match self.system {
-            System::DmAbd => Box::pin(abd::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc)).await,
-            _ => Box::pin(safeguess::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc)).await,
-        }
-    }
-
-    async fn write(&mut self, k: &mut Known, value: &[u8]) -> Result<(), RegError> {
-        match self.system {
-            System::DmAbd => Box::pin(abd::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value)).await.map(|_| ()),
-            _ => Box::pin(safeguess::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value)).await.map(|_| ()),
-        }
-    }
-
-    /// Removes the key's mapping if it is still `k`'s.
-    async fn unmap(&mut self, key: &[u8], k: &Known) -> Result<(), KvError> {
+    /// Removes the key's mapping if it is still `entry`.
+    async fn unmap(&mut self, key: &[u8], entry: Entry) -> Result<(), KvError> {
         self.cache.remove(key);
-        Box::pin(self.index.remove(&self.mem, key, Expect::Entry(k.entry))).await.map_err(index_error)?;
+        Box::pin(self.index.remove(&self.io.mem, key, Expect::Entry(entry))).await.map_err(index_error)?;
         Ok(())
     }
 
     pub async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
         for _ in 0..RETRIES {
-            let Some((mut k, cached)) = self.find(key).await? else {
+            let Some((read, cached)) = self.with_key(key, async |io, k| io.read(k).await).await? else {
                 return Ok(Got::NotFound);
             };
-            let (m, v) = self.read(&mut k).await.map_err(reg_error)?;
+            let (m, v) = read.map_err(reg_error)?;
             if m.is_deleted() {
                 self.cache.remove(key);
                 if cached {
@@ -192,7 +187,6 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
                 }
                 return Ok(Got::Deleted);
             }
-            self.remember(key, k);
             // A mapped key's register always holds its first value: bottom
             // means an unreadable register, not an absent key.
             return if m.is_bottom() { Err(KvError::Corrupt) } else { Ok(Got::Found(v)) };
@@ -203,16 +197,14 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     pub async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
         for _ in 0..RETRIES {
-            let Some((mut k, _)) = self.find(key).await? else {
+            let write = async |io: &mut Io<M, C>, k: &mut Known| io.write(k, value).await.map_err(|e| (e, k.entry));
+            let Some((written, _)) = self.with_key(key, write).await? else {
                 return Ok(Err(Missing::NotFound));
             };
-            match self.write(&mut k, value).await {
-                Ok(()) => {
-                    self.remember(key, k);
-                    return Ok(Ok(Written));
-                }
-                Err(RegError::Deleted) => self.unmap(key, &k).await?,
-                Err(e) => return Err(reg_error(e)),
+            match written {
+                Ok(()) => return Ok(Ok(Written)),
+                Err((RegError::Deleted, entry)) => self.unmap(key, entry).await?,
+                Err((e, _)) => return Err(reg_error(e)),
             }
         }
         Err(KvError::Contended)
@@ -229,13 +221,13 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
             let Some((mut k, cached)) = self.find(key).await? else {
                 return Ok(Err(Missing::NotFound));
             };
-            if cached && !Box::pin(self.index.still(&self.mem, key, &k.entry)).await.map_err(index_error)? {
+            if cached && !Box::pin(self.index.still(&self.io.mem, key, &k.entry)).await.map_err(index_error)? {
                 self.cache.remove(key);
                 continue;
             }
-            let known = Box::pin(k.reg.delete(&mut self.ctx, &self.mem, &mut k.rc)).await.map_err(reg_error)?;
+            let known = Box::pin(k.reg.delete(&mut self.io.ctx, &self.io.mem, &mut k.rc)).await.map_err(reg_error)?;
             self.cache.remove(key);
-            self.index.remove_background(&self.mem, key, &k.entry).map_err(index_error)?;
+            self.index.remove_background(&self.io.mem, key, &k.entry).map_err(index_error)?;
             // Known deleted before: a delete completed earlier.
             return Ok(if known { Err(Missing::NotFound) } else { Ok(Written) });
         }
@@ -247,12 +239,8 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         for _ in 0..RETRIES {
             // A cached key: an insert of an existing key is an update.
             if let Some((_, k)) = self.cache.get(key) {
-                let mut k = k.clone();
-                match self.write(&mut k, value).await {
-                    Ok(()) => {
-                        self.remember(key, k);
-                        return Ok(Written);
-                    }
+                match self.io.write(k, value).await {
+                    Ok(()) => return Ok(Written),
                     Err(RegError::Deleted) => {
                         self.cache.remove(key);
                     }
@@ -269,11 +257,11 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     /// Inserts `key` with `value` in fresh replicas; `None` to retry.
     async fn insert_fresh(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Written>, KvError> {
         let reg = self.new_register(key).await?;
-        let desc = self.ctx.slab.alloc(&self.mem, INDEX_NODE, DESCRIPTOR_BYTES).await.map_err(alloc_error)?;
+        let desc = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await.map_err(alloc_error)?;
         let bytes = descriptor::encode(&reg);
         let mut rc = RegCache::default();
         let mut failed = None;
-        let Self { mem, ctx, index, .. } = self;
+        let (Io { mem, ctx, .. }, index) = (&mut self.io, &mut self.index);
         let ready = async {
             let first = Box::pin(first_write(ctx, mem, &reg, &mut rc, value));
             match join2(mem.write(desc, &bytes), first).await {
@@ -304,7 +292,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
                 // knew): update that register, or if it was deleted, swing
                 // the mapping to ours.
                 let mut k = self.describe(entry).await?;
-                match self.write(&mut k, value).await {
+                match self.io.write(&mut k, value).await {
                     Ok(()) => {
                         self.cache.insert(key, entry.location, k);
                         return Ok(Some(Written));
@@ -312,7 +300,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
                     Err(RegError::Deleted) => {}
                     Err(e) => return Err(reg_error(e)),
                 }
-                let swung = Box::pin(self.index.update(&self.mem, key, Expect::Entry(entry), desc.offset)).await;
+                let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
                 match swung.map_err(index_error)? {
                     Change::Done { now: Some(now), .. } => {
                         self.cache.insert(key, now.location, mine(now));
@@ -334,7 +322,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         let mut replicas = heapless::Vec::new();
         let mut missing = 0;
         for (r, node) in nodes.into_iter().enumerate() {
-            let base = match self.ctx.slab.alloc(&self.mem, node, self.layout.of_replica(r).size()).await {
+            let base = match self.io.ctx.slab.alloc(&self.io.mem, node, self.layout.of_replica(r).size()).await {
                 Ok(a) => a.offset,
                 Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
                     missing += 1;
@@ -355,6 +343,30 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
 /// region, so every operation on it fails its bounds check, forever (even
 /// if the node comes back).
 const NO_REPLICA: u64 = 1 << 62;
+
+/// What a client's register operations need: its memory, its protocol and
+/// its SWARM state.
+struct Io<M, C> {
+    mem: M,
+    system: System,
+    ctx: ClientCtx<C>,
+}
+
+impl<M: Memory, C: Clock> Io<M, C> {
+    async fn read(&mut self, k: &mut Known) -> Result<(Meta, Value<M::Buf>), RegError> {
+        match self.system {
+            System::DmAbd => abd::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc).await,
+            _ => safeguess::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc).await,
+        }
+    }
+
+    async fn write(&mut self, k: &mut Known, value: &[u8]) -> Result<(), RegError> {
+        match self.system {
+            System::DmAbd => abd::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value).await.map(|_| ()),
+            _ => safeguess::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value).await.map(|_| ()),
+        }
+    }
+}
 
 /// The first write of a register nobody else can see yet: a VERIFIED tuple
 /// at a guessed time, with no read (DM-ABD knows the timestamp is fresh,
