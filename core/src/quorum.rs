@@ -66,8 +66,7 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let n = futs.len();
-    let mut futs = futs.into_iter();
-    gather(n, Some(need), |_| true, n, |_| futs.next().expect("one future per replica")).await
+    gather(futs.into_iter().map(|f| Some(cold(f))).collect(), (0..n).collect(), Some(need), None).await
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
@@ -77,8 +76,7 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let n = futs.len();
-    let mut futs = futs.into_iter();
-    gather(n, None, |_| true, n, |_| futs.next().expect("one future per replica")).await
+    gather(futs.into_iter().map(|f| Some(cold(f))).collect(), (0..n).collect(), None, None).await
 }
 
 /// Majority first (SWARM §6): starts `op(i)` for only `need` of the
@@ -92,43 +90,42 @@ pub async fn quorum_first<F, T, E>(
     n: usize,
     need: usize,
     prefer: impl Fn(usize) -> bool,
-    op: impl FnMut(usize) -> F,
-) -> Replies<T, E>
-where
-    F: Future<Output = Result<T, E>>,
-{
-    gather(n, Some(need), prefer, need, op).await
-}
-
-/// Runs `make(i)` for replicas `0..n` (those `prefer` accepts first): the
-/// first `start` at once, then one more for each failure while `need` (if
-/// given) is not reached, or all of them without `need`; polls them
-/// concurrently until `need` succeeded, `need` is out of reach, or all
-/// started ones completed.
-async fn gather<F, T, E>(
-    n: usize,
-    need: Option<usize>,
-    prefer: impl Fn(usize) -> bool,
-    start: usize,
-    mut make: impl FnMut(usize) -> F,
+    mut op: impl FnMut(usize) -> F,
 ) -> Replies<T, E>
 where
     F: Future<Output = Result<T, E>>,
 {
     let n = n.min(MAX_REPLICAS);
-    let order: heapless::Vec<usize, MAX_REPLICAS> =
-        (0..n).filter(|&i| prefer(i)).chain((0..n).filter(|&i| !prefer(i))).collect();
-    // One future per replica, boxed where `alloc` is available: inline, a
-    // slot per possible replica would make every caller's future large.
-    let mut futs: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS> = heapless::Vec::new();
+    let order = (0..n).filter(|&i| prefer(i)).chain((0..n).filter(|&i| !prefer(i))).collect();
+    gather((0..n).map(|_| None).collect(), order, Some(need), Some(&mut op)).await
+}
+
+/// Polls the futures in `slots` concurrently until `need` (if given)
+/// succeeded, `need` is out of reach, or all completed. Empty slots are
+/// started with `more`, in `order`, whenever fewer than `need` could still
+/// succeed (at the start, and after each failure). Futures are [`Cold`]
+/// (boxed with `alloc`): inline, a slot per possible replica would make
+/// every caller's future large.
+async fn gather<F, T, E>(
+    slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
+    order: heapless::Vec<usize, MAX_REPLICAS>,
+    need: Option<usize>,
+    mut more: Option<&mut dyn FnMut(usize) -> F>,
+) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let n = slots.len();
     let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0, started: 0 };
-    for _ in 0..n {
+    for (i, slot) in slots.iter().enumerate() {
         // Cannot fail: both have room for MAX_REPLICAS.
-        let _ = futs.push(None);
         let _ = replies.results.push(None);
+        if slot.is_some() {
+            replies.started |= 1 << i;
+        }
     }
-    let mut started = 0;
-    let mut futs = pin!(futs);
+    let mut started = order.iter().take_while(|&&i| slots.get(i).is_some_and(Option::is_some)).count();
+    let mut futs = pin!(slots);
     poll_fn(|cx| {
         // SAFETY: structural pinning of the elements of a pinned
         // `heapless::Vec`. The vector stores its elements inline, and it is
@@ -142,7 +139,10 @@ where
             // Start replicas until `need` can succeed even if no other fails
             // (started minus failed is succeeded plus pending).
             let need_live = need.unwrap_or(n);
-            while started < n && (started < start || started - replies.failed < need_live) {
+            while let Some(make) = more.as_mut()
+                && started < n
+                && started - replies.failed < need_live
+            {
                 let i = order[started];
                 slots[i] = Some(cold(make(i)));
                 replies.started |= 1 << i;

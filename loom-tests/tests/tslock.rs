@@ -16,7 +16,7 @@ mod checks {
     use swarm_core::exec::block_on;
     use swarm_core::tslock::{Mode, try_lock};
     use swarm_core::{MemError, NodeId, RemoteAddr};
-    use swarm_loom_tests::{check_then_write_try_lock, exclusive_try_lock, explore_bounded};
+    use swarm_loom_tests::{check_then_write_try_lock, exclusive_try_lock, explore_bounded, spawn_big};
 
     /// The timestamp both lockers want.
     const TS: u64 = 7;
@@ -63,7 +63,7 @@ mod checks {
             }
             let lockers = modes.map(|mode| {
                 let mem = cluster.memory();
-                loom::thread::spawn(move || block_on(lock(mem, TS, mode)).unwrap())
+                spawn_big(move || block_on(lock(mem, TS, mode)).unwrap())
             });
             let got = lockers.map(|t| t.join().unwrap());
             check(got);
