@@ -287,7 +287,7 @@ fn parse_value_size(s: &str) -> Result<u64, String> {
 }
 
 /// Parses an integer in `lo..=hi`, naming `what` in the error.
-fn int_in<T: TryFrom<u64>>(s: &str, what: &str, lo: u64, hi: u64) -> Result<T, String> {
+pub(crate) fn int_in<T: TryFrom<u64>>(s: &str, what: &str, lo: u64, hi: u64) -> Result<T, String> {
     let n: u64 = s.trim().parse().map_err(|_| format!("'{s}' is not a whole number"))?;
     if n < lo || n > hi {
         return Err(format!("{what} must be between {lo} and {hi}"));
@@ -303,18 +303,18 @@ fn parse_clients(s: &str) -> Result<u8, String> {
     int_in(s, "the number of clients", 1, MAX_CLIENTS as u64)
 }
 
-fn parse_replicas(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_replicas(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(n @ (3 | 5 | 7)) => Ok(n),
         _ => Err("replicas must be 3, 5 or 7".into()),
     }
 }
 
-fn parse_ops(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_ops(s: &str) -> Result<u64, String> {
     int_in(s, "the number of operations", 1, MAX_OPS)
 }
 
-fn parse_warmup(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_warmup(s: &str) -> Result<u64, String> {
     int_in(s, "the number of warm-up operations", 0, MAX_OPS)
 }
 
@@ -343,7 +343,7 @@ fn parse_flush(s: &str) -> Result<FlushMode, String> {
     s.trim().parse()
 }
 
-fn parse_rtt_us(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_rtt_us(s: &str) -> Result<f64, String> {
     float_in(s, "the injected latency", 0.0, MAX_RTT_US)
 }
 

@@ -35,7 +35,7 @@ use swarm_ycsb::threads::run_threads;
 use swarm_ycsb::{ClientResult, Distribution, Workload};
 
 use super::procs;
-use crate::args::{MAX_OPS, MAX_RTT_US, format_size, parse_size};
+use crate::args::{format_size, int_in, parse_ops, parse_replicas, parse_rtt_us, parse_size, parse_warmup};
 use crate::memnode::print_warnings;
 
 /// Most keys a run may load.
@@ -173,26 +173,18 @@ fn parse_systems(s: &str) -> Result<Systems, String> {
 }
 
 /// A whole number in `lo..=hi`, naming `what` in the error.
-fn int_in(s: &str, what: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let n: u64 = s.trim().parse().map_err(|_| format!("'{s}' is not a whole number"))?;
-    if n < lo || n > hi {
-        return Err(format!("{what} must be between {lo} and {hi}"));
-    }
-    Ok(n)
-}
-
 fn parse_clients(s: &str) -> Result<usize, String> {
-    int_in(s, "the number of clients", 1, MAX_HANDLES as u64).map(|n| n as usize)
+    int_in(s, "the number of clients", 1, MAX_HANDLES as u64)
 }
 
 fn parse_processes(s: &str) -> Result<usize, String> {
-    int_in(s, "the number of processes", 1, MAX_HANDLES as u64).map(|n| n as usize)
+    int_in(s, "the number of processes", 1, MAX_HANDLES as u64)
 }
 
 fn parse_inflight(s: &str) -> Result<Inflight, String> {
     let mut out = Vec::new();
     for part in s.split(',') {
-        let n = int_in(part, "operations in flight", 1, MAX_HANDLES as u64)?;
+        let n: u64 = int_in(part, "operations in flight", 1, MAX_HANDLES as u64)?;
         out.push(n as usize);
     }
     Ok(Inflight(out))
@@ -214,29 +206,6 @@ fn parse_value_size(s: &str) -> Result<usize, String> {
         n if n > 1 << 16 => Err("values may have at most 65536 bytes (the stores' limit)".into()),
         n => Ok(n as usize),
     }
-}
-
-fn parse_replicas(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(n @ (3 | 5 | 7)) => Ok(n),
-        _ => Err("replicas must be 3, 5 or 7".into()),
-    }
-}
-
-fn parse_ops(s: &str) -> Result<u64, String> {
-    int_in(s, "the number of operations", 1, MAX_OPS)
-}
-
-fn parse_warmup(s: &str) -> Result<u64, String> {
-    int_in(s, "the number of warm-up operations", 0, MAX_OPS)
-}
-
-fn parse_rtt_us(s: &str) -> Result<f64, String> {
-    let f: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if !f.is_finite() || !(0.0..=MAX_RTT_US).contains(&f) {
-        return Err(format!("the injected latency must be between 0 and {MAX_RTT_US}"));
-    }
-    Ok(f)
 }
 
 fn parse_flush(s: &str) -> Result<FlushMode, String> {
