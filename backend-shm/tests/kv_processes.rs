@@ -200,6 +200,7 @@ fn four_processes_ycsb_a_with_a_failed_node() {
         std::thread::sleep(Duration::from_millis(2));
     }
     store.set_fault(NodeId(2), Fault::Failed).unwrap();
+    std::fs::File::create(dir.0.join("failed")).unwrap();
     children.wait_success();
     // Everything the children wrote, then a fresh client reads every key.
     for c in 1..=CLIENTS {
@@ -232,9 +233,14 @@ fn ycsb_child(id: u8, dir: &Path) {
         let op = if rng.below(2) == 0 { KvOp::Get(k) } else { KvOp::Update(k, (id as u64) << 32 | seq) };
         lines += &run(&mut s, &clock, id, op);
         if seq == OPS / 2 {
+            // Half-way: wait until the parent has failed the node, so that
+            // the second half certainly runs without it.
             std::fs::File::create(dir.join(format!("half-{id}"))).unwrap();
-            // Give the parent time to fail the node while others still run.
-            std::thread::sleep(Duration::from_millis(20));
+            let start = Instant::now();
+            while !dir.join("failed").exists() {
+                assert!(start.elapsed() < DEADLINE, "client {id}: the node was never failed");
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
     out.write_all(lines.as_bytes()).unwrap();
