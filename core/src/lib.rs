@@ -45,6 +45,9 @@ pub mod writerlog;
 #[cfg(feature = "alloc")]
 pub mod lincheck;
 
+#[cfg(feature = "alloc")]
+pub mod units;
+
 #[cfg(feature = "sim")]
 pub mod sim;
 
