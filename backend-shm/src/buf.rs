@@ -38,6 +38,16 @@ impl ShmBuf {
     pub(crate) fn vec_mut(&mut self) -> &mut Vec<u8> {
         &mut self.data
     }
+
+    /// A recycled buffer of `len` bytes that `fill` writes: for backends
+    /// (RDMA) whose hardware reads into memory of their own, copied out on
+    /// completion.
+    pub fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> ShmBuf {
+        let mut b = ShmBuf::with_capacity(len);
+        b.data.resize(len, 0);
+        fill(&mut b.data);
+        b
+    }
 }
 
 impl Deref for ShmBuf {
