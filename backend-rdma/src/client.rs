@@ -436,22 +436,18 @@ impl<N: Nic> Memory for RdmaMemory<N> {
         self.nic.node_count()
     }
 
-    fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<ShmBuf, MemError>> {
-        async move {
-            let mut out = self.run(addr.node, &[Op::Read { offset: addr.offset, len }]).await?;
-            Ok(out.pop().and_then(OpOutput::into_read).unwrap_or_else(|| ShmBuf::filled(0, |_| ())))
-        }
+    async fn read(&self, addr: RemoteAddr, len: usize) -> Result<ShmBuf, MemError> {
+        let mut out = self.run(addr.node, &[Op::Read { offset: addr.offset, len }]).await?;
+        Ok(out.pop().and_then(OpOutput::into_read).unwrap_or_else(|| ShmBuf::filled(0, |_| ())))
     }
 
-    fn write(&self, addr: RemoteAddr, data: &[u8]) -> impl Future<Output = Result<(), MemError>> {
-        async move { self.run(addr.node, &[Op::Write { offset: addr.offset, data }]).await.map(drop) }
+    async fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), MemError> {
+        self.run(addr.node, &[Op::Write { offset: addr.offset, data }]).await.map(drop)
     }
 
-    fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> impl Future<Output = Result<u64, MemError>> {
-        async move {
-            let out = self.run(addr.node, &[Op::Cas { offset: addr.offset, expected, new }]).await?;
-            Ok(out.first().and_then(OpOutput::cas).unwrap_or(0))
-        }
+    async fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, MemError> {
+        let out = self.run(addr.node, &[Op::Cas { offset: addr.offset, expected, new }]).await?;
+        Ok(out.first().and_then(OpOutput::cas).unwrap_or(0))
     }
 
     fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<ShmBuf>, MemError>> {

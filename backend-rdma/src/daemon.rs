@@ -151,7 +151,7 @@ fn connection<A: Acceptor>(
     let hello = match Message::read_from(&mut &stream) {
         Ok(Message::Hello(h)) => h,
         Ok(other) => return reject(&stream, format!("expected a hello, got {}", kind_name(&other))),
-        Err(BootError::Io(k)) if matches!(k, io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+        Err(BootError::Io(io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)) => {
             return reject(&stream, format!("no hello within {:?}", opts.hello_timeout));
         }
         Err(e) => return reject(&stream, e.to_string()),
