@@ -64,5 +64,4 @@ mod tests {
         assert_eq!(format_size(64 << 20), "64 MiB");
         assert_eq!(format_size(1536 << 10), "1.5 MiB");
     }
-
 }
