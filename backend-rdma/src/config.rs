@@ -121,7 +121,7 @@ impl ClusterConfig {
 
     /// Parses and validates a cluster file's text.
     pub fn parse(text: &str) -> Result<ClusterConfig, String> {
-        let file: File = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+        let file: File = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
         if file.node.is_empty() {
             return Err("no memory nodes: add a [[node]] table with an address and a size for each".into());
         }
@@ -210,6 +210,21 @@ fn client_options(c: ClientFile) -> Result<ClientOptions, String> {
         buffer,
         queue_depth,
     })
+}
+
+/// A TOML error on one line: where, and what.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let what = e.message().trim().replace('\n', "; ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            let text: String = text.lines().nth(line - 1).unwrap_or("").trim().chars().take(60).collect();
+            format!("line {line}, column {column} (`{text}`): {what}")
+        }
+        None => what,
+    }
 }
 
 /// Checks that `a` is `host:port` (a name, an IPv4 address, or an IPv6
@@ -305,7 +320,10 @@ mod tests {
         for (text, want) in cases {
             let e = ClusterConfig::parse(&text).expect_err(&text);
             assert!(e.contains(want), "{text:?}: {e:?} does not mention {want:?}");
+            assert!(!e.contains('\n'), "{text:?}: the message is not one line: {e:?}");
         }
+        let e = ClusterConfig::parse("[[node]]\naddress = \"a:1\"\nsize = 4096\n").unwrap_err();
+        assert!(e.starts_with("line 3, column 8 (`size = 4096`): "), "{e}");
     }
 
     #[test]
