@@ -45,9 +45,9 @@ pub struct Cli {
 pub enum Command {
     /// Create, list and remove clusters of memory nodes: in shared memory
     /// (`--backend shm`, a directory in /dev/shm) or on DAX devices and
-    /// files (`--backend cxl`).
-    #[command(subcommand)]
-    Memnode(Memnode),
+    /// files (`--backend cxl`); or serve one RDMA memory node
+    /// (`swarm memnode --backend rdma --listen ADDR --size SIZE`).
+    Memnode(MemnodeArgs),
     /// Compare the key-value stores side by side on a YCSB workload:
     /// throughput, latency percentiles, roundtrips, plots.
     Bench(crate::bench::ycsb::YcsbArgs),
@@ -62,7 +62,75 @@ pub enum Command {
     YcsbWorker,
 }
 
-/// `swarm memnode ...`.
+/// `swarm memnode ...`: a subcommand for shm and cxl clusters, or the
+/// flags of an RDMA memory-node daemon.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MemnodeArgs {
+    /// What to do with a shm or cxl cluster.
+    #[command(subcommand)]
+    pub action: Option<Memnode>,
+    /// Or: serve one RDMA memory node.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// `swarm memnode --backend rdma ...`: one memory node as a daemon that
+/// RDMA clients connect to (runs until SIGINT or SIGTERM).
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// rdma: serve one memory node over RDMA verbs (shm and cxl clusters
+    /// are made with `swarm memnode create`).
+    #[arg(long, value_name = "BACKEND", value_parser = parse_serve_backend)]
+    pub backend: Option<ServeBackend>,
+    /// rdma: the TCP address clients bootstrap through, HOST:PORT or HOST
+    /// (port 7471).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// rdma: bytes of the node's registered region, a multiple of 4 KiB;
+    /// suffixes K, M, G, T.
+    #[arg(long, value_name = "SIZE", value_parser = parse_node_size)]
+    pub size: Option<u64>,
+    /// rdma: the RDMA device (`ibv_devices`) [default: the first].
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// rdma: the device's port, from 1.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_ib_port)]
+    pub port: u8,
+    /// rdma: the GID index for RoCE (`show_gids`) [default: none, InfiniBand LIDs].
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u8>,
+    /// rdma: clients served at once; more are turned away.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = parse_max_clients)]
+    pub max_clients: usize,
+}
+
+/// What `swarm memnode` without a subcommand serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServeBackend {
+    /// An RDMA memory node.
+    Rdma,
+}
+
+fn parse_serve_backend(s: &str) -> Result<ServeBackend, String> {
+    match s.trim() {
+        "rdma" => Ok(ServeBackend::Rdma),
+        b @ ("shm" | "cxl") => Err(format!(
+            "{b} clusters are made with a subcommand: `swarm memnode create --backend {b} ...` (list, remove)"
+        )),
+        _ => Err(format!("'{s}' is not a backend (`swarm memnode --backend rdma` serves an RDMA memory node)")),
+    }
+}
+
+fn parse_ib_port(s: &str) -> Result<u8, String> {
+    int_in(s, "the device port", 1, 255)
+}
+
+fn parse_max_clients(s: &str) -> Result<usize, String> {
+    int_in(s, "the number of clients", 1, 65536)
+}
+
+/// `swarm memnode create|list|remove`.
 #[derive(Subcommand, Debug)]
 pub enum Memnode {
     /// Create a cluster and format its nodes for SWARM clients.

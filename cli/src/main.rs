@@ -3,9 +3,12 @@
 //! - `swarm memnode create|list|remove`: clusters of memory nodes in shared
 //!   memory (`/dev/shm`, `--dir`) or on DAX devices and files
 //!   (`--backend cxl --path`), formatted so that SWARM clients can use them.
+//! - `swarm memnode --backend rdma --listen ADDR --size SIZE`: one RDMA
+//!   memory node, served until SIGINT or SIGTERM (build with `--features rdma`).
 //! - `swarm bench`: the YCSB comparison of the key-value stores (RAW,
 //!   DM-ABD, SWARM-KV) on shared memory (threads or processes), DAX devices
-//!   and files, or the deterministic simulator: a table, JSON and plots.
+//!   and files, RDMA memory nodes, or the deterministic simulator: a table,
+//!   JSON and plots.
 //! - `swarm bench-register`: a Safe-Guess register benchmark on the same
 //!   backends.
 //! - `swarm kv`: get, put, delete and a small shell on a shm cluster.
@@ -19,6 +22,7 @@ mod args;
 mod bench;
 mod kv;
 mod memnode;
+mod rdma;
 mod report;
 
 use std::process::ExitCode;
@@ -34,9 +38,12 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let result = match cli.command {
-        Command::Memnode(Memnode::Create(a)) => memnode::create(&a),
-        Command::Memnode(Memnode::List(a)) => memnode::list(&a),
-        Command::Memnode(Memnode::Remove(a)) => memnode::remove(&a),
+        Command::Memnode(m) => match m.action {
+            Some(Memnode::Create(a)) => memnode::create(&a),
+            Some(Memnode::List(a)) => memnode::list(&a),
+            Some(Memnode::Remove(a)) => memnode::remove(&a),
+            None => rdma::serve(&m.serve),
+        },
         Command::Bench(a) => bench::ycsb::run(&a),
         Command::BenchRegister(a) => bench::run(&a),
         Command::Kv(a) => kv::run(&a),

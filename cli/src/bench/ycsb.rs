@@ -5,8 +5,10 @@
 //! Each system runs on a fresh cluster sized for the run: in-process
 //! shared memory (`shm`, the default), a shared-memory directory in
 //! /dev/shm shared with worker processes (`shm --processes N`), DAX
-//! devices or files (`cxl --path`), or the deterministic simulator
-//! (`sim`: exact roundtrips in virtual time, replayable from `--seed`).
+//! devices or files (`cxl --path`), the RDMA memory nodes of a cluster
+//! file (`rdma --cluster`, formatted anew for each system), or the
+//! deterministic simulator (`sim`: exact roundtrips in virtual time,
+//! replayable from `--seed`).
 //!
 //! `--inflight` takes a list (`1,2,4`): the store is loaded once per
 //! system and each setting gets its own warm-up and measurement, which is
@@ -37,6 +39,8 @@ use swarm_ycsb::{ClientResult, Distribution, Workload};
 use super::procs;
 use crate::args::{format_size, int_in, parse_ops, parse_replicas, parse_rtt_us, parse_size, parse_warmup};
 use crate::memnode::print_warnings;
+use crate::rdma;
+use swarm_backend_rdma::ClusterConfig;
 
 /// Most keys a run may load.
 pub const MAX_KEYS: u64 = 100_000_000;
@@ -51,7 +55,7 @@ pub enum YcsbBackend {
     Sim,
     /// DAX devices or files (`--path`), with cache-line flushes (`--flush`).
     Cxl,
-    /// RDMA memory nodes (needs a build with RDMA support).
+    /// RDMA memory nodes (`--cluster`; needs a build with `--features rdma`).
     Rdma,
 }
 
@@ -128,6 +132,10 @@ pub struct YcsbArgs {
     /// laid out for the run (and removed afterwards); repeat for several.
     #[arg(long, value_name = "PATH")]
     pub path: Vec<PathBuf>,
+    /// rdma: the cluster file (TOML) that lists the memory nodes; the run
+    /// formats them, so whatever they held is lost.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
     /// cxl: none, persist or noncoherent [default: persist].
     #[arg(long, value_name = "MODE", value_parser = parse_flush)]
     pub flush: Option<FlushMode>,
@@ -229,13 +237,16 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
         warm_cache: !a.cold_cache,
     };
     let backend = a.backend;
-    if backend == YcsbBackend::Rdma {
-        return Err("--backend rdma needs RDMA memory nodes and a build with RDMA support, which this build \
-                    lacks (use shm, sim or cxl)"
-            .into());
+    if backend == YcsbBackend::Rdma && a.cluster.is_none() {
+        return Err("--backend rdma needs --cluster FILE (the memory nodes; see backend-rdma/README.md)".into());
     }
-    if backend == YcsbBackend::Sim && a.inject_rtt_us != 0.0 {
-        return Err("--inject-rtt-us applies to --backend shm and cxl (the simulator's roundtrip is 2 µs)".into());
+    if backend != YcsbBackend::Rdma && a.cluster.is_some() {
+        return Err("--cluster applies to --backend rdma only".into());
+    }
+    if matches!(backend, YcsbBackend::Sim | YcsbBackend::Rdma) && a.inject_rtt_us != 0.0 {
+        return Err("--inject-rtt-us applies to --backend shm and cxl (the others have real or simulated \
+                    roundtrips)"
+            .into());
     }
     if let Some(p) = a.processes {
         if backend != YcsbBackend::Shm {
@@ -268,12 +279,16 @@ pub fn run(a: &YcsbArgs) -> Result<(), String> {
         None => None,
     };
     let plots_dir = plots_dir(a);
-    let (backend, backend_json) = describe(a, &systems);
+    let cluster = match &a.cluster {
+        Some(path) => Some(rdma::load_cluster(path, spec.replicas)?),
+        None => None,
+    };
+    let (backend, backend_json) = describe(a, &systems, cluster.as_ref());
     let progress = Progress::start(spec.total_ops() * systems.len() as u64, true);
     let mut runs = Vec::new();
     for &system in &systems {
         progress.set_label(system.name());
-        match run_system(a, &spec, system, progress.counter()) {
+        match run_system(a, &spec, system, cluster.as_ref(), progress.counter()) {
             Ok(result) => runs.push(SystemRun { system, result }),
             Err(e) => {
                 progress.finish();
@@ -322,7 +337,7 @@ fn plots_dir(a: &YcsbArgs) -> Option<PathBuf> {
 }
 
 /// The backend in words, and its settings for the JSON `config`.
-fn describe(a: &YcsbArgs, systems: &[System]) -> (String, Value) {
+fn describe(a: &YcsbArgs, systems: &[System], cluster: Option<&ClusterConfig>) -> (String, Value) {
     let words = match a.backend {
         YcsbBackend::Shm => match a.processes {
             Some(p) => format!("shm ({p} processes on one /dev/shm cluster, injected rtt {} µs)", a.inject_rtt_us),
@@ -335,7 +350,13 @@ fn describe(a: &YcsbArgs, systems: &[System]) -> (String, Value) {
             a.flush.unwrap_or_default().name(),
             a.inject_rtt_us
         ),
-        YcsbBackend::Rdma => "rdma".into(),
+        YcsbBackend::Rdma => format!(
+            "rdma ({} memory nodes: {})",
+            cluster.map_or(0, |c| c.nodes.len()),
+            cluster
+                .map(|c| c.nodes.iter().map(|n| n.address.as_str()).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        ),
     };
     let json = json!({
         "backend": a.backend.name(),
@@ -344,6 +365,7 @@ fn describe(a: &YcsbArgs, systems: &[System]) -> (String, Value) {
         "inject_rtt_us": a.inject_rtt_us,
         "path": a.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "flush": (a.backend == YcsbBackend::Cxl).then(|| a.flush.unwrap_or_default().name()),
+        "cluster": cluster.map(|c| c.nodes.iter().map(|n| json!({"address": n.address, "size": n.size})).collect::<Vec<_>>()),
     });
     (words, json)
 }
@@ -368,7 +390,13 @@ fn check_memory(need: u64) -> Result<(), String> {
 }
 
 /// Runs one system on a fresh cluster of the chosen backend.
-fn run_system(a: &YcsbArgs, spec: &RunSpec, system: System, progress: Arc<AtomicU64>) -> Result<ClientResult, String> {
+fn run_system(
+    a: &YcsbArgs,
+    spec: &RunSpec,
+    system: System,
+    cluster: Option<&ClusterConfig>,
+    progress: Arc<AtomicU64>,
+) -> Result<ClientResult, String> {
     let size = spec.node_bytes(system);
     let rtt = Duration::from_secs_f64(a.inject_rtt_us / 1e6);
     match a.backend {
@@ -401,7 +429,10 @@ fn run_system(a: &YcsbArgs, spec: &RunSpec, system: System, progress: Arc<Atomic
             removed?;
             Ok(out)
         }
-        YcsbBackend::Rdma => Err("--backend rdma is not available in this build".into()),
+        YcsbBackend::Rdma => {
+            let cluster = cluster.ok_or("--backend rdma needs --cluster FILE")?;
+            rdma::bench(cluster, spec, system, progress)
+        }
     }
 }
 
