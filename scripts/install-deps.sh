@@ -11,11 +11,13 @@ for comp in rustfmt clippy; do
   fi
 done
 
-# Debian packages. None are needed yet: the shared-memory backend and the
-# simulator use only the standard library. The RDMA backend (issue #7) will
-# add cmake, clang, libclang-dev, pkg-config, libibverbs-dev, libnl-3-dev and
-# libnl-route-3-dev here.
-PACKAGES=()
+# Debian packages: the RDMA backend's `verbs` feature builds rdma-core's
+# libibverbs through ibverbs-sys (bindgen needs clang and libclang; the vendored
+# rdma-core build needs cmake, pkg-config and libnl). ibverbs-utils gives
+# `ibv_devices`, which scripts/test-rdma-hardware.sh uses to find a NIC, and
+# ibverbs-providers the user-space drivers that a real device needs.
+PACKAGES=(cmake clang libclang-dev pkg-config libibverbs-dev libnl-3-dev
+  libnl-route-3-dev ibverbs-providers ibverbs-utils rdma-core)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
