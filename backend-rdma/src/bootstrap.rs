@@ -31,7 +31,7 @@ use std::io::{self, Read, Write};
 /// "SWRM".
 pub const MAGIC: [u8; 4] = *b"SWRM";
 /// The version this build speaks; a peer speaking another is refused.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER: usize = 12;
 /// The largest body any kind has (a hello with its longest label).
@@ -44,14 +44,16 @@ const KIND_WELCOME: u8 = 2;
 const KIND_REJECT: u8 = 3;
 
 /// Bytes of an encoded [`Endpoint`].
-const ENDPOINT: usize = 2 + 4 + 4 + 16;
+const ENDPOINT: usize = 2 + 4 + 4 + 16 + 1 + 1;
 /// Bytes of a welcome body.
 const WELCOME: usize = ENDPOINT + 8 + 4 + 8;
 
 /// What a queue pair's peer needs to connect to it (RC, `ibv_modify_qp` to
-/// RTR): its LID (InfiniBand), GID (RoCE), queue pair number and first
-/// packet sequence number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// RTR and RTS): its LID (InfiniBand), GID (RoCE), queue pair number and
+/// first packet sequence number, and the two limits both ends must agree
+/// on: the path MTU (the smaller port's) and how many READs and atomics
+/// may be outstanding (no more than the responder takes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// Local identifier of the port (0 on RoCE).
     pub lid: u16,
@@ -61,6 +63,17 @@ pub struct Endpoint {
     pub psn: u32,
     /// Global identifier (RoCE, or InfiniBand across subnets); zero if unused.
     pub gid: [u8; 16],
+    /// The port's active MTU, as `enum ibv_mtu`: 1 (256 B) to 5 (4096 B).
+    pub mtu: u8,
+    /// RDMA READs and atomics this end takes or issues at once (at least 1).
+    pub rd_atomic: u8,
+}
+
+impl Default for Endpoint {
+    /// Zero addresses, a 1024-byte MTU, one READ or atomic at a time.
+    fn default() -> Self {
+        Endpoint { lid: 0, qpn: 0, psn: 0, gid: [0; 16], mtu: 3, rd_atomic: 1 }
+    }
 }
 
 /// The client's opening message.
@@ -170,6 +183,7 @@ impl Endpoint {
         out.extend_from_slice(&self.qpn.to_le_bytes());
         out.extend_from_slice(&self.psn.to_le_bytes());
         out.extend_from_slice(&self.gid);
+        out.extend_from_slice(&[self.mtu, self.rd_atomic]);
     }
 
     fn decode(r: &mut Fields<'_>) -> Result<Endpoint, BootError> {
@@ -177,13 +191,20 @@ impl Endpoint {
         let qpn = r.u32();
         let psn = r.u32();
         let gid = r.array::<16>();
+        let [mtu, rd_atomic] = r.array::<2>();
+        if !(1..=5).contains(&mtu) {
+            return Err(BootError::Field("path MTU (not 1 to 5)"));
+        }
+        if rd_atomic == 0 {
+            return Err(BootError::Field("outstanding READs and atomics (zero)"));
+        }
         if qpn >= 1 << 24 {
             return Err(BootError::Field("queue pair number (more than 24 bits)"));
         }
         if psn >= 1 << 24 {
             return Err(BootError::Field("packet sequence number (more than 24 bits)"));
         }
-        Ok(Endpoint { lid, qpn, psn, gid })
+        Ok(Endpoint { lid, qpn, psn, gid, mtu, rd_atomic })
     }
 }
 
@@ -384,7 +405,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn endpoint() -> Endpoint {
-        Endpoint { lid: 7, qpn: 0x12_3456, psn: 0xab_cdef, gid: [9; 16] }
+        Endpoint { lid: 7, qpn: 0x12_3456, psn: 0xab_cdef, gid: [9; 16], mtu: 5, rd_atomic: 16 }
     }
 
     fn samples() -> Vec<Message> {
@@ -436,7 +457,12 @@ mod tests {
             Message::decode(&f).unwrap_err()
         };
         assert_eq!(with(0, b"GET "), BootError::BadMagic(*b"GET "));
-        assert_eq!(with(4, &2u16.to_le_bytes()), BootError::Version(2));
+        assert_eq!(with(4, &1u16.to_le_bytes()), BootError::Version(1), "version 1 had no MTU or READ depth");
+        assert_eq!(with(4, &3u16.to_le_bytes()), BootError::Version(3));
+        // The limits both ends agree on must be possible values.
+        assert_eq!(with(HEADER + 26, &[0]), BootError::Field("path MTU (not 1 to 5)"));
+        assert_eq!(with(HEADER + 26, &[6]), BootError::Field("path MTU (not 1 to 5)"));
+        assert_eq!(with(HEADER + 27, &[0]), BootError::Field("outstanding READs and atomics (zero)"));
         assert_eq!(with(4, &0u16.to_le_bytes()), BootError::Version(0));
         assert_eq!(with(6, &[9]), BootError::Kind(9));
         assert_eq!(with(7, &[1]), BootError::Reserved(1));
@@ -452,7 +478,7 @@ mod tests {
         let mut f = welcome.clone();
         f[6] = KIND_HELLO;
         assert!(matches!(Message::decode(&f), Err(BootError::BodySize { .. })));
-        assert!(BootError::Version(2).to_string().contains("speaks 1"));
+        assert!(BootError::Version(1).to_string().contains("speaks 2"));
     }
 
     #[test]
@@ -508,8 +534,11 @@ mod tests {
         }
 
         #[test]
-        fn any_hello_roundtrips(lid: u16, qpn in 0u32..1 << 24, psn in 0u32..1 << 24, gid: [u8; 16], label in ".{0,80}") {
-            let m = Message::Hello(Hello { endpoint: Endpoint { lid, qpn, psn, gid }, label });
+        fn any_hello_roundtrips(
+            lid: u16, qpn in 0u32..1 << 24, psn in 0u32..1 << 24, gid: [u8; 16], mtu in 1u8..=5, rd_atomic in 1u8..,
+            label in ".{0,80}",
+        ) {
+            let m = Message::Hello(Hello { endpoint: Endpoint { lid, qpn, psn, gid, mtu, rd_atomic }, label });
             let frame = m.encode();
             let back = Message::decode(&frame).unwrap();
             if let (Message::Hello(a), Message::Hello(b)) = (&m, &back) {

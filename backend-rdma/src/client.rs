@@ -36,7 +36,7 @@ use swarm_core::memory::{OpOutput, check_pipeline};
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, Outputs, RemoteAddr};
 
 use crate::arena::{Arena, Chunk, MIN_CHUNK};
-use crate::nic::{Nic, Wc, Wr, WrKind, completion_error, post_error, status};
+use crate::nic::{Nic, PostError, Wc, Wr, WrKind, completion_error, post_error, status};
 
 /// How long an operation waits for its completion, unless set otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -58,6 +58,8 @@ struct State {
     free_slots: Vec<u32>,
     /// Work requests posted and not yet completed, per node's queue pair.
     outstanding: Vec<usize>,
+    /// Nodes whose queue pair this handle put in the error state.
+    failed: Vec<bool>,
     wcs: Vec<Wc>,
 }
 
@@ -105,8 +107,14 @@ impl<N: Nic> RdmaMemory<N> {
     pub fn new(nic: N) -> RdmaMemory<N> {
         let nodes = nic.node_count();
         let arena = Arena::new(nic.arena_size());
-        let state =
-            State { arena, slots: Vec::new(), free_slots: Vec::new(), outstanding: vec![0; nodes], wcs: Vec::new() };
+        let state = State {
+            arena,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            outstanding: vec![0; nodes],
+            failed: vec![false; nodes],
+            wcs: Vec::new(),
+        };
         RdmaMemory { nic, timeout: DEFAULT_TIMEOUT, state: RefCell::new(state) }
     }
 
@@ -161,6 +169,9 @@ impl<N: Nic> RdmaMemory<N> {
         if wrs == 0 {
             return Ok(None);
         }
+        if s.failed[usize::from(node.0)] {
+            return Err(Start::Failed(MemError::new(node, MemErrorKind::Unreachable)));
+        }
         if s.outstanding[usize::from(node.0)] + wrs > self.nic.queue_depth() {
             return Err(Start::Busy);
         }
@@ -209,10 +220,21 @@ impl<N: Nic> RdmaMemory<N> {
             });
             done += p.len as usize;
         }
-        if let Err(errno) = self.nic.post(node, &chain) {
-            sl.pieces.iter().for_each(|p| s.arena.free(p.chunk));
-            sl.pieces.clear();
-            s.free_slots.push(slot);
+        if let Err(PostError { errno, posted }) = self.nic.post(node, &chain) {
+            if posted == 0 {
+                sl.pieces.iter().for_each(|p| s.arena.free(p.chunk));
+                sl.pieces.clear();
+                s.free_slots.push(slot);
+            } else {
+                // A prefix is in flight, unsignaled: no completion will
+                // say when the NIC is done with its buffers. Keep them (and
+                // the slot) for good, and give up on the queue pair, so that
+                // no later chain is ordered after requests nobody tracks.
+                (sl.node, sl.wrs, sl.done, sl.abandoned, sl.error) = (node.0, posted, false, true, None);
+                s.outstanding[usize::from(node.0)] += posted;
+                s.failed[usize::from(node.0)] = true;
+                self.nic.fail(node);
+            }
             return Err(Start::Failed(post_error(node, errno)));
         }
         sl.node = node.0;

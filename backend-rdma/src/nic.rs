@@ -105,8 +105,14 @@ pub trait Nic {
     fn queue_depth(&self) -> usize;
 
     /// Posts `chain` on `node`'s queue pair in one doorbell, in order.
-    /// Returns an `errno` if the NIC refused it; then none of it was posted.
-    fn post(&self, node: NodeId, chain: &[Wr]) -> Result<(), i32>;
+    /// A refusal says why and how many of the chain's first requests were
+    /// posted all the same (`ibv_post_send` stops at the first bad one):
+    /// those are in flight, and their buffers in use, until they complete.
+    fn post(&self, node: NodeId, chain: &[Wr]) -> Result<(), PostError>;
+
+    /// Puts `node`'s queue pair in the error state: whatever is outstanding
+    /// on it completes with a flush error, and nothing more is executed.
+    fn fail(&self, node: NodeId);
 
     /// Moves up to `out.len()` completions into `out`; returns how many.
     fn poll(&self, out: &mut [Wc]) -> usize;
@@ -124,6 +130,16 @@ pub trait Nic {
     /// As for [`Nic::put`]: the range is in the arena and no work request
     /// in flight uses it.
     unsafe fn get(&self, at: u32, out: &mut [u8]);
+}
+
+/// A chain the NIC refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostError {
+    /// Why (an `errno`).
+    pub errno: i32,
+    /// How many of the chain's first requests were posted before the
+    /// refused one.
+    pub posted: usize,
 }
 
 /// The core's error for a failed completion on `node`.

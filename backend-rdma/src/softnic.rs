@@ -26,7 +26,7 @@ use swarm_backend_shm::{Fault, ShmMemory};
 use swarm_core::exec::block_on;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput};
 
-use crate::nic::{Nic, Wc, Wr, WrKind, status};
+use crate::nic::{Nic, PostError, Wc, Wr, WrKind, status};
 
 /// Doorbells and work requests a [`SoftNic`] was given.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,6 +59,8 @@ struct SoftState {
     broken: Vec<bool>,
     posted: Posted,
     last: Vec<Wr>,
+    /// The next post takes only this many requests, and refuses the rest.
+    refuse_after: Option<usize>,
 }
 
 struct Pending {
@@ -92,6 +94,13 @@ impl SoftNic {
     /// The last chain posted.
     pub fn last_chain(&self) -> Vec<Wr> {
         self.state.borrow().last.clone()
+    }
+
+    /// Makes the next post take only the chain's first `n` requests and
+    /// refuse the rest (`ENOMEM`), as `ibv_post_send` does when it meets a
+    /// request it cannot queue.
+    pub fn refuse_next_after(&self, n: usize) {
+        self.state.borrow_mut().refuse_after = Some(n);
     }
 
     /// Whether `node`'s queue pair is in the error state.
@@ -200,18 +209,31 @@ impl Nic for SoftNic {
         self.depth
     }
 
-    fn post(&self, node: NodeId, chain: &[Wr]) -> Result<(), i32> {
+    fn post(&self, node: NodeId, chain: &[Wr]) -> Result<(), PostError> {
         const EINVAL: i32 = 22;
+        const ENOMEM: i32 = 12;
         let mut s = self.state.borrow_mut();
         if chain.is_empty() || usize::from(node.0) >= s.broken.len() {
-            return Err(EINVAL);
+            return Err(PostError { errno: EINVAL, posted: 0 });
         }
-        s.posted.doorbells += 1;
-        s.posted.wrs += chain.len() as u64;
-        s.posted.signaled += chain.iter().filter(|w| w.signaled).count() as u64;
-        s.last = chain.to_vec();
-        self.execute(&mut s, node, chain.to_vec());
-        Ok(())
+        let (chain, refused) = match s.refuse_after.take() {
+            Some(n) if n < chain.len() => (&chain[..n], true),
+            _ => (chain, false),
+        };
+        if !chain.is_empty() {
+            s.posted.doorbells += 1;
+            s.posted.wrs += chain.len() as u64;
+            s.posted.signaled += chain.iter().filter(|w| w.signaled).count() as u64;
+            s.last = chain.to_vec();
+            self.execute(&mut s, node, chain.to_vec());
+        }
+        if refused { Err(PostError { errno: ENOMEM, posted: chain.len() }) } else { Ok(()) }
+    }
+
+    fn fail(&self, node: NodeId) {
+        if let Some(b) = self.state.borrow_mut().broken.get_mut(usize::from(node.0)) {
+            *b = true;
+        }
     }
 
     fn poll(&self, out: &mut [Wc]) -> usize {

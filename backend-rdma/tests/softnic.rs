@@ -156,6 +156,34 @@ fn a_failed_node_is_unreachable_for_good_and_the_others_are_not() {
 }
 
 #[test]
+fn a_partly_posted_chain_keeps_its_buffers_and_fails_its_queue_pair() {
+    let cluster = ShmCluster::in_process(2, 1 << 16).unwrap();
+    let m = rdma(&cluster);
+    let ops = [
+        Op::Write { offset: 64, data: &[1; 8] },
+        Op::Read { offset: 128, len: 8 },
+        Op::Cas { offset: 0, expected: 0, new: 1 },
+    ];
+    // The NIC takes the write and refuses the rest: the write is in flight
+    // unsignaled, so nothing will say when its buffer is free again.
+    m.nic().refuse_next_after(1);
+    let e = block_on(m.pipeline(N0, &ops)).unwrap_err();
+    assert!(matches!(e.kind, MemErrorKind::Backend { code } if code == 0x10000 + 12), "{e:?}");
+    assert_eq!(m.chunks_held(), 3, "every chunk of the chain stays with the backend");
+    assert!(m.nic().broken(N0), "the queue pair was put in the error state");
+    // Nothing more is ordered after requests nobody tracks.
+    assert_eq!(block_on(m.read(at(0), 8)).unwrap_err().kind, MemErrorKind::Unreachable);
+    assert_eq!(m.nic().posted().wrs, 1, "the later read was never posted");
+    // The other node is untouched; a refusal of the whole chain keeps nothing.
+    let n1 = RemoteAddr { node: NodeId(1), offset: 0 };
+    block_on(m.write(n1, &[2; 8])).unwrap();
+    m.nic().refuse_next_after(0);
+    assert!(block_on(m.pipeline(NodeId(1), &ops)).is_err());
+    assert_eq!(m.chunks_held(), 3);
+    assert_eq!(&*block_on(m.read(n1, 8)).unwrap(), &[2; 8], "node 1 still serves");
+}
+
+#[test]
 fn a_full_queue_pair_makes_operations_wait_not_fail() {
     let cluster = ShmCluster::in_process(1, 1 << 16).unwrap();
     let m = RdmaMemory::new(SoftNic::new(cluster.memory(), 4 << 20, 4).with_delay(2));

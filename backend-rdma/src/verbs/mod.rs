@@ -155,7 +155,13 @@ impl Device {
         if errno != 0 {
             return Err(format!("{}: {}", self.name, io::Error::from_raw_os_error(errno)));
         }
-        self.rd_atomic = RD_ATOMIC.min(dattr.max_qp_rd_atom).min(dattr.max_qp_init_rd_atom).max(1) as u8;
+        if dattr.atomic_cap == ffi::IBV_ATOMIC_NONE {
+            return Err(format!("{} has no atomic operations, which every protocol here needs (CAS)", self.name));
+        }
+        if dattr.max_qp_rd_atom < 1 || dattr.max_qp_init_rd_atom < 1 {
+            return Err(format!("{} allows no outstanding RDMA READ or atomic per queue pair", self.name));
+        }
+        self.rd_atomic = RD_ATOMIC.min(dattr.max_qp_rd_atom).min(dattr.max_qp_init_rd_atom) as u8;
         self.max_qp_wr = dattr.max_qp_wr.max(1) as u32;
         Ok(())
     }
@@ -171,7 +177,8 @@ impl Device {
     }
 
     /// A protection domain on this device.
-    pub fn alloc_pd(&self) -> Result<Pd, String> {
+    /// (Crate-only: the owner must drop the domain before the device.)
+    pub(crate) fn alloc_pd(&self) -> Result<Pd, String> {
         // SAFETY: the context is open.
         let pd = unsafe { ffi::ibv_alloc_pd(self.ctx.as_ptr()) };
         NonNull::new(pd)
@@ -180,7 +187,9 @@ impl Device {
     }
 
     /// A completion queue of at least `entries` entries.
-    pub fn create_cq(&self, entries: usize) -> Result<Cq, String> {
+    /// (Crate-only: the owner must drop the queue before the device, and
+    /// after its queue pairs.)
+    pub(crate) fn create_cq(&self, entries: usize) -> Result<Cq, String> {
         // SAFETY: the context is open; no channel, no context pointer.
         let cq = unsafe {
             ffi::ibv_create_cq(
@@ -263,7 +272,9 @@ impl Pd {
 
     /// A reliable-connected queue pair on `cq`, with room for `depth` work
     /// requests, in the INIT state with `access` for incoming requests.
-    pub fn create_qp(&self, dev: &Device, cq: &Cq, depth: usize, access: Access) -> Result<Qp, String> {
+    /// (Crate-only: the owner must drop the queue pair before `cq`, this
+    /// domain and `dev`.)
+    pub(crate) fn create_qp(&self, dev: &Device, cq: &Cq, depth: usize, access: Access) -> Result<Qp, String> {
         let mut init = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: cq.cq.as_ptr(),
@@ -338,11 +349,9 @@ pub struct Cq {
     cq: NonNull<ffi::ibv_cq>,
 }
 
-// SAFETY: polling is done by one thread at a time (the client's handle is
-// not shared); creation and destruction are thread-safe in libibverbs.
+// SAFETY: polling is done by one thread at a time (the owner is not
+// `Sync`); creation and destruction are thread-safe in libibverbs.
 unsafe impl Send for Cq {}
-// SAFETY: the daemon's CQs are never polled, only kept alive.
-unsafe impl Sync for Cq {}
 
 impl Cq {
     /// Moves up to `out.len()` completions into `out`.
@@ -372,11 +381,9 @@ pub struct Qp {
     qp: NonNull<ffi::ibv_qp>,
 }
 
-// SAFETY: a client's queue pairs are used by its one handle; the daemon's
-// are only kept alive. ibv_post_send itself is thread-safe per QP.
+// SAFETY: a client's queue pairs are used by its one handle (not `Sync`);
+// the daemon's are only kept alive.
 unsafe impl Send for Qp {}
-// SAFETY: as above.
-unsafe impl Sync for Qp {}
 
 impl Qp {
     fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: ffi::ibv_qp_attr_mask, state: &str) -> Result<(), String> {
@@ -393,7 +400,14 @@ impl Qp {
     pub fn endpoint(&self, dev: &Device, psn: u32) -> Endpoint {
         // SAFETY: the QP is live; qp_num is set once at creation.
         let qpn = unsafe { self.qp.as_ref() }.qp_num;
-        Endpoint { lid: dev.lid, qpn, psn: psn & 0xff_ffff, gid: dev.gid.map(|g| g.1).unwrap_or_default() }
+        Endpoint {
+            lid: dev.lid,
+            qpn,
+            psn: psn & 0xff_ffff,
+            gid: dev.gid.map(|g| g.1).unwrap_or_default(),
+            mtu: dev.mtu as u8,
+            rd_atomic: dev.rd_atomic,
+        }
     }
 
     /// Connects to `remote` (INIT → RTR → RTS); `psn` is this side's.
@@ -404,7 +418,7 @@ impl Qp {
         let global = remote.gid != [0; 16] || dev.gid.is_some();
         if global {
             let (sgid_index, _) =
-                dev.gid.ok_or("the memory node uses a GID (RoCE) but this client has none: set client.gid_index")?;
+                dev.gid.ok_or("the other end addresses by GID (RoCE) but this one has none: set a GID index (the cluster file's client.gid_index, the memory node's --gid-index)")?;
             ah.is_global = 1;
             ah.grh.dgid = ffi::ibv_gid { raw: remote.gid };
             ah.grh.sgid_index = sgid_index;
@@ -412,7 +426,8 @@ impl Qp {
         }
         let mut rtr = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_RTR,
-            path_mtu: dev.mtu,
+            // Both ends pick the smaller port's MTU, so packets fit both.
+            path_mtu: dev.mtu.min(ffi::ibv_mtu::from(remote.mtu)),
             dest_qp_num: remote.qpn,
             rq_psn: remote.psn,
             max_dest_rd_atomic: dev.rd_atomic,
@@ -434,7 +449,8 @@ impl Qp {
             timeout: ACK_TIMEOUT,
             retry_cnt: RETRY_COUNT,
             rnr_retry: 7,
-            max_rd_atomic: dev.rd_atomic,
+            // No more outstanding than the other end takes as responder.
+            max_rd_atomic: dev.rd_atomic.min(remote.rd_atomic),
             ..Default::default()
         };
         let mask = M::IBV_QP_STATE
@@ -446,13 +462,15 @@ impl Qp {
         self.modify(&mut rts, mask, "RTS")
     }
 
-    /// Posts the linked list starting at `first` with one doorbell.
+    /// Posts the linked list starting at `first` with one doorbell. A
+    /// refusal gives the `errno` and how many of the list's first requests
+    /// were posted before the one refused (`bad_wr`).
     ///
     /// # Safety
-    /// The list must be valid (its `next` pointers, scatter/gather entries
-    /// and their registered buffers), and the buffers must stay untouched by
-    /// the CPU until the requests complete.
-    pub unsafe fn post_send(&self, first: &mut ffi::ibv_send_wr) -> Result<(), i32> {
+    /// `first` must start a valid list (its `next` pointers, scatter/gather
+    /// entries and their registered buffers), and the buffers must stay
+    /// untouched by the CPU until the requests complete.
+    pub unsafe fn post_send(&self, first: *mut ffi::ibv_send_wr) -> Result<(), (i32, usize)> {
         let qp = self.qp.as_ptr();
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: `ibv_post_send` is an inline function of verbs.h that calls
@@ -465,7 +483,26 @@ impl Qp {
                 None => 95, // EOPNOTSUPP
             }
         };
-        if errno == 0 { Ok(()) } else { Err(errno) }
+        if errno == 0 {
+            return Ok(());
+        }
+        // The requests before `bad` went to the NIC (a null or foreign
+        // `bad`: count none, and the whole list if it is not found).
+        let mut posted = 0;
+        let mut wr = first;
+        while !bad.is_null() && !wr.is_null() && wr != bad {
+            posted += 1;
+            // SAFETY: `wr` is an entry of the caller's valid list.
+            wr = unsafe { (*wr).next };
+        }
+        Err((errno, if wr == bad { posted } else { 0 }))
+    }
+
+    /// Moves the queue pair to the error state: its outstanding requests
+    /// complete with flush errors.
+    pub fn to_error(&self) -> Result<(), String> {
+        let mut attr = ffi::ibv_qp_attr { qp_state: ffi::ibv_qp_state::IBV_QPS_ERR, ..Default::default() };
+        self.modify(&mut attr, ffi::ibv_qp_attr_mask::IBV_QP_STATE, "ERR")
     }
 }
 

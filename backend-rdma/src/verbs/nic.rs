@@ -14,7 +14,7 @@ use crate::RdmaMemory;
 use crate::bootstrap::Hello;
 use crate::config::ClusterConfig;
 use crate::daemon::greet;
-use crate::nic::{Nic, Wc, Wr, WrKind};
+use crate::nic::{Nic, PostError, Wc, Wr, WrKind};
 
 /// How long connecting to a memory node and its bootstrap may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,6 +91,9 @@ pub fn connect(config: &ClusterConfig, label: &str) -> Result<RdmaMemory<VerbsNi
         let psn = fresh_psn();
         let hello = Hello { endpoint: qp.endpoint(&dev, psn), label: label.to_owned() };
         let welcome = greet(&stream, hello, CONNECT_TIMEOUT).map_err(at)?;
+        if welcome.addr % 8 != 0 {
+            return Err(at(format!("its region starts at {:#x}, not 8-byte aligned (no CAS could run)", welcome.addr)));
+        }
         if welcome.size != spec.size {
             return Err(at(format!("it serves {} bytes, but the cluster file says {}", welcome.size, spec.size)));
         }
@@ -118,8 +121,8 @@ impl Nic for VerbsNic {
         self.depth
     }
 
-    fn post(&self, node: NodeId, chain: &[Wr]) -> Result<(), i32> {
-        const EINVAL: i32 = 22;
+    fn post(&self, node: NodeId, chain: &[Wr]) -> Result<(), PostError> {
+        const EINVAL: PostError = PostError { errno: 22, posted: 0 };
         let Some(remote) = self.remotes.get(usize::from(node.0)) else { return Err(EINVAL) };
         if chain.is_empty() {
             return Err(EINVAL);
@@ -135,8 +138,12 @@ impl Nic for VerbsNic {
             }
             sges.push(ffi::ibv_sge { addr: base + u64::from(wr.local), length: wr.len, lkey: self.mr.lkey() });
         }
+        let sge_base = sges.as_mut_ptr();
         for (k, wr) in chain.iter().enumerate() {
-            let remote_addr = remote.addr + wr.remote;
+            // The client checks ranges against the node's size; a caller
+            // that did not gets a refusal, not an overflow.
+            let end = wr.remote.checked_add(u64::from(wr.len)).filter(|&e| e <= remote.size);
+            let Some(remote_addr) = end.and_then(|_| remote.addr.checked_add(wr.remote)) else { return Err(EINVAL) };
             let (opcode, union) = match wr.kind {
                 WrKind::Read => (
                     ffi::ibv_wr_opcode::IBV_WR_RDMA_READ,
@@ -172,7 +179,10 @@ impl Nic for VerbsNic {
             wrs.push(ffi::ibv_send_wr {
                 wr_id: wr.id,
                 next: std::ptr::null_mut(),
-                sg_list: &mut sges[k],
+                // SAFETY: `k < sges.len()`; the pointer comes from one
+                // `as_mut_ptr` of the complete vector (no re-borrow of it
+                // follows, so it stays valid until the post).
+                sg_list: unsafe { sge_base.add(k) },
                 num_sge: 1,
                 opcode,
                 send_flags: flags,
@@ -180,17 +190,27 @@ impl Nic for VerbsNic {
                 ..Default::default()
             });
         }
-        // Link the list only now: the vector no longer moves.
+        // Link the list only now, through one pointer to the complete
+        // vector: it no longer moves.
+        let first = wrs.as_mut_ptr();
         for k in 1..wrs.len() {
-            let next: *mut ffi::ibv_send_wr = &mut wrs[k];
-            wrs[k - 1].next = next;
+            // SAFETY: `k < wrs.len()`: both entries exist.
+            unsafe { (*first.add(k - 1)).next = first.add(k) };
         }
         // SAFETY: the list is linked above within `wrs`, each entry's one
         // scatter/gather entry lies in `sges` and names the registered arena
         // inside its bounds (checked above); the client does not touch those
         // chunks until their completion (`Nic::put`'s contract). The list
         // itself may be reused once ibv_post_send returns.
-        unsafe { remote.qp.post_send(&mut wrs[0]) }
+        unsafe { remote.qp.post_send(first) }.map_err(|(errno, posted)| PostError { errno, posted })
+    }
+
+    fn fail(&self, node: NodeId) {
+        if let Some(remote) = self.remotes.get(usize::from(node.0)) {
+            // Failing to fail leaves the queue pair as it was: the handle
+            // refuses the node's operations all the same.
+            let _ = remote.qp.to_error();
+        }
     }
 
     fn poll(&self, out: &mut [Wc]) -> usize {
