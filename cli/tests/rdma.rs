@@ -71,10 +71,13 @@ fn bench_flags_and_cluster_files_are_checked() {
         (vec!["--backend", "rdma", "--cluster", small.arg(), "--inject-rtt-us", "1"], "--inject-rtt-us applies"),
         (vec!["--backend", "rdma", "--cluster", small.arg(), "--keys", "1000"], "has 64 KiB, and this run needs"),
     ];
+    let json = std::env::temp_dir().join(format!("{}.json", unique("report")));
     for (args, want) in cases {
-        let args: Vec<&str> = ["bench", "--no-plots"].into_iter().chain(args).collect();
+        let args: Vec<&str> =
+            ["bench", "--no-plots", "--json", json.to_str().unwrap()].into_iter().chain(args).collect();
         let line = fails(&args, 1);
         assert!(line.contains(want), "{args:?}: {line}");
+        assert!(!json.exists(), "{args:?}: a failed run leaves no report behind");
     }
 }
 

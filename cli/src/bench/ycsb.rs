@@ -273,16 +273,16 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
 pub fn run(a: &YcsbArgs) -> Result<(), String> {
     let spec = spec(a)?;
     let systems = a.systems.as_ref().map_or_else(|| System::ALL.to_vec(), |s| s.0.clone());
+    let cluster = match &a.cluster {
+        Some(path) => Some(rdma::load_cluster(path, spec.replicas)?),
+        None => None,
+    };
     // Fail on an unwritable report now, not after the run.
     let mut json_file = match &a.json {
         Some(p) => Some(File::create(p).map_err(|e| format!("cannot write {}: {e}", p.display()))?),
         None => None,
     };
     let plots_dir = plots_dir(a);
-    let cluster = match &a.cluster {
-        Some(path) => Some(rdma::load_cluster(path, spec.replicas)?),
-        None => None,
-    };
     let (backend, backend_json) = describe(a, &systems, cluster.as_ref());
     let progress = Progress::start(spec.total_ops() * systems.len() as u64, true);
     let mut runs = Vec::new();
