@@ -217,6 +217,8 @@ impl Register {
         // The deletion marker has no value and no log entry.
         let entries = if meta.is_deleted() {
             nodes.iter().map(|&n| Ok(Some(RemoteAddr::new(n, 0)))).collect()
+        } else if let Some(cached) = ctx.logs.cached_entries(&nodes, meta.client(), meta.log_id()) {
+            cached.into_iter().map(|e| Ok(Some(e))).collect()
         } else {
             cold(ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await
         };

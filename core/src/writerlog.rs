@@ -156,6 +156,38 @@ struct NodeDir {
     cache: [(u8, u64, u64); CACHE],
 }
 
+/// Where to look up an entry whose segment is not cached.
+struct Uncached {
+    /// The directory word holding the segment's offset.
+    word: RemoteAddr,
+    /// The entry's offset within its segment.
+    within: u64,
+    /// The cache slot the segment goes in.
+    slot: usize,
+}
+
+impl NodeDir {
+    /// Entry `(client, log_id)`: its address if its segment is cached, else
+    /// where to find the segment; an error if the directory has no such
+    /// entry.
+    fn locate(&self, client: u8, log_id: u32) -> Result<Result<RemoteAddr, Uncached>, LogError> {
+        let seg = log_id as u64 / self.geo.per_segment;
+        if seg >= self.geo.segments || client > MAX_CLIENT {
+            return Err(LogError::Corrupt { node: self.node, what: "log id or client beyond the directory" });
+        }
+        let slot = (client as usize * 31 + seg as usize) % CACHE;
+        let within = (log_id as u64 % self.geo.per_segment) * self.geo.entry_size;
+        Ok(match self.cache[slot] {
+            (c, s, off) if c == client && s == seg + 1 => Ok(RemoteAddr::new(self.node, off + within)),
+            _ => Err(Uncached {
+                word: RemoteAddr::new(self.node, self.base + self.geo.row(client) + 8 * (1 + seg)),
+                within,
+                slot,
+            }),
+        })
+    }
+}
+
 /// One client's view of the log directories of the nodes it uses.
 #[derive(Default)]
 pub struct Logs {
@@ -228,6 +260,23 @@ impl Logs {
         all.pop().unwrap_or(Ok(None))
     }
 
+    /// [`Logs::entries`] when this client already knows every one of them
+    /// (the common case of a write): no future, no roundtrip. `None` if any
+    /// must be looked up or is out of the directory's range.
+    pub fn cached_entries(
+        &self,
+        nodes: &[NodeId],
+        client: u8,
+        log_id: u32,
+    ) -> Option<heapless::Vec<RemoteAddr, MAX_REPLICAS>> {
+        let mut out = heapless::Vec::new();
+        for &node in nodes {
+            let d = self.nodes.iter().find(|d| d.node == node)?;
+            out.push(d.locate(client, log_id).ok()?.ok()?).ok()?;
+        }
+        Some(out)
+    }
+
     /// [`Logs::entry`] on each of `nodes` (at most [`MAX_REPLICAS`]), in
     /// their order. Cached segments cost nothing; the others are looked up,
     /// and created if `alloc` is given, on all nodes at once: at most three
@@ -252,22 +301,16 @@ impl Logs {
                     continue;
                 }
             };
-            let (geo, base) = (d.geo, d.base);
-            let seg = log_id as u64 / geo.per_segment;
-            if seg >= geo.segments || client > MAX_CLIENT {
-                let _ = out.push(Err(LogError::Corrupt { node, what: "log id or client beyond the directory" }));
-                continue;
-            }
-            let slot = (client as usize * 31 + seg as usize) % CACHE;
-            let within = (log_id as u64 % geo.per_segment) * geo.entry_size;
-            match d.cache[slot] {
-                (c, s, off) if c == client && s == seg + 1 => {
-                    let _ = out.push(Ok(Some(RemoteAddr::new(node, off + within))));
+            match d.locate(client, log_id) {
+                Ok(Ok(addr)) => {
+                    let _ = out.push(Ok(Some(addr)));
                 }
-                _ => {
-                    let _ =
-                        missing.push((i, RemoteAddr::new(node, base + geo.row(client) + 8 * (1 + seg)), within, slot));
+                Ok(Err(Uncached { word, within, slot })) => {
+                    let _ = missing.push((i, word, within, slot));
                     let _ = out.push(Ok(None));
+                }
+                Err(e) => {
+                    let _ = out.push(Err(e));
                 }
             }
         }
@@ -373,5 +416,46 @@ impl Logs {
             return Err(LogError::NoQuorum(*bumps.first_error().expect("failed quorum has an error")));
         }
         Ok((start as u32, end as u32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Sim, SimConfig};
+
+    /// The synchronous lookup a write takes first agrees with `entries`, and
+    /// answers only what the client already knows.
+    #[test]
+    fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
+        let mut sim = Sim::new(SimConfig { seed: 3, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+        let mem = sim.client();
+        let nodes = [NodeId(0), NodeId(1), NodeId(2)];
+        let geo = LogGeometry::new(64, 16 << 10, 4).unwrap();
+        let out = sim
+            .block_on(async move {
+                for &n in &nodes {
+                    Region::format(&mem, n, 1 << 20, 16 << 10).await.unwrap();
+                    format(&mem, n, geo).await.unwrap();
+                }
+                let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+                let unknown = logs.cached_entries(&nodes, 5, 3);
+                let made = logs.entries(&mem, &nodes, 5, 3, Some(&mut slab)).await;
+                let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
+                    made.into_iter().map(|e| e.unwrap().unwrap()).collect();
+                let same_segment = logs.cached_entries(&nodes, 5, 4);
+                let next_segment = logs.cached_entries(&nodes, 5, geo.per_segment as u32);
+                let other_client = logs.cached_entries(&nodes, 6, 3);
+                let beyond = logs.cached_entries(&nodes, 5, (geo.capacity() + 1) as u32);
+                (unknown, made, logs.cached_entries(&nodes, 5, 3), same_segment, next_segment, other_client, beyond)
+            })
+            .unwrap();
+        let (unknown, made, cached, same_segment, next_segment, other_client, beyond) = out;
+        assert_eq!(unknown, None, "nothing is known before the first lookup");
+        assert_eq!(cached.as_ref(), Some(&made), "the cache gives what entries made");
+        let next: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
+            made.iter().map(|a| RemoteAddr::new(a.node, a.offset + geo.entry_size)).collect();
+        assert_eq!(same_segment, Some(next), "the next entry of a known segment");
+        assert_eq!((next_segment, other_client, beyond), (None, None, None));
     }
 }
