@@ -313,6 +313,16 @@ impl CxlCluster {
         w
     }
 
+    /// Faults every node's pages in, in this process (see
+    /// [`ShmCluster::prefault`]); nothing for memory that is not a plain
+    /// file or device mapping.
+    pub fn prefault(&self) -> Result<(), CxlError> {
+        self.shm.prefault().map_err(|e| match e {
+            swarm_backend_shm::ShmError::Io { path, what, source } => CxlError::io(&path, what, source),
+            e => CxlError::Config(e.to_string()),
+        })
+    }
+
     /// A new client handle (no injected latency, 1 s timeout for stalled
     /// nodes) with a fresh [`Flusher`] of the cluster's mode.
     pub fn memory(&self) -> CxlMemory {

@@ -211,6 +211,25 @@ impl Words {
         self.len * WORD
     }
 
+    /// Faults the view's pages in now, writable (`MADV_POPULATE_WRITE` on
+    /// Linux; the contents stay as they are), so that no access pays a page
+    /// fault later: memory registered for RDMA is pinned, and a node
+    /// emulated without this charges the first touch of each page to the
+    /// operation that happens to make it. Nothing for memory mapped by
+    /// other means, and nothing where the kernel lacks the advice (before
+    /// Linux 5.14, other systems): faults are then taken lazily, as before.
+    pub fn prefault(&self) -> std::io::Result<()> {
+        #[cfg(all(not(loom), target_os = "linux"))]
+        if let Backing::Map(m) = &*self.backing {
+            return match m.advise_range(memmap2::Advice::PopulateWrite, self.start * WORD, self.bytes()) {
+                // EINVAL: a kernel that does not know the advice.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+                other => other,
+            };
+        }
+        Ok(())
+    }
+
     /// Writes the view's dirty pages back to the file behind it (`msync`
     /// with `MS_SYNC`): what makes stores to an ordinary file mapping
     /// durable. Nothing to do for anonymous memory.

@@ -123,6 +123,27 @@ impl ShmCluster {
         Ok(())
     }
 
+    /// Faults every node's pages in, in this process ([`Words::prefault`]):
+    /// what a benchmark does before it measures, so that first touches of
+    /// fresh memory (page faults, several µs each) are not charged to
+    /// operations, as they are not on pinned RDMA memory. Each process
+    /// sharing a cluster has its own page tables and prefaults for itself.
+    pub fn prefault(&self) -> Result<(), ShmError> {
+        for (i, w) in self.inner.nodes.iter().enumerate() {
+            w.prefault().map_err(|e| ShmError::io(self.node_label(i), "prefault", e))?;
+        }
+        Ok(())
+    }
+
+    /// How errors name node `i`: its file, or its number in-process.
+    fn node_label(&self, i: usize) -> PathBuf {
+        #[cfg(not(loom))]
+        if let Some(dir) = self.dir() {
+            return files::node_path(dir, i);
+        }
+        PathBuf::from(format!("<node {i}>"))
+    }
+
     /// The words of `node`, or `None` if there is no such node.
     pub(crate) fn words(&self, node: NodeId) -> Option<&[AtomicU64]> {
         self.inner.nodes.get(node.index()).map(Words::as_slice)
@@ -139,7 +160,7 @@ mod files {
 
     const CONTROL: &str = "control";
 
-    fn node_path(dir: &Path, i: usize) -> PathBuf {
+    pub(super) fn node_path(dir: &Path, i: usize) -> PathBuf {
         dir.join(format!("node-{i}"))
     }
 

@@ -106,6 +106,7 @@ pub fn run(
     ));
     let cluster = ShmCluster::create(&dir, spec.replicas, size).map_err(|e| e.to_string())?;
     let _cleanup = Cleanup(&dir);
+    cluster.prefault().map_err(|e| e.to_string())?;
     block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to start workers: {e}"))?;
     let epoch_us = SystemClock::starting_now().epoch_us;
@@ -254,6 +255,7 @@ fn worker_run(job: &str, io: &Io) -> Result<ClientResult, String> {
     let rtt = Duration::from_secs_f64(job["rtt_us"].as_f64().unwrap_or(0.0) / 1e6);
     let clock = SystemClock { epoch_us: job["epoch_us"].as_u64().ok_or("bad job: no clock epoch")? };
     let cluster = ShmCluster::open(dir).map_err(|e| e.to_string())?;
+    cluster.prefault().map_err(|e| e.to_string())?;
     let told_to_abort = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hook = || {
         let Ok(mut g) = io.lock() else { return false };

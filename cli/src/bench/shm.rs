@@ -106,6 +106,7 @@ fn in_process(w: &Workload) -> Result<ShmCluster, String> {
     let (size, geo) = w.own_nodes()?;
     check_memory(w, w.replicas as u64 * size)?;
     let cluster = ShmCluster::in_process(w.replicas, size).map_err(|e| e.to_string())?;
+    cluster.prefault().map_err(|e| e.to_string())?;
     block_on(format_nodes(&cluster.memory(), size, super::CHUNK, geo))?;
     Ok(cluster)
 }

@@ -409,6 +409,7 @@ fn run_system(
             None => {
                 check_memory(spec.replicas as u64 * size)?;
                 let cluster = ShmCluster::in_process(spec.replicas, size).map_err(|e| e.to_string())?;
+                cluster.prefault().map_err(|e| e.to_string())?;
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size))?;
                 let make = || cluster.memory().with_latency(rtt);
                 run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
@@ -418,7 +419,8 @@ fn run_system(
             let config = CxlConfig::with_mode(a.flush.unwrap_or_default());
             let cluster = CxlCluster::create(&a.path, spec.replicas, size, &config).map_err(|e| e.to_string())?;
             print_warnings(&cluster);
-            let out = block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size)).and_then(|()| {
+            let out = cluster.prefault().map_err(|e| e.to_string()).and_then(|()| {
+                block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size))?;
                 let make = || cluster.memory().with_latency(rtt);
                 run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
             });
