@@ -80,10 +80,10 @@ pub async fn write<M: Memory, C: Clock>(
     let w = Meta::new(time, log_id, ctx.id);
     let m = reg.write_and_read(ctx, mem, cache, w, value).await?;
     if m == w {
-        mark_verified(mem, reg, cache, w);
+        mark_verified(mem, reg, cache, w, MarkOn::Installed);
         return Ok((w, WritePath::Fast));
     }
-    cold(slow_write(ctx, mem, reg, cache, value, w, m)).await
+    cold(|| slow_write(ctx, mem, reg, cache, value, w, m)).await
 }
 
 /// The write's slow path: its guess `w` was stale (the register held `m`).
@@ -143,8 +143,8 @@ pub async fn read<M: Memory, C: Clock>(
             // The writer began a newer write, so this one completed.
             return Ok(seen.swap_remove(i));
         }
-        if cold(lock_for_read(ctx, mem, reg, m)).await? {
-            mark_verified(mem, reg, cache, m);
+        if cold(|| lock_for_read(ctx, mem, reg, m)).await? {
+            mark_verified(mem, reg, cache, m, MarkOn::Every);
             return Ok((m, value));
         }
         seen[i] = (m, value);
@@ -163,15 +163,29 @@ async fn lock_for_read<M: Memory, C: Clock>(
     try_lock(mem, &locks, m.lock_ts(), Mode::Read).await.map_err(|e| no_quorum(e, reg))
 }
 
+/// Which replicas a background mark goes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MarkOn {
+    /// Those the writer's own MAX installed the tuple on (as far as it
+    /// knows): elsewhere its word cannot hold the GUESSED tuple, and the
+    /// CAS could only fail.
+    Installed,
+    /// Every replica: a reader does not know where the writer's got.
+    Every,
+}
+
 /// Background M.WRITE((ts, VERIFIED, v)): one CAS per replica, seeded with
 /// the GUESSED word; the next write of this client seeds from the VERIFIED
 /// word, which is what the CAS leaves in the common case.
-fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Meta) {
+fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Meta, on: MarkOn) {
     for (r, rep) in reg.replicas.iter().enumerate() {
-        rep.post_verify(mem, &reg.layout, m);
         let c = &mut cache.replicas[r];
-        if c.mine == m.0 {
+        let mine = c.mine == m.0;
+        if mine {
             c.mine = m.verify().0;
+        }
+        if mine || on == MarkOn::Every {
+            rep.post_verify(mem, &reg.layout, m);
         }
     }
 }
