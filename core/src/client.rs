@@ -156,7 +156,7 @@ impl<C: Clock> ClientCtx<C> {
             let nodes: heapless::Vec<NodeId, { crate::quorum::MAX_REPLICAS }> =
                 (0..mem.node_count().min(crate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
             let reserve = self.logs.reserve_ids(mem, &nodes, self.id);
-            let (start, end) = crate::exec::cold(reserve).await.map_err(ClientError::Log)?;
+            let (start, end) = crate::exec::cold(|| reserve).await.map_err(ClientError::Log)?;
             self.next_id = start;
             self.end_id = end;
         }

@@ -50,15 +50,20 @@ pub async fn yield_now() {
 /// inflate the caller's future: async state machines are as large as their
 /// largest awaited future, and every level that creates and moves one pays
 /// a copy of its whole size on every call, taken or not.
+///
+/// `make` builds the future here, in a frame of its own, and not in the
+/// caller's: a caller that built a large future itself would keep a stack
+/// slot for it, and probe that much stack on every poll, taken or not.
 #[cfg(feature = "alloc")]
-pub fn cold<F: Future>(fut: F) -> Cold<F> {
-    alloc::boxed::Box::pin(fut)
+#[inline(never)]
+pub fn cold<F: Future>(make: impl FnOnce() -> F) -> Cold<F> {
+    alloc::boxed::Box::pin(make())
 }
 
 /// Without `alloc`, the future itself.
 #[cfg(not(feature = "alloc"))]
-pub fn cold<F: Future>(fut: F) -> Cold<F> {
-    fut
+pub fn cold<F: Future>(make: impl FnOnce() -> F) -> Cold<F> {
+    make()
 }
 
 /// What [`cold`] makes of a future `F`.

@@ -220,7 +220,7 @@ impl Register {
         } else if let Some(cached) = ctx.logs.cached_entries(&nodes, meta.client(), meta.log_id()) {
             cached.into_iter().map(|e| Ok(Some(e))).collect()
         } else {
-            cold(ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await
+            cold(|| ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await
         };
         let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut first_err = None;
@@ -363,11 +363,11 @@ impl Register {
         });
         let value = match in_place {
             Some(v) => v,
-            None => cold(self.read_out_of_place(ctx, mem, &replies.results, max)).await?,
+            None => cold(|| self.read_out_of_place(ctx, mem, &replies.results, max)).await?,
         };
         drop(replies);
         if !self.held_by_majority(cache, max) {
-            cold(self.write(ctx, mem, cache, max, &value)).await?;
+            cold(|| self.write(ctx, mem, cache, max, &value)).await?;
         }
         Ok((max, value))
     }

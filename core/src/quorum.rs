@@ -66,7 +66,7 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let n = futs.len();
-    gather(futs.into_iter().map(|f| Some(cold(f))).collect(), (0..n).collect(), Some(need), None).await
+    gather(futs.into_iter().map(|f| Some(cold(|| f))).collect(), (0..n).collect(), Some(need), None).await
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
@@ -76,7 +76,7 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let n = futs.len();
-    gather(futs.into_iter().map(|f| Some(cold(f))).collect(), (0..n).collect(), None, None).await
+    gather(futs.into_iter().map(|f| Some(cold(|| f))).collect(), (0..n).collect(), None, None).await
 }
 
 /// Majority first (SWARM §6): starts `op(i)` for only `need` of the
@@ -144,7 +144,7 @@ where
                 && started - replies.failed < need_live
             {
                 let i = order[started];
-                slots[i] = Some(cold(make(i)));
+                slots[i] = Some(cold(|| make(i)));
                 replies.started |= 1 << i;
                 started += 1;
             }
