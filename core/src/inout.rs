@@ -26,6 +26,7 @@ use core::ops::Deref;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::exec::cold;
 use crate::max::{MaxOutcome, cas_max};
 use crate::memory::word_at;
 use crate::meta::Meta;
@@ -321,7 +322,8 @@ impl Replica {
         };
         let outcome = match MaxOutcome::of_cas(seed, meta.0, prev) {
             Ok(o) => o,
-            Err(smaller) => cas_max(mem, self.at(word), smaller, meta.0).await?,
+            // The word held something else than the seed: retry (rare).
+            Err(smaller) => cold(|| cas_max(mem, self.at(word), smaller, meta.0)).await?,
         };
         Ok(WriteReply { outcome, seen: others.max(Meta(outcome.max_seen(meta.0))) })
     }

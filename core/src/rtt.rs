@@ -13,6 +13,8 @@
 
 use core::cell::Cell;
 use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
 
 use crate::{MemError, Memory, NodeId, Op, Outputs, RemoteAddr};
 
@@ -54,14 +56,33 @@ impl<M: Memory> Counted<M> {
     /// when first polled: operations created together (say, one per replica,
     /// then handed to a quorum) count once even on a backend that completes
     /// each in the same poll that posts it.
-    fn track<T>(&self, op: impl Future<Output = T>) -> impl Future<Output = T> {
-        let posted_at = self.level.get();
+    fn track<F: Future>(&self, op: F) -> Tracked<'_, F> {
         self.ops.set(self.ops.get() + 1);
-        async move {
-            let out = op.await;
-            self.level.set(self.level.get().max(posted_at + 1));
-            out
-        }
+        Tracked { op, level: &self.level, posted_at: self.level.get() }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An operation of a [`Counted`] memory: completes as the one it wraps,
+    /// and then raises the count to at least one more than it was when the
+    /// operation was created. (A hand-written future: as an `async` block
+    /// it would hold the wrapped future twice, rust-lang/rust#62958.)
+    pub struct Tracked<'a, F> {
+        #[pin]
+        op: F,
+        level: &'a Cell<u32>,
+        posted_at: u32,
+    }
+}
+
+impl<F: Future> Future for Tracked<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let out = core::task::ready!(this.op.poll(cx));
+        this.level.set(this.level.get().max(*this.posted_at + 1));
+        Poll::Ready(out)
     }
 }
 

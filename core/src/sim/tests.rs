@@ -93,6 +93,23 @@ fn ops_posted_together_overlap() {
     assert_eq!(elapsed, 3_000, "overlapping ops cost one latency, not one each");
 }
 
+/// Counting costs a few words per operation, not a second copy of it: the
+/// harness counts every benchmark operation, and each replica's future of a
+/// quorum is boxed, so its size is paid on every operation.
+#[test]
+fn counted_operations_are_not_twice_as_large() {
+    let mut sim = Sim::new(SimConfig::default());
+    let mem = sim.client();
+    let c = Counted::new(&mem);
+    let ops = [Op::Cas { offset: 0, expected: 0, new: 1 }];
+    let plain = size_of_val(&mem.pipeline(NodeId(0), &ops));
+    let counted = size_of_val(&c.pipeline(NodeId(0), &ops));
+    assert!(counted <= plain + 32, "a counted pipeline takes {counted} bytes, a plain one {plain}");
+    let plain = size_of_val(&mem.read(addr(0, 0), 8));
+    let counted = size_of_val(&c.read(addr(0, 0), 8));
+    assert!(counted <= plain + 32, "a counted read takes {counted} bytes, a plain one {plain}");
+}
+
 #[test]
 fn sequential_ops_count_one_roundtrip_each() {
     let mut sim = Sim::new(SimConfig::default());
