@@ -322,7 +322,7 @@ impl Replica {
         };
         let outcome = match MaxOutcome::of_cas(seed, meta.0, prev) {
             Ok(o) => o,
-            // The word held something else than the seed: retry (rare).
+            // The word held something other than the seed: retry (rare).
             Err(smaller) => cold(|| cas_max(mem, self.at(word), smaller, meta.0)).await?,
         };
         Ok(WriteReply { outcome, seen: others.max(Meta(outcome.max_seen(meta.0))) })

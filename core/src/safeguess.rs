@@ -170,7 +170,8 @@ enum MarkOn {
     /// knows): elsewhere its word cannot hold the GUESSED tuple, and the
     /// CAS could only fail.
     Installed,
-    /// Every replica: a reader does not know where the writer's got.
+    /// Every replica: a reader does not know which replicas the write
+    /// reached.
     Every,
 }
 
