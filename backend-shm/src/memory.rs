@@ -5,15 +5,23 @@
 //!
 //! An operation does nothing until its future is first polled. That poll
 //! *posts* it: the request is checked (node, bounds, alignment, pipeline
-//! length; a bad request fails at once and changes nothing), the node's fault
-//! state is consulted, and the operation is applied to memory right away.
+//! length; a bad request fails at once and changes nothing) and the node's
+//! fault state is consulted. The node *applies* it within the roundtrip: at
+//! the future's next poll, or when the future is dropped, whichever comes
+//! first, so a posted operation is always applied, as a posted RDMA operation
+//! would be. The memory node's work thus never delays the client's next
+//! post: operations posted together (a pipeline, or the replicas of a
+//! `quorum`) are all posted before any is applied, as a NIC takes requests
+//! to several nodes in parallel, instead of each replica's post waiting for
+//! the previous replica's memory accesses (which on shared memory run on the
+//! client's CPU).
+//!
 //! With an injected latency the future then stays pending until `latency`
-//! after the post, spinning on the clock, so operations posted together (a
-//! pipeline, or several futures polled by `join`/`quorum`) overlap and cost
-//! one latency, like roundtrips on a real fabric. Without a latency the
-//! future completes on its next poll, never the one that posted it, for the
-//! same reason. A future dropped early has still been applied, as a posted
-//! RDMA operation would be.
+//! after the post, spinning on the clock, so operations posted together
+//! overlap and cost one latency, like roundtrips on a real fabric. Without a
+//! latency the future completes on its next poll, never the one that posted
+//! it, for the same reason. Separate operations are not ordered (only a
+//! pipeline is, as [`Memory`] says).
 //!
 //! Fault injection ([`crate::Fault`], set on the cluster): a failed node's
 //! operations fail at once with `Unreachable`; a stalled node's operations
@@ -118,12 +126,13 @@ impl<P: Persistence> ShmMemory<P> {
         let posted = (!self.latency.is_zero()).then(Instant::now);
         let words = self.checked(node, check)?;
         self.admit(node).await?;
-        let out = apply(words);
+        let posted_op = Posted { words, apply: Some(apply) };
         // Completion is reported no earlier than the next poll, as on a
         // fabric: operations posted in one poll (the replicas of a quorum)
         // then complete together, and roundtrip counting (rtt::Counted)
         // sees them as one roundtrip rather than one after the other.
         yield_now().await;
+        let out = posted_op.apply();
         if let Some(posted) = posted {
             // An absurd latency that overflows the clock never completes.
             let deadline = posted.checked_add(self.latency);
@@ -150,6 +159,32 @@ impl<P: Persistence> ShmMemory<P> {
                     yield_now().await;
                 }
             }
+        }
+    }
+}
+
+/// A posted operation that its node has not applied yet: applied by
+/// [`Posted::apply`], or else when dropped (the future was dropped before
+/// completing), since a posted operation cannot be called back.
+struct Posted<'a, T, F: FnOnce(&'a [AtomicU64]) -> T> {
+    words: &'a [AtomicU64],
+    apply: Option<F>,
+}
+
+impl<'a, T, F: FnOnce(&'a [AtomicU64]) -> T> Posted<'a, T, F> {
+    fn apply(mut self) -> T {
+        match self.apply.take() {
+            Some(apply) => apply(self.words),
+            // Only `drop` takes it otherwise, and it has not run.
+            None => unreachable!("a posted operation is applied once"),
+        }
+    }
+}
+
+impl<'a, T, F: FnOnce(&'a [AtomicU64]) -> T> Drop for Posted<'a, T, F> {
+    fn drop(&mut self) {
+        if let Some(apply) = self.apply.take() {
+            apply(self.words);
         }
     }
 }

@@ -191,9 +191,25 @@ fn latency_delays_completion_but_not_application() {
     let start = Instant::now();
     let mut fut = pin!(m.write(at(0, 0), &[1]));
     assert!(poll_once(fut.as_mut()).is_none(), "pending until the latency passed");
-    assert_eq!(read_direct(&m, 0), 1, "applied when posted");
+    assert_eq!(read_direct(&m, 0), 0, "posted, not yet applied by its node");
+    assert!(poll_once(fut.as_mut()).is_none(), "pending until the latency passed");
+    assert_eq!(read_direct(&m, 0), 1, "applied within the roundtrip");
     block_on(fut).unwrap();
     assert!(start.elapsed() >= LATENCY);
+}
+
+#[test]
+fn a_posted_operation_is_applied_even_if_its_future_is_dropped() {
+    for m in [mem(1), mem(1).with_latency(LATENCY)] {
+        let mut fut = Box::pin(m.write(at(0, 0), &[7]));
+        assert!(poll_once(fut.as_mut()).is_none());
+        drop(fut);
+        assert_eq!(read_direct(&m, 0), 7, "posted, then dropped: still applied");
+        // Never polled: never posted, never applied.
+        drop(m.write(at(0, 0), &[8]));
+        assert_eq!(read_direct(&m, 0), 7);
+        block_on(m.write(at(0, 0), &[0])).unwrap();
+    }
 }
 
 /// Byte `offset` of node 0, read directly, bypassing latency and faults (to
@@ -212,7 +228,9 @@ fn operations_posted_together_overlap() {
     let start = Instant::now();
     let mut both = pin!(join2(c.write(at(0, 0), &[1]), c.cas(at(0, 8), 0, 1)));
     assert!(poll_once(both.as_mut()).is_none());
-    assert_eq!((read_direct(&m, 0), read_direct(&m, 8)), (1, 1), "both were posted before either completed");
+    assert_eq!((read_direct(&m, 0), read_direct(&m, 8)), (0, 0), "both posted before either is applied");
+    assert!(poll_once(both.as_mut()).is_none());
+    assert_eq!((read_direct(&m, 0), read_direct(&m, 8)), (1, 1), "both applied before either completed");
     let (w, x) = block_on(both);
     assert!(w.is_ok() && x.is_ok());
     assert!(start.elapsed() >= LATENCY);
@@ -434,8 +452,8 @@ mod shared {
         assert!(!dir.0.exists());
     }
 
-    /// Operations created together count as one roundtrip even though
-    /// instant shared memory completes each in the poll that posts it.
+    /// Operations created together count as one roundtrip on instant
+    /// shared memory (no injected latency) too.
     #[test]
     fn roundtrips_are_counted_once_for_operations_created_together() {
         let cluster = ShmCluster::in_process(2, 4096).unwrap();
