@@ -66,6 +66,18 @@ pub fn cold<F: Future>(make: impl FnOnce() -> F) -> Cold<F> {
     make()
 }
 
+/// The future a pinned [`Cold`] holds.
+#[cfg(feature = "alloc")]
+pub fn pin_cold<F>(cold: core::pin::Pin<&mut Cold<F>>) -> core::pin::Pin<&mut F> {
+    cold.get_mut().as_mut()
+}
+
+/// The future a pinned [`Cold`] holds.
+#[cfg(not(feature = "alloc"))]
+pub fn pin_cold<F>(cold: core::pin::Pin<&mut Cold<F>>) -> core::pin::Pin<&mut F> {
+    cold
+}
+
 /// What [`cold`] makes of a future `F`.
 #[cfg(feature = "alloc")]
 pub type Cold<F> = core::pin::Pin<alloc::boxed::Box<F>>;

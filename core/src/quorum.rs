@@ -11,7 +11,7 @@ use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
 use core::task::Poll;
 
-use crate::exec::{Cold, cold};
+use crate::exec::{Cold, cold, pin_cold};
 
 /// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
 pub const MAX_REPLICAS: usize = 8;
@@ -100,12 +100,29 @@ where
     gather((0..n).map(|_| None).collect(), order, Some(need), Some(&mut op)).await
 }
 
+/// How many of the futures that [`quorum_first`] starts are kept inline in
+/// its own future rather than boxed: the first majority of the common three
+/// replicas, so that an operation that meets no failure allocates nothing.
+const INLINE: usize = 2;
+
+/// Where the future of one replica is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Not started.
+    Nowhere,
+    /// In `inline[k]`.
+    Inline(u8),
+    /// In its slot of `slots`, boxed.
+    Boxed,
+}
+
 /// Polls the futures in `slots` concurrently until `need` (if given)
 /// succeeded, `need` is out of reach, or all completed. Empty slots are
 /// started with `more`, in `order`, whenever fewer than `need` could still
-/// succeed (at the start, and after each failure). Futures are [`Cold`]
-/// (boxed with `alloc`): inline, a slot per possible replica would make
-/// every caller's future large.
+/// succeed (at the start, and after each failure). The first [`INLINE`]
+/// futures `more` makes are kept inline; the others, and those given in
+/// `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot per possible
+/// replica would make every caller's future large.
 async fn gather<F, T, E>(
     slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
     order: heapless::Vec<usize, MAX_REPLICAS>,
@@ -117,24 +134,32 @@ where
 {
     let n = slots.len();
     let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0, started: 0 };
+    let mut at = [At::Nowhere; MAX_REPLICAS];
     for (i, slot) in slots.iter().enumerate() {
         // Cannot fail: both have room for MAX_REPLICAS.
         let _ = replies.results.push(None);
         if slot.is_some() {
             replies.started |= 1 << i;
+            at[i] = At::Boxed;
         }
     }
     let mut started = order.iter().take_while(|&&i| slots.get(i).is_some_and(Option::is_some)).count();
-    let mut futs = pin!(slots);
+    let mut inlined = 0;
+    let mut futs = pin!((slots, [const { None }; INLINE]));
     poll_fn(|cx| {
         // SAFETY: structural pinning of the elements of a pinned
-        // `heapless::Vec`. The vector stores its elements inline, and it is
-        // pinned for the rest of this function: it is never moved, pushed to,
-        // popped from or resized, so no element moves between polls or before
-        // it is dropped in place when the vector is dropped. A slot is only
-        // ever assigned while it holds `None` (nothing pinned is overwritten),
-        // we only hand out `Pin<&mut F>` to the futures, and never move out.
-        let slots: &mut [Option<Cold<F>>] = unsafe { Pin::get_unchecked_mut(futs.as_mut()) }.as_mut_slice();
+        // `heapless::Vec` and of a pinned array. Both store their elements
+        // inline, and they are pinned for the rest of this function: they
+        // are never moved, and the vector is never pushed to, popped from or
+        // resized, so no element moves between polls or before it is dropped
+        // in place when the pair is dropped. A slot is only ever assigned
+        // while it holds `None` (nothing pinned is overwritten), we only hand
+        // out `Pin<&mut F>` to the futures, and never move out.
+        let (slots, inline): (&mut heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>, &mut [Option<F>; INLINE]) = {
+            let pair = unsafe { Pin::get_unchecked_mut(futs.as_mut()) };
+            (&mut pair.0, &mut pair.1)
+        };
+        let slots = slots.as_mut_slice();
         loop {
             // Start replicas until `need` can succeed even if no other fails
             // (started minus failed is succeeded plus pending).
@@ -144,18 +169,35 @@ where
                 && started - replies.failed < need_live
             {
                 let i = order[started];
-                slots[i] = Some(cold(|| make(i)));
+                if inlined < INLINE {
+                    inline[inlined] = Some(make(i));
+                    at[i] = At::Inline(inlined as u8);
+                    inlined += 1;
+                } else {
+                    slots[i] = Some(cold(|| make(i)));
+                    at[i] = At::Boxed;
+                }
                 replies.started |= 1 << i;
                 started += 1;
             }
             let mut failed_now = false;
-            for (i, slot) in slots.iter_mut().enumerate() {
-                let Some(fut) = slot.as_mut() else { continue };
+            for i in 0..n {
                 if replies.results[i].is_some() {
                     continue;
                 }
-                // SAFETY: see above; `fut` is an element of the pinned vector.
-                let fut = unsafe { Pin::new_unchecked(fut) };
+                // SAFETY: see above; each future is an element of the pinned
+                // vector or array (a boxed one is pinned by its box).
+                let fut: Pin<&mut F> = match at[i] {
+                    At::Nowhere => continue,
+                    At::Inline(k) => match inline[k as usize].as_mut() {
+                        Some(f) => unsafe { Pin::new_unchecked(f) },
+                        None => continue,
+                    },
+                    At::Boxed => match slots[i].as_mut() {
+                        Some(f) => pin_cold(unsafe { Pin::new_unchecked(f) }),
+                        None => continue,
+                    },
+                };
                 if let Poll::Ready(r) = fut.poll(cx) {
                     if r.is_ok() {
                         replies.ok += 1;
