@@ -126,8 +126,25 @@ pub async fn read<M: Memory, C: Clock>(
     reg: &Register,
     cache: &mut RegCache,
 ) -> Result<(Meta, Value<M::Buf>), RegError> {
+    let (m, value) = reg.read(ctx, mem, cache).await?;
+    if m.is_bottom() || m.verified() {
+        return Ok((m, value));
+    }
+    cold(|| read_unverified(ctx, mem, reg, cache, (m, value))).await
+}
+
+/// The rest of a READ whose first iteration found `first`, a GUESSED tuple
+/// (the rare path: its `seen` is large).
+async fn read_unverified<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    cache: &mut RegCache,
+    first: (Meta, Value<M::Buf>),
+) -> Result<(Meta, Value<M::Buf>), RegError> {
     let mut seen: heapless::Vec<(Meta, Value<M::Buf>), SEEN> = heapless::Vec::new();
-    for _ in 0..MAX_ITERATIONS {
+    let _ = seen.push(first);
+    for _ in 1..MAX_ITERATIONS {
         let (m, value) = reg.read(ctx, mem, cache).await?;
         if m.is_bottom() || m.verified() {
             return Ok((m, value));
