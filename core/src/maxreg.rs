@@ -83,9 +83,6 @@ impl NodeFailure for InOutError {
     }
 }
 
-/// What one replica's READ gave, if it answered in time.
-type ReplicaReply<B> = Option<Result<crate::inout::Reply<B>, InOutError>>;
-
 /// Where a replicated register lives: one In-n-Out object per replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Register {
@@ -338,6 +335,28 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
     ) -> Result<(Meta, Value<M::Buf>), RegError> {
+        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
+        // The value: a matching in-place copy, else the out-of-place one.
+        let value = match in_place {
+            Some(v) => v,
+            None => cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?,
+        };
+        if !self.held_by_majority(cache, max) {
+            cold(|| self.write(ctx, mem, cache, max, &value)).await?;
+        }
+        Ok((max, value))
+    }
+
+    /// READ's roundtrip: the largest tuple a majority holds, its value if
+    /// an in-place copy matched, and which replicas hold it (bit `r` for
+    /// replica `r`). The replies end here, not held by the rest of READ:
+    /// they are large, and a future that kept them would move them.
+    async fn read_replicas<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
         let (layout, id) = (self.layout, ctx.id);
         let op = |r: usize| async move { self.replicas[r].read(mem, &layout.of_replica(r), id).await };
         let mut replies =
@@ -356,35 +375,33 @@ impl Register {
                 max = max.max(reply.meta);
             }
         }
-        // The value: a matching in-place copy, else the out-of-place one.
-        let in_place = replies.results.iter_mut().find_map(|res| match res {
-            Some(Ok(reply)) if reply.meta == max && reply.value.is_some() => reply.value.take(),
-            _ => None,
-        });
-        let value = match in_place {
-            Some(v) => v,
-            None => cold(|| self.read_out_of_place(ctx, mem, &replies.results, max)).await?,
-        };
-        drop(replies);
-        if !self.held_by_majority(cache, max) {
-            cold(|| self.write(ctx, mem, cache, max, &value)).await?;
+        let mut holders = 0u16;
+        let mut in_place = None;
+        for (r, res) in replies.results.iter_mut().enumerate() {
+            if let Some(Ok(reply)) = res
+                && reply.meta == max
+            {
+                holders |= 1 << r;
+                in_place = in_place.or_else(|| reply.value.take());
+            }
         }
-        Ok((max, value))
+        Ok((max, in_place, holders))
     }
 
+    /// The value of `max` from the log entry its metadata names, on one of
+    /// the replicas that hold it (`holders`, bit `r` for replica `r`).
     async fn read_out_of_place<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
         mem: &M,
-        results: &[ReplicaReply<M::Buf>],
+        holders: u16,
         max: Meta,
     ) -> Result<Value<M::Buf>, RegError> {
         let mut last = RegError::Corrupt(self.replicas[0].node);
-        for (r, res) in results.iter().enumerate() {
-            if !matches!(res, Some(Ok(reply)) if reply.meta == max) {
+        for (r, &rep) in self.replicas.iter().enumerate() {
+            if holders & (1 << r) == 0 {
                 continue;
             }
-            let rep = self.replicas[r];
             let entry = match ctx.logs.entry(mem, rep.node, max.client(), max.log_id(), None).await {
                 Ok(Some(e)) => e,
                 Ok(None) => {
