@@ -19,13 +19,13 @@ pub async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
         {
             rb = Some(v);
         }
+        // Outputs move only once both are there (they may be large).
+        if ra.is_none() || rb.is_none() {
+            return Poll::Pending;
+        }
         match (ra.take(), rb.take()) {
             (Some(x), Some(y)) => Poll::Ready((x, y)),
-            (x, y) => {
-                ra = x;
-                rb = y;
-                Poll::Pending
-            }
+            _ => Poll::Pending,
         }
     })
     .await
