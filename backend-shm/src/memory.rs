@@ -26,7 +26,9 @@
 //! Fault injection ([`crate::Fault`], set on the cluster): a failed node's
 //! operations fail at once with `Unreachable`; a stalled node's operations
 //! wait unapplied until the handle's timeout and then fail with `TimedOut`,
-//! unless the stall ends first.
+//! unless the stall ends first. The node's state is consulted when an
+//! operation is posted: one posted before its node failed is still applied,
+//! as a request already delivered may be.
 //!
 //! A handle may carry [`Persistence`] hooks (cache-line write-back and
 //! fences for persistent or non-coherent memory); by default it carries
