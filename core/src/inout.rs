@@ -217,8 +217,9 @@ pub struct WriteReply {
     pub seen: Meta,
 }
 
-/// The largest of the first `words` metadata words of `bytes`.
-fn max_word(bytes: &[u8], words: usize) -> Meta {
+/// The largest of the first `words` metadata words of `bytes` (those
+/// beyond its end are left out).
+pub(crate) fn max_word(bytes: &[u8], words: usize) -> Meta {
     (0..words).filter_map(|i| word_at(bytes, 8 * i)).map(Meta).max().unwrap_or(Meta::BOTTOM)
 }
 

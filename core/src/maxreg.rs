@@ -15,10 +15,10 @@
 
 use crate::client::{ClientCtx, Clock};
 use crate::exec::cold;
-use crate::inout::{InOutError, Layout, Replica, ReplicaCache, Value};
+use crate::inout::{InOutError, Layout, Replica, ReplicaCache, Reply, Value, WriteReply, max_word};
 use crate::max::MaxOutcome;
 use crate::meta::Meta;
-use crate::quorum::{MAX_REPLICAS, Replies, majority, quorum, quorum_first};
+use crate::quorum::{MAX_REPLICAS, majority, mask, quorum, quorum_first};
 use crate::{Memory, NodeId, RemoteAddr};
 
 use core::fmt;
@@ -83,6 +83,12 @@ impl NodeFailure for InOutError {
     }
 }
 
+/// The error of a majority that did not answer: the first failure seen
+/// (there is one unless the register has fewer replicas than a majority).
+fn no_quorum(first_err: Option<InOutError>) -> RegError {
+    RegError::NoQuorum(first_err.unwrap_or(InOutError::BadLayout))
+}
+
 /// Where a replicated register lives: one In-n-Out object per replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Register {
@@ -137,19 +143,16 @@ impl Register {
         (0..self.replicas.len()).filter(|&r| cache.replicas[r].max >= meta).count() >= self.need()
     }
 
-    /// Notes which replicas' nodes failed (`replica(j)` is reply `j`'s).
-    fn note<C: Clock, T, E: NodeFailure>(
-        &self,
-        ctx: &mut ClientCtx<C>,
-        replies: &Replies<T, E>,
-        replica: impl Fn(usize) -> usize,
-    ) {
-        for (j, res) in replies.results.iter().enumerate() {
-            if let Some(res) = res {
-                let failed = res.as_ref().err().is_some_and(NodeFailure::is_node_failure);
-                ctx.note(self.replicas[replica(j)].node, failed);
-            }
-        }
+    /// Notes whether replica `r`'s node failed, from one of its answers.
+    fn note<C: Clock, T, E: NodeFailure>(&self, ctx: &mut ClientCtx<C>, r: usize, res: &Result<T, E>) {
+        let failed = res.as_ref().err().is_some_and(NodeFailure::is_node_failure);
+        ctx.note(self.replicas[r].node, failed);
+    }
+
+    /// The replicas this client does not suspect (majority first tries
+    /// them before the others).
+    fn trusted<C: Clock>(&self, ctx: &ClientCtx<C>, replica: impl Fn(usize) -> usize, n: usize) -> u16 {
+        mask(n, |j| !ctx.suspects(self.replicas[replica(j)].node))
     }
 
     /// Checks that `value` fits the register, before anything is spent on it.
@@ -231,9 +234,13 @@ impl Register {
             }
         }
         let (layout, id) = (self.layout, ctx.id);
+        let mut seeds = [0u64; MAX_REPLICAS];
+        for (j, &(r, _)) in targets.iter().enumerate() {
+            seeds[j] = cache.replicas[r].mine;
+        }
         let op = |j: usize| {
             let (r, entry) = targets[j];
-            let (rep, seed, layout) = (self.replicas[r], cache.replicas[r].mine, layout.of_replica(r));
+            let (rep, seed, layout) = (self.replicas[r], seeds[j], layout.of_replica(r));
             async move {
                 match meta.is_deleted() {
                     true => rep.delete(mem, &layout, id, seed).await,
@@ -242,12 +249,12 @@ impl Register {
             }
         };
         let want = self.need() - already;
-        let replies = quorum_first(targets.len(), want, |j| !ctx.suspects(self.replicas[targets[j].0].node), op).await;
-        self.note(ctx, &replies, |j| targets[j].0);
-        for (i, res) in replies.results.iter().enumerate() {
-            let r = targets[i].0;
+        let first = self.trusted(ctx, |j| targets[j].0, targets.len());
+        let on_reply = |j: usize, res: Result<WriteReply, InOutError>| {
+            let r = targets[j].0;
+            self.note(ctx, r, &res);
             match res {
-                Some(Ok(reply)) => {
+                Ok(reply) => {
                     let c = &mut cache.replicas[r];
                     c.mine = match reply.outcome {
                         MaxOutcome::Installed { .. } => meta.0,
@@ -256,22 +263,23 @@ impl Register {
                     c.max = c.max.max(reply.seen);
                     seen = seen.max(reply.seen);
                 }
-                Some(Err(e)) => first_err = first_err.or(Some(*e)),
-                // Never started (majority first): nothing changed there.
-                None if replies.started & (1 << i) == 0 => {}
-                // Not waited for (the majority answered first). Its first CAS
-                // most likely installed `meta`: seed the next MAX with it, so
-                // that a slow replica does not stay behind for lack of a
-                // retry. `max` only ever holds what a replica was seen to
-                // hold, so it is left alone.
-                None => {
-                    let c = &mut cache.replicas[r];
-                    c.mine = c.mine.max(meta.0);
-                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        };
+        let replies = quorum_first(targets.len(), want, first, op, on_reply).await;
+        // Started but not waited for (the majority answered first). Its
+        // first CAS most likely installed `meta`: seed the next MAX with it,
+        // so that a slow replica does not stay behind for lack of a retry.
+        // `max` only ever holds what a replica was seen to hold, so it is
+        // left alone. Replicas never started changed nothing.
+        for (j, &(r, _)) in targets.iter().enumerate() {
+            if replies.started & !replies.answered & (1 << j) != 0 {
+                let c = &mut cache.replicas[r];
+                c.mine = c.mine.max(meta.0);
             }
         }
         if !replies.reached(want) {
-            return Err(RegError::NoQuorum(first_err.unwrap_or(InOutError::BadLayout)));
+            return Err(no_quorum(first_err));
         }
         Ok(seen)
     }
@@ -306,24 +314,24 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
     ) -> Result<Meta, RegError> {
-        let words = 8 * self.layout.meta_words as usize;
-        let op = |r: usize| mem.read(RemoteAddr::new(self.replicas[r].node, self.replicas[r].base), words);
-        let replies =
-            quorum_first(self.replicas.len(), self.need(), |r| !ctx.suspects(self.replicas[r].node), op).await;
-        self.note(ctx, &replies, |r| r);
+        let words = self.layout.meta_words as usize;
+        let op = |r: usize| mem.read(RemoteAddr::new(self.replicas[r].node, self.replicas[r].base), 8 * words);
+        let first = self.trusted(ctx, |r| r, self.replicas.len());
+        let (mut max, mut first_err) = (Meta::BOTTOM, None);
+        let on_reply = |r: usize, res: Result<M::Buf, crate::MemError>| {
+            self.note(ctx, r, &res);
+            match res {
+                Ok(buf) => {
+                    let m = max_word(&buf, words);
+                    cache.replicas[r].max = cache.replicas[r].max.max(m);
+                    max = max.max(m);
+                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        };
+        let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
         if !replies.reached(self.need()) {
-            let e = *replies.first_error().expect("a failed quorum has an error");
-            return Err(RegError::NoQuorum(InOutError::Mem(e)));
-        }
-        let mut max = Meta::BOTTOM;
-        for (r, buf) in replies.oks() {
-            let m = (0..self.layout.meta_words as usize)
-                .filter_map(|i| crate::memory::word_at(buf, 8 * i))
-                .map(Meta)
-                .max()
-                .unwrap_or(Meta::BOTTOM);
-            cache.replicas[r].max = cache.replicas[r].max.max(m);
-            max = max.max(m);
+            return Err(no_quorum(first_err.map(InOutError::Mem)));
         }
         Ok(max)
     }
@@ -359,31 +367,31 @@ impl Register {
     ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
         let (layout, id) = (self.layout, ctx.id);
         let op = |r: usize| async move { self.replicas[r].read(mem, &layout.of_replica(r), id).await };
-        let mut replies =
-            quorum_first(self.replicas.len(), self.need(), |r| !ctx.suspects(self.replicas[r].node), op).await;
-        self.note(ctx, &replies, |r| r);
-        if !replies.reached(self.need()) {
-            let e = *replies.first_error().expect("a failed quorum has an error");
-            return Err(RegError::NoQuorum(e));
-        }
-        let mut max = Meta::BOTTOM;
-        for (r, res) in replies.results.iter().enumerate() {
-            if let Some(Ok(reply)) = res {
-                let c = &mut cache.replicas[r];
-                c.max = c.max.max(reply.meta);
-                c.mine = reply.word;
-                max = max.max(reply.meta);
+        let first = self.trusted(ctx, |r| r, self.replicas.len());
+        let (mut max, mut holders, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, None, None);
+        let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {
+            self.note(ctx, r, &res);
+            let reply = match res {
+                Ok(reply) => reply,
+                Err(e) => return first_err = first_err.or(Some(e)),
+            };
+            let c = &mut cache.replicas[r];
+            c.max = c.max.max(reply.meta);
+            c.mine = reply.word;
+            if reply.meta > max {
+                (max, holders, in_place) = (reply.meta, 0, None);
             }
-        }
-        let mut holders = 0u16;
-        let mut in_place = None;
-        for (r, res) in replies.results.iter_mut().enumerate() {
-            if let Some(Ok(reply)) = res
-                && reply.meta == max
-            {
+            if reply.meta == max {
                 holders |= 1 << r;
-                in_place = in_place.or_else(|| reply.value.take());
+                // Any matching in-place copy will do: its hash binds it to `max`.
+                if in_place.is_none() {
+                    in_place = reply.value;
+                }
             }
+        };
+        let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
+        if !replies.reached(self.need()) {
+            return Err(no_quorum(first_err));
         }
         Ok((max, in_place, holders))
     }

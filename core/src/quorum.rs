@@ -6,6 +6,11 @@
 //! reached. The late futures are dropped: an operation they posted may still
 //! be applied by its node, which the protocols of the core tolerate (their
 //! remote writes are monotone or guarded by CAS).
+//!
+//! [`quorum_first`], the one on every common path of the registers, hands
+//! each reply to the caller as it arrives instead of collecting them: the
+//! caller folds what it needs (a maximum, a mask of holders) and nothing
+//! per replica is stored or moved.
 
 use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
@@ -26,9 +31,6 @@ pub struct Replies<T, E> {
     pub ok: usize,
     /// How many failed.
     pub failed: usize,
-    /// Which were started (bit `i` for future `i`): all of them, except with
-    /// [`quorum_first`].
-    pub started: u16,
 }
 
 impl<T, E> Replies<T, E> {
@@ -54,9 +56,34 @@ impl<T, E> Replies<T, E> {
     }
 }
 
+/// How a [`quorum_first`] ended: counts and masks (bit `i` for replica `i`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// How many succeeded.
+    pub ok: usize,
+    /// How many failed.
+    pub failed: usize,
+    /// Which were started.
+    pub started: u16,
+    /// Which answered (their result went to the caller).
+    pub answered: u16,
+}
+
+impl Tally {
+    /// Whether at least `need` replicas succeeded.
+    pub fn reached(&self, need: usize) -> bool {
+        self.ok >= need
+    }
+}
+
 /// A majority of `n`: `n / 2 + 1`.
 pub const fn majority(n: usize) -> usize {
     n / 2 + 1
+}
+
+/// The replicas of `0..n` that `f` accepts, as a mask (bit `i` for `i`).
+pub fn mask(n: usize, f: impl Fn(usize) -> bool) -> u16 {
+    (0..n.min(MAX_REPLICAS)).filter(|&i| f(i)).fold(0, |m, i| m | 1 << i)
 }
 
 /// Polls every future of `futs` concurrently until `need` of them returned
@@ -65,8 +92,7 @@ pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) 
 where
     F: Future<Output = Result<T, E>>,
 {
-    let n = futs.len();
-    gather(futs.into_iter().map(|f| Some(cold(|| f))).collect(), (0..n).collect(), Some(need), None).await
+    collect(futs, Some(need)).await
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
@@ -75,29 +101,42 @@ pub async fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> Replies<
 where
     F: Future<Output = Result<T, E>>,
 {
-    let n = futs.len();
-    gather(futs.into_iter().map(|f| Some(cold(|| f))).collect(), (0..n).collect(), None, None).await
+    collect(futs, None).await
 }
 
-/// Majority first (SWARM §6): starts `op(i)` for only `need` of the
-/// replicas `0..n`, those `prefer` accepts first, in order; each time one
-/// fails, starts one more, so that `need` can still succeed, until `need`
-/// did or every replica answered. Saves the bandwidth and work of the
-/// replicas beyond a majority; a failed (or timed-out) replica costs a
-/// roundtrip more. Results by replica, as [`quorum`]'s (`None` for those
-/// never started or still pending).
-pub async fn quorum_first<F, T, E>(
-    n: usize,
-    need: usize,
-    prefer: impl Fn(usize) -> bool,
-    mut op: impl FnMut(usize) -> F,
-) -> Replies<T, E>
+/// [`quorum`] and [`join_all`]: every future started at once, their
+/// results kept by index.
+async fn collect<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: Option<usize>) -> Replies<T, E>
 where
     F: Future<Output = Result<T, E>>,
 {
-    let n = n.min(MAX_REPLICAS);
-    let order = (0..n).filter(|&i| prefer(i)).chain((0..n).filter(|&i| !prefer(i))).collect();
-    gather((0..n).map(|_| None).collect(), order, Some(need), Some(&mut op)).await
+    let mut results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS> = futs.iter().map(|_| None).collect();
+    let slots = futs.into_iter().map(|f| Some(cold(|| f))).collect();
+    let tally = gather(slots, 0, need, None, |i, r| results[i] = Some(r)).await;
+    Replies { results, ok: tally.ok, failed: tally.failed }
+}
+
+/// Majority first (SWARM §6): starts `op(i)` for only `need` of the
+/// replicas `0..n`, those in the mask `first` before the others, each in
+/// index order; each time one fails, starts one more, so that `need` can
+/// still succeed, until `need` did or every replica answered. Saves the
+/// bandwidth and work of the replicas beyond a majority; a failed (or
+/// timed-out) replica costs a roundtrip more.
+///
+/// Each reply goes to `on_reply(i, result)` as it arrives (replica `i`);
+/// the tally says which were started and which answered.
+pub async fn quorum_first<F, T, E>(
+    n: usize,
+    need: usize,
+    first: u16,
+    mut op: impl FnMut(usize) -> F,
+    on_reply: impl FnMut(usize, Result<T, E>),
+) -> Tally
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let slots = (0..n.min(MAX_REPLICAS)).map(|_| None).collect();
+    gather(slots, first, Some(need), Some(&mut op), on_reply).await
 }
 
 /// How many of the futures that [`quorum_first`] starts are kept inline in
@@ -117,33 +156,34 @@ enum At {
 }
 
 /// Polls the futures in `slots` concurrently until `need` (if given)
-/// succeeded, `need` is out of reach, or all completed. Empty slots are
-/// started with `more`, in `order`, whenever fewer than `need` could still
-/// succeed (at the start, and after each failure). The first [`INLINE`]
-/// futures `more` makes are kept inline; the others, and those given in
-/// `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot per possible
-/// replica would make every caller's future large.
+/// succeeded, `need` is out of reach, or all completed, handing each result
+/// to `on_reply` as it comes. Empty slots are started with `more` (those in
+/// `first` before the others, each in index order) whenever fewer than
+/// `need` could still succeed: at the start, and after each failure. The
+/// first [`INLINE`] futures `more` makes are kept inline; the others, and
+/// those given in `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot
+/// per possible replica would make every caller's future large.
 async fn gather<F, T, E>(
     slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
-    order: heapless::Vec<usize, MAX_REPLICAS>,
+    first: u16,
     need: Option<usize>,
     mut more: Option<&mut dyn FnMut(usize) -> F>,
-) -> Replies<T, E>
+    mut on_reply: impl FnMut(usize, Result<T, E>),
+) -> Tally
 where
     F: Future<Output = Result<T, E>>,
 {
     let n = slots.len();
-    let mut replies = Replies { results: heapless::Vec::new(), ok: 0, failed: 0, started: 0 };
+    let all: u16 = if n == 0 { 0 } else { u16::MAX >> (16 - n) };
+    let mut tally = Tally::default();
     let mut at = [At::Nowhere; MAX_REPLICAS];
     for (i, slot) in slots.iter().enumerate() {
-        // Cannot fail: both have room for MAX_REPLICAS.
-        let _ = replies.results.push(None);
         if slot.is_some() {
-            replies.started |= 1 << i;
+            tally.started |= 1 << i;
             at[i] = At::Boxed;
         }
     }
-    let mut started = order.iter().take_while(|&&i| slots.get(i).is_some_and(Option::is_some)).count();
+    let need_live = need.unwrap_or(n);
     let mut inlined = 0;
     let mut futs = pin!((slots, [const { None }; INLINE]));
     poll_fn(|cx| {
@@ -163,12 +203,13 @@ where
         loop {
             // Start replicas until `need` can succeed even if no other fails
             // (started minus failed is succeeded plus pending).
-            let need_live = need.unwrap_or(n);
             while let Some(make) = more.as_mut()
-                && started < n
-                && started - replies.failed < need_live
+                && tally.started != all
+                && (tally.started.count_ones() as usize) - tally.failed < need_live
             {
-                let i = order[started];
+                let idle = all & !tally.started;
+                let pick = if idle & first != 0 { idle & first } else { idle };
+                let i = pick.trailing_zeros() as usize;
                 if inlined < INLINE {
                     inline[inlined] = Some(make(i));
                     at[i] = At::Inline(inlined as u8);
@@ -177,14 +218,13 @@ where
                     slots[i] = Some(cold(|| make(i)));
                     at[i] = At::Boxed;
                 }
-                replies.started |= 1 << i;
-                started += 1;
+                tally.started |= 1 << i;
             }
             let mut failed_now = false;
-            for i in 0..n {
-                if replies.results[i].is_some() {
-                    continue;
-                }
+            let mut pending = tally.started & !tally.answered;
+            while pending != 0 {
+                let i = pending.trailing_zeros() as usize;
+                pending &= pending - 1;
                 // SAFETY: see above; each future is an element of the pinned
                 // vector or array (a boxed one is pinned by its box).
                 let fut: Pin<&mut F> = match at[i] {
@@ -200,27 +240,28 @@ where
                 };
                 if let Poll::Ready(r) = fut.poll(cx) {
                     if r.is_ok() {
-                        replies.ok += 1;
+                        tally.ok += 1;
                     } else {
-                        replies.failed += 1;
+                        tally.failed += 1;
                         failed_now = true;
                     }
-                    replies.results[i] = Some(r);
+                    tally.answered |= 1 << i;
+                    on_reply(i, r);
                 }
             }
-            let done = replies.ok + replies.failed == n;
-            let enough = need.is_some_and(|need| replies.ok >= need || n.saturating_sub(replies.failed) < need);
+            let done = tally.answered == all;
+            let enough = need.is_some_and(|need| tally.ok >= need || n.saturating_sub(tally.failed) < need);
             if enough || done {
                 return Poll::Ready(());
             }
             // A failure calls for another replica: start it and poll it now.
-            if !failed_now || started == n {
+            if !failed_now || tally.started == all {
                 return Poll::Pending;
             }
         }
     })
     .await;
-    replies
+    tally
 }
 
 #[cfg(test)]
@@ -280,7 +321,7 @@ mod tests {
             after(spec[i].0, spec[i].1)
         };
         // Replicas 1 and 2 are suspected: 0, 3 and 4 go first.
-        let r = block_on(quorum_first(5, 3, |i| i != 1 && i != 2, op));
+        let r = block_on(quorum_first(5, 3, mask(5, |i| i != 1 && i != 2), op, |_, _| {}));
         assert!(r.reached(3));
         assert_eq!(started.borrow().as_slice(), &[0, 3, 4], "only a majority is started");
         let spec = [(0, Err("down")), (2, Ok(1)), (5, Ok(2)), (1, Err("down")), (0, Ok(4))];
@@ -289,16 +330,40 @@ mod tests {
             let _ = started.borrow_mut().push(i);
             after(spec[i].0, spec[i].1)
         };
-        let r = block_on(quorum_first(5, 3, |_| true, op));
+        let r = block_on(quorum_first(5, 3, mask(5, |_| true), op, |_, _| {}));
         assert!(r.reached(3));
         assert_eq!(started.borrow().as_slice(), &[0, 1, 2, 3, 4], "each failure starts one more");
         assert_eq!((r.ok, r.failed), (3, 2));
     }
 
     #[test]
+    fn majority_first_hands_each_reply_over_once_as_it_arrives() {
+        // 0 is suspected: 1 and 2 go first; 2 fails at once, which starts 0;
+        // 1 answers next, 0 last.
+        let spec = [(1000, Ok(0)), (2, Ok(1)), (0, Err("down"))];
+        let mut seen = heapless::Vec::<(usize, Result<usize, &str>), 8>::new();
+        let tally = block_on(quorum_first(
+            3,
+            2,
+            0b110,
+            |i| after(spec[i].0, spec[i].1),
+            |i, r| {
+                let _ = seen.push((i, r));
+            },
+        ));
+        assert_eq!(seen.as_slice(), &[(2, Err("down")), (1, Ok(1)), (0, Ok(0))]);
+        assert_eq!(tally, Tally { ok: 2, failed: 1, started: 0b111, answered: 0b111 });
+        // Two failures: the majority is out of reach, the slow 0 is not waited for.
+        let spec = [(1000, Ok(0)), (0, Err("down")), (0, Err("down"))];
+        let tally = block_on(quorum_first(3, 2, 0b111, |i| after(spec[i].0, spec[i].1), |_, _| {}));
+        assert_eq!(tally, Tally { ok: 0, failed: 2, started: 0b111, answered: 0b110 });
+        assert!(!tally.reached(2));
+    }
+
+    #[test]
     fn majority_first_gives_up_when_too_many_fail() {
         let spec = [(0, Err("down")), (2, Ok(1)), (1, Err("down"))];
-        let r = block_on(quorum_first(3, 2, |_| true, |i| after(spec[i].0, spec[i].1)));
+        let r = block_on(quorum_first(3, 2, 0b111, |i| after(spec[i].0, spec[i].1), |_, _| {}));
         assert!(!r.reached(2));
         assert_eq!(r.failed, 2);
     }

@@ -40,7 +40,7 @@ async fn replica(i: usize, down: &[usize]) -> Result<usize, ()> {
 /// Allocations made by a `quorum_first` of `n` replicas needing `need`.
 fn allocations(n: usize, need: usize, down: &[usize]) -> (usize, usize) {
     let before = ALLOCS.load(Ordering::Relaxed);
-    let replies = block_on(quorum_first(n, need, |_| true, |i| replica(i, down)));
+    let replies = block_on(quorum_first(n, need, u16::MAX, |i| replica(i, down), |_, _| {}));
     let made = ALLOCS.load(Ordering::Relaxed) - before;
     (made, replies.ok)
 }
