@@ -184,18 +184,18 @@ where
         }
     }
     let need_live = need.unwrap_or(n);
-    let mut inlined = 0;
-    let mut futs = pin!((slots, [const { None }; INLINE]));
+    let mut futs = pin!((slots, heapless::Vec::<F, INLINE>::new()));
     poll_fn(|cx| {
-        // SAFETY: structural pinning of the elements of a pinned
-        // `heapless::Vec` and of a pinned array. Both store their elements
-        // inline, and they are pinned for the rest of this function: they
-        // are never moved, and the vector is never pushed to, popped from or
-        // resized, so no element moves between polls or before it is dropped
-        // in place when the pair is dropped. A slot is only ever assigned
-        // while it holds `None` (nothing pinned is overwritten), we only hand
-        // out `Pin<&mut F>` to the futures, and never move out.
-        let (slots, inline): (&mut heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>, &mut [Option<F>; INLINE]) = {
+        // SAFETY: structural pinning of the elements of two pinned
+        // `heapless::Vec`s. Both store their elements inline, and they are
+        // pinned for the rest of this function: they are never moved. The
+        // first is never pushed to, popped from or resized, and a slot is
+        // only ever assigned while it holds `None` (nothing pinned is
+        // overwritten); the second is only pushed to, which writes a fresh
+        // slot and moves no element. So no element moves between polls or
+        // before it is dropped in place when the pair is dropped. We only
+        // hand out `Pin<&mut F>` to the futures, and never move out.
+        let (slots, inline): (&mut heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>, &mut heapless::Vec<F, INLINE>) = {
             let pair = unsafe { Pin::get_unchecked_mut(futs.as_mut()) };
             (&mut pair.0, &mut pair.1)
         };
@@ -210,10 +210,10 @@ where
                 let idle = all & !tally.started;
                 let pick = if idle & first != 0 { idle & first } else { idle };
                 let i = pick.trailing_zeros() as usize;
-                if inlined < INLINE {
-                    inline[inlined] = Some(make(i));
-                    at[i] = At::Inline(inlined as u8);
-                    inlined += 1;
+                if !inline.is_full() {
+                    at[i] = At::Inline(inline.len() as u8);
+                    // Cannot fail: it is not full.
+                    let _ = inline.push(make(i));
                 } else {
                     slots[i] = Some(cold(|| make(i)));
                     at[i] = At::Boxed;
@@ -229,7 +229,7 @@ where
                 // vector or array (a boxed one is pinned by its box).
                 let fut: Pin<&mut F> = match at[i] {
                     At::Nowhere => continue,
-                    At::Inline(k) => match inline[k as usize].as_mut() {
+                    At::Inline(k) => match inline.get_mut(k as usize) {
                         Some(f) => unsafe { Pin::new_unchecked(f) },
                         None => continue,
                     },
