@@ -94,7 +94,7 @@ fn inout(c: &mut Criterion) {
         })
     });
     g.bench_function("read", |b| {
-        b.iter(|| black_box(block_on(replica.read(&mem, &layout, ctx.id)).expect("read").meta))
+        b.iter(|| black_box(block_on(replica.read(&mem, layout, ctx.id)).expect("read").meta))
     });
     g.finish();
 }

@@ -100,7 +100,8 @@ impl Layout {
 
     /// The metadata word writer `client` MAXes.
     pub fn word_of(&self, client: u8) -> u64 {
-        8 * (client as u64 % self.meta_words as u64)
+        // A 32-bit division: it is on every read's and write's path.
+        8 * (client as u32 % self.meta_words) as u64
     }
 }
 
@@ -354,7 +355,7 @@ impl Replica {
     /// one READ. The value is present if the in-place copy matches the
     /// metadata; otherwise the caller follows the metadata with
     /// [`Replica::read_out_of_place`].
-    pub async fn read<M: Memory>(&self, mem: &M, layout: &Layout, client: u8) -> Result<Reply<M::Buf>, InOutError> {
+    pub async fn read<M: Memory>(&self, mem: &M, layout: Layout, client: u8) -> Result<Reply<M::Buf>, InOutError> {
         let buf = mem.read(self.at(0), layout.read_len() as usize).await?;
         let corrupt = InOutError::Corrupt(self.node);
         let meta = max_word(&buf, layout.meta_words as usize);
@@ -452,7 +453,7 @@ mod tests {
                     let mut logs = Logs::new();
                     let mut last = Meta::BOTTOM;
                     for _ in 0..8 {
-                        let reply = rep.read(&m, &layout, 99).await.unwrap();
+                        let reply = rep.read(&m, layout, 99).await.unwrap();
                         let value = match reply.value {
                             Some(v) => v.to_vec(),
                             None => {

@@ -203,36 +203,54 @@ impl Register {
     ) -> Result<Meta, RegError> {
         self.check_value(value)?;
         let n = self.replicas.len();
-        let known = |r: usize| !read && cache.replicas[r].max >= meta;
-        let already = (0..n).filter(|&r| known(r)).count();
-        let mut seen = (0..n).filter(|&r| known(r)).map(|r| cache.replicas[r].max).max().unwrap_or(meta).max(meta);
+        // The replicas this client knows to hold `meta` or more (none for a
+        // write that must also read), and the largest tuple they hold.
+        let (mut known, mut seen) = (0u16, meta);
+        for (r, c) in cache.replicas[..n].iter().enumerate() {
+            if !read && c.max >= meta {
+                known |= 1 << r;
+                seen = seen.max(c.max);
+            }
+        }
+        let already = known.count_ones() as usize;
         if already >= self.need() {
             return Ok(seen);
         }
         // Where the value goes on each replica that is behind (cached, so
         // usually no roundtrip). A replica whose log cannot be reached now
         // is left out, like one that does not answer.
-        let behind: heapless::Vec<usize, MAX_REPLICAS> = (0..n).filter(|&r| !known(r)).collect();
-        let nodes: heapless::Vec<NodeId, MAX_REPLICAS> = behind.iter().map(|&r| self.replicas[r].node).collect();
-        // The deletion marker has no value and no log entry.
-        let entries = if meta.is_deleted() {
-            nodes.iter().map(|&n| Ok(Some(RemoteAddr::new(n, 0)))).collect()
-        } else if let Some(cached) = ctx.logs.cached_entries(&nodes, meta.client(), meta.log_id()) {
-            cached.into_iter().map(|e| Ok(Some(e))).collect()
-        } else {
-            cold(|| ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await
-        };
-        let mut targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
-        let mut first_err = None;
-        for (j, entry) in entries.into_iter().enumerate() {
-            match entry {
-                Ok(Some(e)) => {
-                    let _ = targets.push((behind[j], e));
-                }
-                Ok(None) => first_err = Some(InOutError::Corrupt(nodes[j])),
-                Err(e) => first_err = Some(InOutError::from(e)),
+        let (mut behind, mut nodes) = ([0usize; MAX_REPLICAS], heapless::Vec::<NodeId, MAX_REPLICAS>::new());
+        for (r, rep) in self.replicas.iter().enumerate() {
+            if known & (1 << r) == 0 {
+                behind[nodes.len()] = r;
+                let _ = nodes.push(rep.node);
             }
         }
+        let mut entries = heapless::Vec::new();
+        let mut first_err = None;
+        // The deletion marker has no value and no log entry.
+        let found = if meta.is_deleted() {
+            nodes.iter().all(|&n| entries.push(RemoteAddr::new(n, 0)).is_ok())
+        } else {
+            ctx.logs.cached_entries(&nodes, meta.client(), meta.log_id(), &mut entries)
+        };
+        if !found {
+            entries.clear();
+            let looked_up =
+                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await;
+            for (j, entry) in looked_up.into_iter().enumerate() {
+                match entry {
+                    Ok(Some(e)) => {
+                        let _ = entries.push(e);
+                        behind[entries.len() - 1] = behind[j];
+                    }
+                    Ok(None) => first_err = Some(InOutError::Corrupt(nodes[j])),
+                    Err(e) => first_err = Some(InOutError::from(e)),
+                }
+            }
+        }
+        let targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> =
+            entries.iter().enumerate().map(|(j, &e)| (behind[j], e)).collect();
         let (layout, id) = (self.layout, ctx.id);
         let mut seeds = [0u64; MAX_REPLICAS];
         for (j, &(r, _)) in targets.iter().enumerate() {
@@ -366,7 +384,7 @@ impl Register {
         cache: &mut RegCache,
     ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
         let (layout, id) = (self.layout, ctx.id);
-        let op = |r: usize| async move { self.replicas[r].read(mem, &layout.of_replica(r), id).await };
+        let op = |r: usize| self.replicas[r].read(mem, layout.of_replica(r), id);
         let first = self.trusted(ctx, |r| r, self.replicas.len());
         let (mut max, mut holders, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, None, None);
         let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {

@@ -145,6 +145,13 @@ impl LogGeometry {
     fn row(&self, client: u8) -> u64 {
         8 * (HEADER_WORDS + client as u64 * (1 + self.segments))
     }
+
+    /// Where entry `log_id` of a log is: its segment, and its byte offset
+    /// within the segment.
+    fn position(&self, log_id: u32) -> (u64, u64) {
+        let id = log_id as u64;
+        (id / self.per_segment, (id % self.per_segment) * self.entry_size)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -170,13 +177,12 @@ impl NodeDir {
     /// Entry `(client, log_id)`: its address if its segment is cached, else
     /// where to find the segment; an error if the directory has no such
     /// entry.
-    fn locate(&self, client: u8, log_id: u32) -> Result<Result<RemoteAddr, Uncached>, LogError> {
-        let seg = log_id as u64 / self.geo.per_segment;
+    /// `(seg, within)` is the entry's [`LogGeometry::position`].
+    fn locate(&self, client: u8, (seg, within): (u64, u64)) -> Result<Result<RemoteAddr, Uncached>, LogError> {
         if seg >= self.geo.segments || client > MAX_CLIENT {
             return Err(LogError::Corrupt { node: self.node, what: "log id or client beyond the directory" });
         }
         let slot = (client as usize * 31 + seg as usize) % CACHE;
-        let within = (log_id as u64 % self.geo.per_segment) * self.geo.entry_size;
         Ok(match self.cache[slot] {
             (c, s, off) if c == client && s == seg + 1 => Ok(RemoteAddr::new(self.node, off + within)),
             _ => Err(Uncached {
@@ -261,20 +267,31 @@ impl Logs {
     }
 
     /// [`Logs::entries`] when this client already knows every one of them
-    /// (the common case of a write): no future, no roundtrip. `None` if any
-    /// must be looked up or is out of the directory's range.
+    /// (the common case of a write), into `out`: no future, no roundtrip.
+    /// `false` if any must be looked up or is out of the directory's range
+    /// (`out` then holds only some).
     pub fn cached_entries(
         &self,
         nodes: &[NodeId],
         client: u8,
         log_id: u32,
-    ) -> Option<heapless::Vec<RemoteAddr, MAX_REPLICAS>> {
-        let mut out = heapless::Vec::new();
+        out: &mut heapless::Vec<RemoteAddr, MAX_REPLICAS>,
+    ) -> bool {
+        out.clear();
+        // The nodes of a store share one geometry: one division serves all.
+        let mut at: Option<(LogGeometry, (u64, u64))> = None;
         for &node in nodes {
-            let d = self.nodes.iter().find(|d| d.node == node)?;
-            out.push(d.locate(client, log_id).ok()?.ok()?).ok()?;
+            let Some(d) = self.nodes.iter().find(|d| d.node == node) else { return false };
+            let pos = match at {
+                Some((geo, pos)) if geo == d.geo => pos,
+                _ => at.insert((d.geo, d.geo.position(log_id))).1,
+            };
+            match d.locate(client, pos) {
+                Ok(Ok(addr)) if out.push(addr).is_ok() => {}
+                _ => return false,
+            }
         }
-        Some(out)
+        true
     }
 
     /// [`Logs::entry`] on each of `nodes` (at most [`MAX_REPLICAS`]), in
@@ -301,7 +318,7 @@ impl Logs {
                     continue;
                 }
             };
-            match d.locate(client, log_id) {
+            match d.locate(client, d.geo.position(log_id)) {
                 Ok(Ok(addr)) => {
                     let _ = out.push(Ok(Some(addr)));
                 }
@@ -439,15 +456,19 @@ mod tests {
                     format(&mem, n, geo).await.unwrap();
                 }
                 let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
-                let unknown = logs.cached_entries(&nodes, 5, 3);
+                let cached = |logs: &Logs, client, id| {
+                    let mut out = heapless::Vec::new();
+                    logs.cached_entries(&nodes, client, id, &mut out).then_some(out)
+                };
+                let unknown = cached(&logs, 5, 3);
                 let made = logs.entries(&mem, &nodes, 5, 3, Some(&mut slab)).await;
                 let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
                     made.into_iter().map(|e| e.unwrap().unwrap()).collect();
-                let same_segment = logs.cached_entries(&nodes, 5, 4);
-                let next_segment = logs.cached_entries(&nodes, 5, geo.per_segment as u32);
-                let other_client = logs.cached_entries(&nodes, 6, 3);
-                let beyond = logs.cached_entries(&nodes, 5, (geo.capacity() + 1) as u32);
-                (unknown, made, logs.cached_entries(&nodes, 5, 3), same_segment, next_segment, other_client, beyond)
+                let same_segment = cached(&logs, 5, 4);
+                let next_segment = cached(&logs, 5, geo.per_segment as u32);
+                let other_client = cached(&logs, 6, 3);
+                let beyond = cached(&logs, 5, (geo.capacity() + 1) as u32);
+                (unknown, made, cached(&logs, 5, 3), same_segment, next_segment, other_client, beyond)
             })
             .unwrap();
         let (unknown, made, cached, same_segment, next_segment, other_client, beyond) = out;

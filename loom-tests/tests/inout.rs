@@ -98,7 +98,7 @@ mod checks {
     fn core_read(mem: &ShmMemory, replica: Replica) -> (Meta, Vec<u8>, Path) {
         block_on(async {
             let layout = layout();
-            let reply = replica.read(mem, &layout, READER).await.unwrap();
+            let reply = replica.read(mem, layout, READER).await.unwrap();
             if let Some(v) = reply.value {
                 return (reply.meta, v.to_vec(), Path::InPlace);
             }
