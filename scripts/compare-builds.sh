@@ -2,8 +2,8 @@
 # Two or more builds of `swarm` on the same YCSB run, repeated and
 # interleaved (A, B, A, B, ...) so that the machine's noise falls on every
 # build alike; prints a markdown table of medians per build and system:
-# get and update p50 (µs), and the median of each run's ratio to RAW (the
-# figure to judge a change by on a shared machine).
+# get and update p50 (µs), and the median and range of each run's ratio to
+# RAW (the figure to judge a change by on a shared machine).
 #
 #   scripts/compare-builds.sh OLD_SWARM NEW_SWARM
 #   REPEAT=9 scripts/compare-builds.sh old/swarm target/release/swarm -- --workload a
@@ -39,7 +39,7 @@ python3 - "$OUT" "$REPEAT" "${BINS[@]}" <<'PY'
 import json, statistics, sys
 out, repeat, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print(f"medians of {repeat} interleaved rounds\n")
-print("| build | system | get p50 µs | update p50 µs | ratio to RAW (get / update) |")
+print("| build | system | get p50 µs | update p50 µs | ratio to RAW, median (range) of the runs: get / update |")
 print("|---|---|---|---|---|")
 for i, b in enumerate(bins):
     runs = [json.load(open(f"{out}/{i}-{r}.json")) for r in range(1, repeat + 1)]
@@ -58,6 +58,6 @@ for i, b in enumerate(bins):
                 by = {s["name"]: p50(s, op) for s in run["systems"]}
                 if by.get("raw") and by.get(name) is not None:
                     rs.append(by[name] / by["raw"])
-            ratios.append(f"{statistics.median(rs):.2f}x" if rs else "-")
+            ratios.append(f"{statistics.median(rs):.2f}x ({min(rs):.2f}–{max(rs):.2f})" if rs else "-")
         print(f"| {b} | {name} | {cells[0]} | {cells[1]} | {ratios[0]} / {ratios[1]} |")
 PY
