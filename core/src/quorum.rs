@@ -112,7 +112,7 @@ where
 {
     let mut results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS> = futs.iter().map(|_| None).collect();
     let slots = futs.into_iter().map(|f| Some(cold(|| f))).collect();
-    let tally = gather(slots, 0, need, None, |i, r| results[i] = Some(r)).await;
+    let tally = gather(slots, 0, need, None::<fn(usize) -> F>, |i, r| results[i] = Some(r)).await;
     Replies { results, ok: tally.ok, failed: tally.failed }
 }
 
@@ -129,14 +129,14 @@ pub async fn quorum_first<F, T, E>(
     n: usize,
     need: usize,
     first: u16,
-    mut op: impl FnMut(usize) -> F,
+    op: impl FnMut(usize) -> F,
     on_reply: impl FnMut(usize, Result<T, E>),
 ) -> Tally
 where
     F: Future<Output = Result<T, E>>,
 {
     let slots = (0..n.min(MAX_REPLICAS)).map(|_| None).collect();
-    gather(slots, first, Some(need), Some(&mut op), on_reply).await
+    gather(slots, first, Some(need), Some(op), on_reply).await
 }
 
 /// How many of the futures that [`quorum_first`] starts are kept inline in
@@ -167,7 +167,7 @@ async fn gather<F, T, E>(
     slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
     first: u16,
     need: Option<usize>,
-    mut more: Option<&mut dyn FnMut(usize) -> F>,
+    mut more: Option<impl FnMut(usize) -> F>,
     mut on_reply: impl FnMut(usize, Result<T, E>),
 ) -> Tally
 where
