@@ -119,9 +119,9 @@ impl LogGeometry {
     /// The geometry for values of up to `max_value` bytes in chunks of
     /// `chunk` bytes, with `segments` segments per client.
     pub fn new(max_value: u64, chunk: u64, segments: u64) -> Result<Self, LogError> {
-        let entry_size = (ENTRY_HEADER + max_value).next_multiple_of(64);
+        let entry_size = (ENTRY_HEADER + max_value.min(crate::inout::MAX_VALUE + 1)).next_multiple_of(64);
         let per_segment = chunk / entry_size;
-        if per_segment == 0 || segments == 0 {
+        if per_segment == 0 || segments == 0 || max_value > crate::inout::MAX_VALUE {
             return Err(LogError::Alloc(AllocError::BadSize { size: entry_size }));
         }
         Ok(LogGeometry { entry_size, segments, per_segment })
@@ -237,10 +237,15 @@ impl Logs {
         if magic != MAGIC || entry_size < ENTRY_HEADER || entry_size % 64 != 0 || segments == 0 || per_segment == 0 {
             return Err(corrupt("bad header"));
         }
-        if segments > 1 << 20 || per_segment > 1 << 24 {
+        // As `LogGeometry::new` allows: every product of them fits in 64 bits.
+        let largest = (ENTRY_HEADER + crate::inout::MAX_VALUE).next_multiple_of(64);
+        if segments > 1 << 20 || per_segment > 1 << 24 || entry_size > largest {
             return Err(corrupt("impossible geometry"));
         }
         let geo = LogGeometry { entry_size, segments, per_segment };
+        if base.checked_add(geo.dir_bytes()).is_none() {
+            return Err(corrupt("directory beyond the address space"));
+        }
         let d = NodeDir { node, base, geo, cache: [(0, 0, 0); CACHE] };
         self.nodes.push(d).map_err(|_| corrupt("too many nodes"))?;
         Ok(self.nodes.last_mut().expect("just pushed"))
@@ -383,9 +388,15 @@ impl Logs {
         }
         for (k, &(i, word, within, slot)) in missing.iter().enumerate() {
             let Some(off) = offs[k].filter(|&o| o != 0) else { continue };
-            if let Some(d) = self.nodes.iter_mut().find(|d| d.node == word.node) {
-                d.cache[slot] = (client, log_id as u64 / d.geo.per_segment + 1, off);
+            let Some(d) = self.nodes.iter_mut().find(|d| d.node == word.node) else { continue };
+            // A segment that would end past the address space is a corrupt
+            // directory word; one that fits is cached, and every entry of it
+            // then fits too (`locate` adds without overflow).
+            if off.checked_add(d.geo.per_segment * d.geo.entry_size).is_none() {
+                out[i] = Err(LogError::Corrupt { node: word.node, what: "segment beyond the address space" });
+                continue;
             }
+            d.cache[slot] = (client, d.geo.position(log_id).0 + 1, off);
             out[i] = Ok(Some(RemoteAddr::new(word.node, off + within)));
         }
         out
@@ -478,5 +489,35 @@ mod tests {
             made.iter().map(|a| RemoteAddr::new(a.node, a.offset + geo.entry_size)).collect();
         assert_eq!(same_segment, Some(next), "the next entry of a known segment");
         assert_eq!((next_segment, other_client, beyond), (None, None, None));
+    }
+
+    /// Directory words no client wrote give `Corrupt` errors: never an
+    /// overflow (a panic in debug builds) or an address that wrapped.
+    #[test]
+    fn corrupt_directories_are_errors() {
+        let mut sim = Sim::new(SimConfig { seed: 4, nodes: 2, node_size: 1 << 20, ..SimConfig::default() });
+        let mem = sim.client();
+        let geo = LogGeometry::new(64, 16 << 10, 4).unwrap();
+        let (huge_entries, wrapping_segment) = sim
+            .block_on(async move {
+                for n in 0..2 {
+                    Region::format(&mem, NodeId(n), 1 << 20, 16 << 10).await.unwrap();
+                    format(&mem, NodeId(n), geo).await.unwrap();
+                }
+                let word = async |node, off: u64, value: u64| {
+                    let base = Region::read_root(&mem, node, LOG_DIR_ROOT).await.unwrap();
+                    mem.write(RemoteAddr::new(node, base + off), &value.to_le_bytes()).await.unwrap();
+                };
+                // Node 0: an entry size no geometry has.
+                word(NodeId(0), 8, 1 << 62).await;
+                // Node 1: client 5's first segment at the end of the address space.
+                word(NodeId(1), geo.row(5) + 8, u64::MAX - 64).await;
+                let mut logs = Logs::new();
+                (logs.entry(&mem, NodeId(0), 5, 1, None).await, logs.entry(&mem, NodeId(1), 5, 1, None).await)
+            })
+            .unwrap();
+        assert!(matches!(huge_entries, Err(LogError::Corrupt { what: "impossible geometry", .. })), "{huge_entries:?}");
+        let beyond = Err(LogError::Corrupt { node: NodeId(1), what: "segment beyond the address space" });
+        assert_eq!(wrapping_segment, beyond);
     }
 }
