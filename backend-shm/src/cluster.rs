@@ -57,7 +57,10 @@ struct Inner {
 impl ShmCluster {
     /// A cluster of `nodes` nodes of `node_size` bytes each, in anonymous
     /// memory private to this process: for tests and single-process
-    /// benchmarks. `node_size` must be a positive multiple of 8.
+    /// benchmarks. `node_size` must be a positive multiple of 8. The memory
+    /// is in transparent huge pages where the kernel allows
+    /// ([`crate::Words::anonymous`]): a first touch makes 2 MiB resident, so
+    /// large nodes used sparsely take more memory than their use.
     pub fn in_process(nodes: usize, node_size: u64) -> Result<ShmCluster, ShmError> {
         let bytes = check_config(nodes, node_size, 8)?;
         let anon = |bytes| Words::anonymous(bytes).map_err(|e| ShmError::io("<anonymous>", "map anonymous memory", e));

@@ -244,8 +244,8 @@ impl Register {
                         let _ = entries.push(e);
                         behind[entries.len() - 1] = behind[j];
                     }
-                    Ok(None) => first_err = Some(InOutError::Corrupt(nodes[j])),
-                    Err(e) => first_err = Some(InOutError::from(e)),
+                    Ok(None) => first_err = first_err.or(Some(InOutError::Corrupt(nodes[j]))),
+                    Err(e) => first_err = first_err.or(Some(InOutError::from(e))),
                 }
             }
         }
@@ -375,8 +375,8 @@ impl Register {
 
     /// READ's roundtrip: the largest tuple a majority holds, its value if
     /// an in-place copy matched, and which replicas hold it (bit `r` for
-    /// replica `r`). The replies end here, not held by the rest of READ:
-    /// they are large, and a future that kept them would move them.
+    /// replica `r`), folded from the replies as they arrive: only the
+    /// chosen in-place value outlives them.
     async fn read_replicas<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,

@@ -20,6 +20,8 @@ use crate::exec::{Cold, cold, pin_cold};
 
 /// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
 pub const MAX_REPLICAS: usize = 8;
+// Replica sets are `u16` bit masks (`Tally`, `mask`, `gather`).
+const _: () = assert!(MAX_REPLICAS <= 16);
 
 /// What each replica's future returned by the time the quorum resolved.
 #[derive(Debug)]
@@ -225,8 +227,8 @@ where
             while pending != 0 {
                 let i = pending.trailing_zeros() as usize;
                 pending &= pending - 1;
-                // SAFETY: see above; each future is an element of the pinned
-                // vector or array (a boxed one is pinned by its box).
+                // SAFETY: see above; each future is an element of one of the
+                // two pinned vectors (a boxed one is pinned by its box).
                 let fut: Pin<&mut F> = match at[i] {
                     At::Nowhere => continue,
                     At::Inline(k) => match inline.get_mut(k as usize) {
