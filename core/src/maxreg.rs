@@ -428,21 +428,17 @@ impl Register {
             if holders & (1 << r) == 0 {
                 continue;
             }
-            let entry = match ctx.logs.entry(mem, rep.node, max.client(), max.log_id(), None).await {
-                Ok(Some(e)) => e,
-                Ok(None) => {
-                    last = RegError::Corrupt(rep.node);
-                    continue;
-                }
-                Err(e) => {
-                    last = RegError::NoQuorum(InOutError::from(e));
-                    continue;
-                }
+            // Where the value is: known to this client (no roundtrip), or
+            // looked up in the node's log directory (a writer or segment
+            // this client has not seen yet).
+            let found = match ctx.logs.cached_entry(rep.node, max.client(), max.log_id()) {
+                Some((entry, geo)) => Ok((entry, geo.max_value())),
+                None => cold(|| find_entry(ctx, mem, rep.node, max)).await,
             };
-            let geo_max = match ctx.logs.geometry(mem, rep.node).await {
-                Ok(g) => g.max_value(),
+            let (entry, geo_max) = match found {
+                Ok(found) => found,
                 Err(e) => {
-                    last = RegError::NoQuorum(InOutError::from(e));
+                    last = e;
                     continue;
                 }
             };
@@ -454,6 +450,20 @@ impl Register {
         }
         Err(last)
     }
+}
+
+/// The log entry of `max` on `node` and the largest value its entries
+/// hold, from the node's log directory (one or two roundtrips).
+async fn find_entry<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    node: NodeId,
+    max: Meta,
+) -> Result<(RemoteAddr, u64), RegError> {
+    let failed = |e| RegError::NoQuorum(InOutError::from(e));
+    let entry = ctx.logs.entry(mem, node, max.client(), max.log_id(), None).await.map_err(failed)?;
+    let geo = ctx.logs.geometry(mem, node).await.map_err(failed)?;
+    Ok((entry.ok_or(RegError::Corrupt(node))?, geo.max_value()))
 }
 
 #[cfg(test)]

@@ -299,6 +299,18 @@ impl Logs {
         true
     }
 
+    /// [`Logs::entry`] and the node's geometry when this client already
+    /// knows them (the common case of a read out of place): no future, no
+    /// roundtrip. `None` if they must be looked up.
+    pub fn cached_entry(&self, node: NodeId, client: u8, log_id: u32) -> Option<(RemoteAddr, LogGeometry)> {
+        let geo = self.nodes.iter().find(|d| d.node == node)?.geo;
+        let mut out = heapless::Vec::new();
+        if !self.cached_entries(&[node], client, log_id, &mut out) {
+            return None;
+        }
+        out.first().map(|&at| (at, geo))
+    }
+
     /// [`Logs::entry`] on each of `nodes` (at most [`MAX_REPLICAS`]), in
     /// their order. Cached segments cost nothing; the others are looked up,
     /// and created if `alloc` is given, on all nodes at once: at most three
