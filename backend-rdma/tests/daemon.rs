@@ -136,12 +136,13 @@ fn a_good_client_is_welcomed_and_its_queue_pair_lives_as_long_as_its_connection(
     let s = good_client(d.addr);
     assert_eq!(d.live.load(SeqCst), 1);
     drop(s);
+    // The daemon tears the queue pair down, then logs why: wait for both.
     let t = Instant::now();
-    while d.live.load(SeqCst) > 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "the queue pair outlived its client");
+    while d.live.load(SeqCst) > 0 || !d.logged("closed by the client") {
+        assert!(t.elapsed() < Duration::from_secs(5), "the queue pair outlived its client, or nothing said why");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(d.logged("connected") && d.logged("closed by the client"));
+    assert!(d.logged("connected"));
     assert_eq!(d.stop(), Served { accepted: 1, rejected: 0 });
 }
 
@@ -254,9 +255,18 @@ fn clients_beyond_the_limit_are_told_so() {
     while d.live.load(SeqCst) > 0 && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Room again once they left (the daemon notices within a tick).
-    std::thread::sleep(Duration::from_millis(50));
-    drop(good_client(d.addr));
+    // Room again once they left: the daemon counts a client out when its
+    // connection thread ends, which a loaded machine may delay.
+    loop {
+        let s = TcpStream::connect(d.addr).unwrap();
+        match greet(&s, hello("again"), Duration::from_secs(5)) {
+            Ok(_) => break,
+            Err(e) if e.contains("too many clients") && t.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("a client after the others left was refused: {e}"),
+        }
+    }
     d.stop();
 }
 
