@@ -440,7 +440,9 @@ impl Logs {
             }
         }
         if words.len() < need {
-            return Err(LogError::NoQuorum(last_err.expect("nodes are missing only through errors")));
+            // No error and too few nodes: none were given.
+            let none = MemError::new(NodeId(0), crate::MemErrorKind::NoSuchNode);
+            return Err(LogError::NoQuorum(last_err.unwrap_or(none)));
         }
         let reads = quorum(words.iter().map(|&w| read_word(mem, w)).collect(), need).await;
         if !reads.reached(need) {
@@ -501,6 +503,15 @@ mod tests {
             made.iter().map(|a| RemoteAddr::new(a.node, a.offset + geo.entry_size)).collect();
         assert_eq!(same_segment, Some(next), "the next entry of a known segment");
         assert_eq!((next_segment, other_client, beyond), (None, None, None));
+    }
+
+    /// Reserving ids on no nodes at all is an error, not a panic.
+    #[test]
+    fn reserving_on_no_nodes_is_an_error() {
+        let mut sim = Sim::new(SimConfig { seed: 5, nodes: 1, node_size: 1 << 20, ..SimConfig::default() });
+        let mem = sim.client();
+        let got = sim.block_on(async move { Logs::new().reserve_ids(&mem, &[], 5).await }).unwrap();
+        assert_eq!(got, Err(LogError::NoQuorum(MemError::new(NodeId(0), crate::MemErrorKind::NoSuchNode))));
     }
 
     /// Directory words no client wrote give `Corrupt` errors: never an
