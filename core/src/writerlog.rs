@@ -119,9 +119,12 @@ impl LogGeometry {
     /// The geometry for values of up to `max_value` bytes in chunks of
     /// `chunk` bytes, with `segments` segments per client.
     pub fn new(max_value: u64, chunk: u64, segments: u64) -> Result<Self, LogError> {
-        let entry_size = (ENTRY_HEADER + max_value.min(crate::inout::MAX_VALUE + 1)).next_multiple_of(64);
+        if max_value > crate::inout::MAX_VALUE {
+            return Err(LogError::Alloc(AllocError::BadSize { size: max_value }));
+        }
+        let entry_size = (ENTRY_HEADER + max_value).next_multiple_of(64);
         let per_segment = chunk / entry_size;
-        if per_segment == 0 || segments == 0 || max_value > crate::inout::MAX_VALUE {
+        if per_segment == 0 || segments == 0 {
             return Err(LogError::Alloc(AllocError::BadSize { size: entry_size }));
         }
         Ok(LogGeometry { entry_size, segments, per_segment })
@@ -237,7 +240,8 @@ impl Logs {
         if magic != MAGIC || entry_size < ENTRY_HEADER || entry_size % 64 != 0 || segments == 0 || per_segment == 0 {
             return Err(corrupt("bad header"));
         }
-        // As `LogGeometry::new` allows: every product of them fits in 64 bits.
+        // At most what `LogGeometry::new` makes: every product of them fits
+        // in 64 bits.
         let largest = (ENTRY_HEADER + crate::inout::MAX_VALUE).next_multiple_of(64);
         if segments > 1 << 20 || per_segment > 1 << 24 || entry_size > largest {
             return Err(corrupt("impossible geometry"));
@@ -303,12 +307,8 @@ impl Logs {
     /// knows them (the common case of a read out of place): no future, no
     /// roundtrip. `None` if they must be looked up.
     pub fn cached_entry(&self, node: NodeId, client: u8, log_id: u32) -> Option<(RemoteAddr, LogGeometry)> {
-        let geo = self.nodes.iter().find(|d| d.node == node)?.geo;
-        let mut out = heapless::Vec::new();
-        if !self.cached_entries(&[node], client, log_id, &mut out) {
-            return None;
-        }
-        out.first().map(|&at| (at, geo))
+        let d = self.nodes.iter().find(|d| d.node == node)?;
+        d.locate(client, d.geo.position(log_id)).ok()?.ok().map(|at| (at, d.geo))
     }
 
     /// [`Logs::entry`] on each of `nodes` (at most [`MAX_REPLICAS`]), in
