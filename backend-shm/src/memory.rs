@@ -18,7 +18,10 @@
 //!
 //! With an injected latency the future then stays pending until `latency`
 //! after the post, spinning on the clock, so operations posted together
-//! overlap and cost one latency, like roundtrips on a real fabric. Without a
+//! overlap and cost one latency, like roundtrips on a real fabric; the last
+//! stretch before the deadline it may wait out inside one poll, so that its
+//! completion is seen when it is due, not a poll of the whole future tree
+//! later (see [`waits_here`]). Without a
 //! latency the future completes on its next poll, never the one that posted
 //! it, for the same reason. Separate operations are not ordered (only a
 //! pipeline is, as [`Memory`] says).
@@ -247,17 +250,47 @@ fn cas<P: Persistence>(p: &P, words: &[AtomicU64], offset: u64, expected: u64, n
 }
 
 /// Pending until `deadline` (forever if `None`). Wakes itself each time, so
-/// that it also works under executors that wait for a wake-up.
+/// that it also works under executors that wait for a wake-up; waits out
+/// the last stretch itself when [`waits_here`] says so.
 async fn spin_until(deadline: Option<Instant>) {
+    let mut last_poll: Option<Instant> = None;
     poll_fn(|cx| {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
+        if let Some(d) = deadline {
+            let now = Instant::now();
+            if now >= d {
+                return Poll::Ready(());
+            }
+            if last_poll.is_some_and(|last| waits_here(last, now, d)) {
+                while Instant::now() < d {
+                    core::hint::spin_loop();
+                }
+                return Poll::Ready(());
+            }
+            last_poll = Some(now);
         }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     })
     .await
+}
+
+/// The longest wait [`spin_until`] does inside one poll.
+const SPIN_AT_MOST: Duration = Duration::from_nanos(250);
+
+/// Whether an operation polled at `now` (and before that at `last`) should
+/// wait for its `deadline` inside this poll rather than return pending.
+///
+/// A spinning executor polls the whole tree of futures above an operation
+/// between two looks at its clock, so a completion would be seen up to one
+/// such period late: later for deeper trees (a quorum's) than for a single
+/// read. A NIC's completion is visible as soon as it lands. So when the
+/// next poll, one period on (judged by the last one), would come after the
+/// deadline, the operation waits out the rest itself; only for periods of
+/// at most [`SPIN_AT_MOST`], so that other operations in flight on the
+/// thread are never held up for longer.
+pub(crate) fn waits_here(last: Instant, now: Instant, deadline: Instant) -> bool {
+    let period = now.saturating_duration_since(last);
+    period <= SPIN_AT_MOST && deadline.saturating_duration_since(now) <= period
 }
 
 impl<P: Persistence> Memory for ShmMemory<P> {

@@ -199,6 +199,31 @@ fn latency_delays_completion_but_not_application() {
 }
 
 #[test]
+fn the_last_stretch_is_waited_out_only_when_the_next_poll_would_be_late() {
+    use crate::memory::waits_here;
+    let t = Instant::now();
+    let ns = |n| t + Duration::from_nanos(n);
+    // Polls 100 ns apart: a deadline 80 ns away is waited for here, one
+    // 120 ns away is left to the next poll.
+    assert!(waits_here(ns(0), ns(100), ns(180)));
+    assert!(!waits_here(ns(0), ns(100), ns(220)));
+    // Polls 10 µs apart (other operations in flight on the thread): never
+    // held up that long, however close the deadline.
+    assert!(!waits_here(ns(0), ns(10_000), ns(10_001)));
+    // A deadline already passed, or a clock that went backwards, is no wait.
+    assert!(waits_here(ns(0), ns(100), ns(50)));
+    assert!(!waits_here(ns(100), ns(0), ns(1_000)));
+    // Whatever the polls do, an operation never completes before its
+    // latency passed.
+    let m = mem(1).with_latency(Duration::from_micros(50));
+    for _ in 0..100 {
+        let start = Instant::now();
+        block_on(m.read(at(0, 0), 8)).unwrap();
+        assert!(start.elapsed() >= Duration::from_micros(50));
+    }
+}
+
+#[test]
 fn a_posted_operation_is_applied_even_if_its_future_is_dropped() {
     for m in [mem(1), mem(1).with_latency(LATENCY)] {
         let mut fut = Box::pin(m.write(at(0, 0), &[7]));
