@@ -18,12 +18,11 @@
 //!
 //! With an injected latency the future then stays pending until `latency`
 //! after the post, spinning on the clock, so operations posted together
-//! overlap and cost one latency, like roundtrips on a real fabric; the last
-//! stretch before the deadline it may wait out inside one poll, so that its
-//! completion is seen when it is due, not a poll of the whole future tree
-//! later (see [`waits_here`]). Without a
-//! latency the future completes on its next poll, never the one that posted
-//! it, for the same reason. Separate operations are not ordered (only a
+//! overlap and cost one latency, like roundtrips on a real fabric. It may
+//! wait out the last stretch before the deadline inside one poll, so that
+//! its completion is seen when it is due, not a poll of the whole future
+//! tree later (see [`waits_here`]). Without a latency the future completes
+//! on its next poll, never the one that posted it, for the same reason. Separate operations are not ordered (only a
 //! pipeline is, as [`Memory`] says).
 //!
 //! Fault injection ([`crate::Fault`], set on the cluster): a failed node's

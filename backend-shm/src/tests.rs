@@ -210,7 +210,8 @@ fn the_last_stretch_is_waited_out_only_when_the_next_poll_would_be_late() {
     // Polls 10 µs apart (other operations in flight on the thread): never
     // held up that long, however close the deadline.
     assert!(!waits_here(ns(0), ns(10_000), ns(10_001)));
-    // A deadline already passed, or a clock that went backwards, is no wait.
+    // A deadline already passed is met here at once; after a clock that
+    // went backwards (no period to judge by) nothing is waited for.
     assert!(waits_here(ns(0), ns(100), ns(50)));
     assert!(!waits_here(ns(100), ns(0), ns(1_000)));
     // Whatever the polls do, an operation never completes before its
