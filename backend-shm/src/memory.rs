@@ -22,8 +22,9 @@
 //! wait out the last stretch before the deadline inside one poll, so that
 //! its completion is seen when it is due, not a poll of the whole future
 //! tree later (see [`waits_here`]). Without a latency the future completes
-//! on its next poll, never the one that posted it, for the same reason. Separate operations are not ordered (only a
-//! pipeline is, as [`Memory`] says).
+//! on its next poll, never the one that posted it, for the same reason.
+//! Separate operations are not ordered (only a pipeline is, as [`Memory`]
+//! says).
 //!
 //! Fault injection ([`crate::Fault`], set on the cluster): a failed node's
 //! operations fail at once with `Unreachable`; a stalled node's operations
