@@ -43,6 +43,7 @@ fn bad_flags_are_one_line_errors() {
         (&["bench", "--clients", "0"], "clients must be between 1 and 126"),
         (&["bench", "--keys", "0"], "keys must be between 1"),
         (&["bench", "--ops", "0"], "operations must be between 1"),
+        (&["bench", "--rounds", "0"], "rounds must be between 1 and 1000"),
         (&["bench", "--inject-rtt-us", "-1"], "injected latency must be between 0"),
         (&["bench", "--backend", "tcp"], "invalid value 'tcp'"),
         (&["bench", "--plots", "x", "--no-plots"], "cannot be used with"),
@@ -63,6 +64,7 @@ fn impossible_runs_are_one_line_errors() {
         (&["bench", "--backend", "cxl"], "needs --path"),
         (&["bench", "--path", "/dev/shm/x"], "--path applies to --backend cxl"),
         (&["bench", "--flush", "none"], "--flush applies"),
+        (&["bench", "--rounds", "10", "--ops", "5"], "--rounds 10 needs at least as many --ops"),
         (&["bench", "--clients", "64", "--inflight", "1,2"], "need 128 client ids"),
         (&["bench", "--key-size", "6", "--keys", "1000"], "keys of 6 bytes cannot name 1000 keys"),
         (&["bench", "--keys", "100000000", "--value-size", "64K", "--ops", "1"], "need up to"),
@@ -141,6 +143,23 @@ fn sim_sweeps_inflight_and_runs_the_other_workloads() {
     }
 }
 
+/// Rounds: every measured operation counted once, the systems taking
+/// turns on fresh stores, with the same roundtrips as one round.
+#[test]
+fn rounds_add_up_to_the_whole_run() {
+    let args = ["--backend", "sim", "--keys", "300", "--ops", "1000", "--rounds", "3", "--no-plots"];
+    let (_, j, _) = bench(&args);
+    assert_eq!(j["config"]["rounds"], 3);
+    for (name, rtt) in [("raw", 1), ("dm-abd", 2), ("swarm-kv", 1)] {
+        let s = system(&j, name);
+        let count = s["ops"]["get"]["count"].as_u64().unwrap() + s["ops"]["update"]["count"].as_u64().unwrap();
+        assert_eq!(count, 1000, "{name}: 334 + 333 + 333 measured operations");
+        assert_eq!(s["load"]["count"], 900, "{name}: each round loads its own store");
+        assert_eq!(s["ops"]["get"]["rtt_p50"], rtt, "{name}");
+        assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);
+    }
+}
+
 #[test]
 fn shm_threads_and_processes() {
     let (out, j, _) = bench(&["--keys", "1000", "--ops", "2000", "--clients", "2", "--systems", "raw,swarm-kv"]);
@@ -166,5 +185,5 @@ fn shm_threads_and_processes() {
     let count = s["ops"]["get"]["count"].as_u64().unwrap() + s["ops"]["update"]["count"].as_u64().unwrap();
     assert_eq!(count, 2000, "both processes' clients are counted");
     assert_eq!(s["ops"]["update"]["rtt_p50"], 2);
-    assert_eq!(s["load"]["count"], 1000);
+    assert_eq!(s["load"]["count"], 5000, "five rounds by default, each loading its store");
 }

@@ -169,7 +169,7 @@ impl Report {
             }
         }
         let _ = writeln!(out, "\n(vs raw: median latency over RAW's for an operation; throughput over RAW's for all)");
-        let _ = writeln!(out, "\nload phase (every key inserted once):");
+        let _ = writeln!(out, "\nload phase (every key inserted once into each round's fresh store):");
         for sys in &self.systems {
             let l = &sys.load;
             let _ = writeln!(

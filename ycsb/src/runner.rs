@@ -88,6 +88,20 @@ impl RunSpec {
         self.clients as u64 * self.ops_per_client()
     }
 
+    /// Round `r` of `rounds` of this run (see [`ClientResult::append`]): a
+    /// share of the measured operations (the first `ops % rounds` rounds
+    /// take one more), after the whole run's warm-up (a shorter one would
+    /// measure more of the time the caches take to settle after the load,
+    /// which costs the systems that touch more memory more), with a seed
+    /// of its own. `None` if a round would measure nothing.
+    pub fn round(&self, r: u64, rounds: u64) -> Option<RunSpec> {
+        if rounds == 0 || r >= rounds || self.ops < rounds {
+            return None;
+        }
+        let ops = self.ops / rounds + u64::from(r < self.ops % rounds);
+        Some(RunSpec { ops, seed: self.seed.wrapping_add(r), ..self.clone() })
+    }
+
     /// Operations of the whole run, load and cache warming included (for
     /// progress bars).
     pub fn total_ops(&self) -> u64 {
@@ -269,6 +283,16 @@ impl ClientResult {
         self.runs.resize_with(self.runs.len().max(o.runs.len()), PhaseStats::default);
         for (a, b) in self.runs.iter_mut().zip(&o.runs) {
             a.merge(b);
+        }
+    }
+
+    /// Adds a later round of the same clients (see [`RunSpec::round`]): the
+    /// operations add up, and so do the measured windows.
+    pub fn append(&mut self, o: &ClientResult) {
+        self.load.append(&o.load);
+        self.runs.resize_with(self.runs.len().max(o.runs.len()), PhaseStats::default);
+        for (a, b) in self.runs.iter_mut().zip(&o.runs) {
+            a.append(b);
         }
     }
 
@@ -706,6 +730,28 @@ mod tests {
                 assert_eq!(m.op(OpKind::Update).summary(1).not_found, 0, "{workload}");
                 assert!(m.window_ns() > 0);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Rounds split the measured operations exactly, each with its own
+        /// seed, and nothing else of the run changes.
+        #[test]
+        fn rounds_share_the_operations(ops in 1u64..10_000, rounds in 1u64..20) {
+            let s = RunSpec { ops, ..spec() };
+            let parts: Vec<RunSpec> = (0..rounds).filter_map(|r| s.round(r, rounds)).collect();
+            if ops < rounds {
+                proptest::prop_assert!(parts.is_empty());
+                return Ok(());
+            }
+            proptest::prop_assert_eq!(parts.len() as u64, rounds);
+            proptest::prop_assert_eq!(parts.iter().map(|p| p.ops).sum::<u64>(), ops);
+            for (r, p) in parts.iter().enumerate() {
+                proptest::prop_assert!(p.ops >= 1 && p.ops.abs_diff(ops / rounds) <= 1);
+                proptest::prop_assert_eq!(p.seed, s.seed + r as u64);
+                proptest::prop_assert_eq!(&RunSpec { ops, seed: s.seed, ..p.clone() }, &s);
+            }
+            proptest::prop_assert!(s.round(rounds, rounds).is_none());
         }
     }
 

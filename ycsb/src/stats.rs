@@ -224,6 +224,16 @@ impl PhaseStats {
         }
     }
 
+    /// Adds the measurements of a later phase of the same clients: the
+    /// windows, one after the other, add up.
+    pub fn append(&mut self, o: &PhaseStats) {
+        let window = self.window_ns() + o.window_ns();
+        for (a, b) in self.ops.iter_mut().zip(&o.ops) {
+            a.merge(b);
+        }
+        self.end_ns = self.start_ns + window;
+    }
+
     /// Adds the measurements of another process, whose clock is its own:
     /// the windows (started at one gate) are taken as overlapping, and the
     /// longer one counts.
@@ -291,6 +301,13 @@ mod tests {
         let mut f = a.clone();
         f.merge_foreign(&b);
         assert_eq!((f.window_ns(), f.count()), (250, 2));
+        // Rounds one after the other: 100 ns, then 250 ns of measurement.
+        let mut r = a.clone();
+        r.append(&b);
+        assert_eq!((r.window_ns(), r.count()), (350, 2));
+        let mut e = PhaseStats::default();
+        e.append(&a);
+        assert_eq!((e.window_ns(), e.count()), (100, 1));
     }
 
     proptest! {

@@ -13,6 +13,14 @@
 //! `--inflight` takes a list (`1,2,4`): the store is loaded once per
 //! system and each setting gets its own warm-up and measurement, which is
 //! how the throughput-against-in-flight plot is drawn (the paper's §7.2).
+//!
+//! The comparison runs in rounds (`--rounds`, 5 by default where time is
+//! real): each system measures a share of the operations in each round,
+//! the systems taking turns (RAW, SWARM-KV, DM-ABD, RAW, ...), and each
+//! system's rounds are reported together. On a machine whose speed drifts
+//! (a shared VM, whose CPU slows by a third for seconds at a time), every
+//! system then meets its slow and fast stretches alike, and the ratios
+//! between them stop depending on which system ran when.
 
 use std::fs::File;
 use std::io::Write;
@@ -112,12 +120,19 @@ pub struct YcsbArgs {
     /// Replicas of each key (2f+1; RAW keeps one copy).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = parse_replicas)]
     pub replicas: usize,
-    /// Unmeasured operations per client before each measurement [default: ops / 5].
+    /// Unmeasured operations per client before each measurement (of every
+    /// round, with --rounds) [default: ops / 5].
     #[arg(long, value_name = "N", value_parser = parse_warmup)]
     pub warmup: Option<u64>,
     /// Measured operations per client (per in-flight setting).
     #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = parse_ops)]
     pub ops: u64,
+    /// Split the run into N rounds in which the systems take turns, each
+    /// on a fresh store with its share of --ops (after a whole warm-up, and
+    /// with a seed of its own), and report each system's rounds together
+    /// [default: 5, or 1 with --backend sim, whose time is virtual].
+    #[arg(long, value_name = "N", value_parser = parse_rounds)]
+    pub rounds: Option<u64>,
     /// Seed of every random choice (and of the whole run with the simulator).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
@@ -198,6 +213,20 @@ fn parse_inflight(s: &str) -> Result<Inflight, String> {
     Ok(Inflight(out))
 }
 
+fn parse_rounds(s: &str) -> Result<u64, String> {
+    int_in(s, "the number of rounds", 1, 1000)
+}
+
+/// Rounds when `--rounds` is not given: several where time is real, so that
+/// a drift of the machine's speed falls on every system alike.
+const DEFAULT_ROUNDS: u64 = 5;
+
+/// The run's rounds (never more than its measured operations).
+fn rounds(a: &YcsbArgs) -> u64 {
+    let default = if a.backend == YcsbBackend::Sim { 1 } else { DEFAULT_ROUNDS };
+    a.rounds.unwrap_or(default.min(a.ops))
+}
+
 fn parse_keys(s: &str) -> Result<u64, String> {
     int_in(s, "the number of keys", 1, MAX_KEYS)
 }
@@ -262,6 +291,11 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
     if backend != YcsbBackend::Cxl && a.flush.is_some() {
         return Err("--flush applies to --backend cxl only".into());
     }
+    if let Some(r) = a.rounds
+        && r > a.ops
+    {
+        return Err(format!("--rounds {r} needs at least as many --ops (each round measures its share)"));
+    }
     if backend == YcsbBackend::Cxl && a.path.is_empty() {
         return Err("--backend cxl needs --path PATH (a device-dax or a new file; repeat for several)".into());
     }
@@ -284,19 +318,28 @@ pub fn run(a: &YcsbArgs) -> Result<(), String> {
     };
     let plots_dir = plots_dir(a);
     let (backend, backend_json) = describe(a, &systems, cluster.as_ref());
-    let progress = Progress::start(spec.total_ops() * systems.len() as u64, true);
-    let mut runs = Vec::new();
-    for &system in &systems {
-        progress.set_label(system.name());
-        match run_system(a, &spec, system, cluster.as_ref(), progress.counter()) {
-            Ok(result) => runs.push(SystemRun { system, result }),
-            Err(e) => {
-                progress.finish();
-                if let Some(p) = &a.json {
-                    drop(json_file.take());
-                    let _ = std::fs::remove_file(p);
+    let n = rounds(a);
+    let rounds: Vec<RunSpec> = (0..n).filter_map(|r| spec.round(r, n)).collect();
+    let total: u64 = rounds.iter().map(RunSpec::total_ops).sum();
+    let progress = Progress::start(total * systems.len() as u64, true);
+    let mut runs: Vec<SystemRun> = Vec::new();
+    for (r, round) in rounds.iter().enumerate() {
+        for &system in &systems {
+            let label = if n > 1 { format!("{} {}/{n}", system.name(), r + 1) } else { system.name().into() };
+            progress.set_label(label);
+            match run_system(a, round, system, cluster.as_ref(), progress.counter()) {
+                Ok(result) => match runs.iter_mut().find(|s| s.system == system) {
+                    Some(run) => run.result.append(&result),
+                    None => runs.push(SystemRun { system, result }),
+                },
+                Err(e) => {
+                    progress.finish();
+                    if let Some(p) = &a.json {
+                        drop(json_file.take());
+                        let _ = std::fs::remove_file(p);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
         }
     }
@@ -363,6 +406,7 @@ fn describe(a: &YcsbArgs, systems: &[System], cluster: Option<&ClusterConfig>) -
         "systems": systems.iter().map(|s| s.name()).collect::<Vec<_>>(),
         "processes": a.processes,
         "inject_rtt_us": a.inject_rtt_us,
+        "rounds": rounds(a),
         "path": a.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "flush": (a.backend == YcsbBackend::Cxl).then(|| a.flush.unwrap_or_default().name()),
         "cluster": cluster.map(|c| c.nodes.iter().map(|n| json!({"address": n.address, "size": n.size})).collect::<Vec<_>>()),
