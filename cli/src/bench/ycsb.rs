@@ -319,11 +319,11 @@ pub fn run(a: &YcsbArgs) -> Result<(), String> {
     let plots_dir = plots_dir(a);
     let (backend, backend_json) = describe(a, &systems, cluster.as_ref());
     let n = rounds(a);
-    let rounds: Vec<RunSpec> = (0..n).filter_map(|r| spec.round(r, n)).collect();
-    let total: u64 = rounds.iter().map(RunSpec::total_ops).sum();
+    let round_specs: Vec<RunSpec> = (0..n).filter_map(|r| spec.round(r, n)).collect();
+    let total: u64 = round_specs.iter().map(RunSpec::total_ops).sum();
     let progress = Progress::start(total * systems.len() as u64, true);
     let mut runs: Vec<SystemRun> = Vec::new();
-    for (r, round) in rounds.iter().enumerate() {
+    for (r, round) in round_specs.iter().enumerate() {
         for &system in &systems {
             let label = if n > 1 { format!("{} {}/{n}", system.name(), r + 1) } else { system.name().into() };
             progress.set_label(label);
