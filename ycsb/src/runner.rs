@@ -279,29 +279,26 @@ pub struct ClientResult {
 impl ClientResult {
     /// Adds a client on the same clock.
     pub fn merge(&mut self, o: &ClientResult) {
-        self.load.merge(&o.load);
-        self.runs.resize_with(self.runs.len().max(o.runs.len()), PhaseStats::default);
-        for (a, b) in self.runs.iter_mut().zip(&o.runs) {
-            a.merge(b);
-        }
+        self.combine(o, PhaseStats::merge);
     }
 
     /// Adds a later round of the same clients (see [`RunSpec::round`]): the
     /// operations add up, and so do the measured windows.
     pub fn append(&mut self, o: &ClientResult) {
-        self.load.append(&o.load);
-        self.runs.resize_with(self.runs.len().max(o.runs.len()), PhaseStats::default);
-        for (a, b) in self.runs.iter_mut().zip(&o.runs) {
-            a.append(b);
-        }
+        self.combine(o, PhaseStats::append);
     }
 
     /// Adds the clients of another process (its own clock).
     pub fn merge_foreign(&mut self, o: &ClientResult) {
-        self.load.merge_foreign(&o.load);
+        self.combine(o, PhaseStats::merge_foreign);
+    }
+
+    /// Adds `o` phase by phase with `add`.
+    fn combine(&mut self, o: &ClientResult, add: fn(&mut PhaseStats, &PhaseStats)) {
+        add(&mut self.load, &o.load);
         self.runs.resize_with(self.runs.len().max(o.runs.len()), PhaseStats::default);
         for (a, b) in self.runs.iter_mut().zip(&o.runs) {
-            a.merge_foreign(b);
+            add(a, b);
         }
     }
 

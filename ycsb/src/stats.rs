@@ -219,18 +219,14 @@ impl PhaseStats {
             self.start_ns = self.start_ns.min(o.start_ns);
             self.end_ns = self.end_ns.max(o.end_ns);
         }
-        for (a, b) in self.ops.iter_mut().zip(&o.ops) {
-            a.merge(b);
-        }
+        self.add_ops(o);
     }
 
     /// Adds the measurements of a later phase of the same clients: the
     /// windows, one after the other, add up.
     pub fn append(&mut self, o: &PhaseStats) {
         let window = self.window_ns() + o.window_ns();
-        for (a, b) in self.ops.iter_mut().zip(&o.ops) {
-            a.merge(b);
-        }
+        self.add_ops(o);
         self.end_ns = self.start_ns + window;
     }
 
@@ -239,10 +235,15 @@ impl PhaseStats {
     /// longer one counts.
     pub fn merge_foreign(&mut self, o: &PhaseStats) {
         let window = self.window_ns().max(o.window_ns());
+        self.add_ops(o);
+        self.end_ns = self.start_ns + window;
+    }
+
+    /// Adds `o`'s histograms to these.
+    fn add_ops(&mut self, o: &PhaseStats) {
         for (a, b) in self.ops.iter_mut().zip(&o.ops) {
             a.merge(b);
         }
-        self.end_ns = self.start_ns + window;
     }
 
     /// As JSON, to send from a worker.

@@ -18,7 +18,7 @@
 //! real): each system measures a share of the operations in each round,
 //! the systems taking turns (RAW, SWARM-KV, DM-ABD, RAW, ...), and each
 //! system's rounds are reported together. On a machine whose speed drifts
-//! (a shared VM, whose CPU slows by a third for seconds at a time), every
+//! (a shared VM, whose CPU slows for seconds to hours at a time), every
 //! system then meets its slow and fast stretches alike, and the ratios
 //! between them stop depending on which system ran when.
 
