@@ -285,12 +285,15 @@ const SPIN_AT_MOST: Duration = Duration::from_nanos(250);
 /// such period late: later for deeper trees (a quorum's) than for a single
 /// read. A NIC's completion is visible as soon as it lands. So when the
 /// next poll, one period on (judged by the last one), would come after the
-/// deadline, the operation waits out the rest itself; only for periods of
-/// at most [`SPIN_AT_MOST`], so that other operations in flight on the
-/// thread are never held up for longer.
+/// deadline, the operation waits out the rest itself, if that rest is at
+/// most [`SPIN_AT_MOST`], so that other operations in flight on the thread
+/// are never held up for longer. The rest is what is bounded, not the
+/// period: when a sibling (the replica posted just before, in the same
+/// quorum) has just waited out its own deadline, the period looks long,
+/// and the deadline a few tens of nanoseconds away must still be met here.
 pub(crate) fn waits_here(last: Instant, now: Instant, deadline: Instant) -> bool {
     let period = now.saturating_duration_since(last);
-    period <= SPIN_AT_MOST && deadline.saturating_duration_since(now) <= period
+    deadline.saturating_duration_since(now) <= period.min(SPIN_AT_MOST)
 }
 
 impl<P: Persistence> Memory for ShmMemory<P> {
