@@ -130,7 +130,11 @@ impl<P: Persistence> ShmMemory<P> {
     ) -> Result<T, MemError> {
         let posted = (!self.latency.is_zero()).then(Instant::now);
         let words = self.checked(node, check)?;
-        self.admit(node).await?;
+        // A healthy node (the common case) admits at once, without a
+        // future of its own to poll.
+        if self.cluster.fault(node) != Some(Fault::Healthy) {
+            self.admit(node).await?;
+        }
         let posted_op = Posted { words, apply: Some(apply) };
         // Completion is reported no earlier than the next poll, as on a
         // fabric: operations posted in one poll (the replicas of a quorum)
