@@ -179,10 +179,13 @@ where
     let all: u16 = if n == 0 { 0 } else { u16::MAX >> (16 - n) };
     let mut tally = Tally::default();
     let mut at = [At::Nowhere; MAX_REPLICAS];
+    // Started and not failed: succeeded or pending.
+    let mut live = 0;
     for (i, slot) in slots.iter().enumerate() {
         if slot.is_some() {
             tally.started |= 1 << i;
             at[i] = At::Boxed;
+            live += 1;
         }
     }
     let need_live = need.unwrap_or(n);
@@ -203,11 +206,10 @@ where
         };
         let slots = slots.as_mut_slice();
         loop {
-            // Start replicas until `need` can succeed even if no other fails
-            // (started minus failed is succeeded plus pending).
+            // Start replicas until `need` can succeed even if no other fails.
             while let Some(make) = more.as_mut()
                 && tally.started != all
-                && (tally.started.count_ones() as usize) - tally.failed < need_live
+                && live < need_live
             {
                 let idle = all & !tally.started;
                 let pick = if idle & first != 0 { idle & first } else { idle };
@@ -221,6 +223,7 @@ where
                     at[i] = At::Boxed;
                 }
                 tally.started |= 1 << i;
+                live += 1;
             }
             let mut failed_now = false;
             let mut pending = tally.started & !tally.answered;
@@ -245,6 +248,7 @@ where
                         tally.ok += 1;
                     } else {
                         tally.failed += 1;
+                        live -= 1;
                         failed_now = true;
                     }
                     tally.answered |= 1 << i;
