@@ -318,8 +318,8 @@ impl Replica {
         }
         let out = mem.pipeline(self.node, &ops).await?;
         let prev = out.get(cas_at).and_then(OpOutput::cas).ok_or(InOutError::Corrupt(self.node))?;
-        let others = match out.into_iter().nth(cas_at + 1).and_then(OpOutput::into_read) {
-            Some(words) => max_word(&words, layout.meta_words as usize),
+        let others = match out.get(cas_at + 1).and_then(OpOutput::read) {
+            Some(words) => max_word(words, layout.meta_words as usize),
             None => Meta::BOTTOM,
         };
         let outcome = match MaxOutcome::of_cas(seed, meta.0, prev) {

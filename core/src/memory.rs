@@ -96,6 +96,14 @@ impl<B> OpOutput<B> {
         }
     }
 
+    /// The bytes, if this was a read.
+    pub fn read(&self) -> Option<&B> {
+        match self {
+            OpOutput::Read(b) => Some(b),
+            _ => None,
+        }
+    }
+
     /// The buffer, if this was a read.
     pub fn into_read(self) -> Option<B> {
         match self {
