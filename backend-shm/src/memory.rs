@@ -198,10 +198,20 @@ impl<'a, T, F: FnOnce(&'a [AtomicU64]) -> T> Drop for Posted<'a, T, F> {
     }
 }
 
-/// Applies the checked `ops` in order, with the persistence hooks where
-/// [`crate::persist`] says.
+/// Applies the checked `ops` in order and returns their outputs.
 fn apply_pipeline<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>]) -> Outputs<ShmBuf> {
     let mut outs = Outputs::new();
+    // Cannot fail: `check_pipeline` allowed at most `MAX_PIPELINE` operations.
+    apply_ops(p, words, ops, |out| {
+        let _ = outs.push(out);
+    });
+    outs
+}
+
+/// Applies the checked `ops` in order, with the persistence hooks where
+/// [`crate::persist`] says, handing each output to `each` (a background
+/// post drops them without collecting them).
+fn apply_ops<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>], mut each: impl FnMut(OpOutput<ShmBuf>)) {
     // Whether something was written back and not yet drained.
     let mut dirty = false;
     for op in ops {
@@ -221,13 +231,11 @@ fn apply_pipeline<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>]) ->
                 OpOutput::Cas(cas(p, words, offset, expected, new))
             }
         };
-        // Cannot fail: `check_pipeline` allowed at most `MAX_PIPELINE` operations.
-        let _ = outs.push(out);
+        each(out);
     }
     if dirty {
         p.drain();
     }
-    outs
 }
 
 /// A read, after its hook.
@@ -349,7 +357,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         if let Ok(words) = self.checked(node, |size| check_pipeline(node, ops, size))
             && self.cluster.fault(node) == Some(Fault::Healthy)
         {
-            apply_pipeline(&self.persist, words, ops);
+            apply_ops(&self.persist, words, ops, drop);
         }
     }
 }
