@@ -127,18 +127,21 @@ where
 ///
 /// Each reply goes to `on_reply(i, result)` as it arrives (replica `i`);
 /// the tally says which were started and which answered.
-pub async fn quorum_first<F, T, E>(
+///
+/// (A plain function returning [`gather`]'s future, not an `async fn`: on
+/// every common path, a level of future less to poll.)
+pub fn quorum_first<F, T, E>(
     n: usize,
     need: usize,
     first: u16,
     op: impl FnMut(usize) -> F,
     on_reply: impl FnMut(usize, Result<T, E>),
-) -> Tally
+) -> impl Future<Output = Tally>
 where
     F: Future<Output = Result<T, E>>,
 {
     let slots = (0..n.min(MAX_REPLICAS)).map(|_| None).collect();
-    gather(slots, first, Some(need), Some(op), on_reply).await
+    gather(slots, first, Some(need), Some(op), on_reply)
 }
 
 /// How many of the futures that [`quorum_first`] starts are kept inline in

@@ -176,7 +176,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     pub async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
         for _ in 0..RETRIES {
-            let Some((read, cached)) = self.with_key(key, async |io, k| io.read(k).await).await? else {
+            let Some((read, cached)) = self.with_key(key, Io::read).await? else {
                 return Ok(Got::NotFound);
             };
             let (m, v) = read.map_err(reg_error)?;
