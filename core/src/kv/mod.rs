@@ -34,6 +34,8 @@ mod config;
 #[cfg(feature = "alloc")]
 mod descriptor;
 #[cfg(feature = "alloc")]
+mod known;
+#[cfg(feature = "alloc")]
 mod raw;
 #[cfg(feature = "alloc")]
 mod replicated;

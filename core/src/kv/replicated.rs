@@ -59,24 +59,17 @@ use crate::{Memory, NodeId, RemoteAddr, abd, safeguess};
 
 use super::config::{StoreConfig, System};
 use super::descriptor::{self, DESCRIPTOR_BYTES};
+use super::known::{Cached, Known};
 use super::store::{INDEX_NODE, RETRIES, alloc_error, index_error, key_hash, mem_error, reg_error};
 use super::{Got, KvError, Limits, Missing, Written};
 use crate::region::RegionError;
 use crate::slab::AllocError;
 
-/// What a client knows of a key: its register and index entry.
-#[derive(Clone)]
-struct Known {
-    reg: Register,
-    rc: RegCache,
-    entry: Entry,
-}
-
 /// One SWARM-KV or DM-ABD client.
 pub struct Replicated<M, C> {
     io: Io<M, C>,
     index: RaceIndex,
-    cache: LocationCache<Known>,
+    cache: LocationCache<Cached>,
     layout: Layout,
     replicas: usize,
     nodes: usize,
@@ -128,15 +121,18 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         key: &[u8],
         mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T,
     ) -> Result<Option<(T, bool)>, KvError> {
-        if let Some((_, k)) = self.cache.get(key) {
-            return Ok(Some((op(&mut self.io, k).await, true)));
+        if let Some((_, cached)) = self.cache.get(key) {
+            let mut k = cached.known();
+            let out = op(&mut self.io, &mut k).await;
+            cached.keep(&k);
+            return Ok(Some((out, true)));
         }
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
             return Ok(None);
         };
         let mut k = self.describe(entry).await?;
         let out = op(&mut self.io, &mut k).await;
-        self.cache.insert(key, entry.location, k);
+        self.cache.insert(key, entry.location, Cached::new(k));
         Ok(Some((out, false)))
     }
 
@@ -147,14 +143,14 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     /// The key's register: cached (no roundtrip, maybe stale: the flag), or
     /// from the index and its descriptor (three roundtrips), then cached.
     async fn find(&mut self, key: &[u8]) -> Result<Option<(Known, bool)>, KvError> {
-        if let Some((_, k)) = self.cache.get(key) {
-            return Ok(Some((k.clone(), true)));
+        if let Some((_, cached)) = self.cache.get(key) {
+            return Ok(Some((cached.known(), true)));
         }
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
             return Ok(None);
         };
         let k = self.describe(entry).await?;
-        self.cache.insert(key, entry.location, k.clone());
+        self.cache.insert(key, entry.location, Cached::new(k.clone()));
         Ok(Some((k, false)))
     }
 
@@ -238,8 +234,11 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         self.limits.check(key, value)?;
         for _ in 0..RETRIES {
             // A cached key: an insert of an existing key is an update.
-            if let Some((_, k)) = self.cache.get(key) {
-                match self.io.write(k, value).await {
+            if let Some((_, cached)) = self.cache.get(key) {
+                let mut k = cached.known();
+                let written = self.io.write(&mut k, value).await;
+                cached.keep(&k);
+                match written {
                     Ok(()) => return Ok(Written),
                     Err(RegError::Deleted) => {
                         self.cache.remove(key);
@@ -284,7 +283,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         let mine = |entry| Known { reg: reg.clone(), rc: rc.clone(), entry };
         match inserted {
             Insert::New(entry) => {
-                self.cache.insert(key, entry.location, mine(entry));
+                self.cache.insert(key, entry.location, Cached::new(mine(entry)));
                 Ok(Some(Written))
             }
             Insert::Exists(entry) => {
@@ -294,7 +293,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
                 let mut k = self.describe(entry).await?;
                 match self.io.write(&mut k, value).await {
                     Ok(()) => {
-                        self.cache.insert(key, entry.location, k);
+                        self.cache.insert(key, entry.location, Cached::new(k));
                         return Ok(Some(Written));
                     }
                     Err(RegError::Deleted) => {}
@@ -303,7 +302,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
                 let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
                 match swung.map_err(index_error)? {
                     Change::Done { now: Some(now), .. } => {
-                        self.cache.insert(key, now.location, mine(now));
+                        self.cache.insert(key, now.location, Cached::new(mine(now)));
                         Ok(Some(Written))
                     }
                     _ => Ok(None),
