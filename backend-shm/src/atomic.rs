@@ -70,6 +70,23 @@ pub unsafe trait RawMapping: Send + Sync + 'static {
     }
 }
 
+/// Asks the CPU to start fetching the cache line that holds `word` (see
+/// [`crate::bytes::prefetch`]); nothing where there is no such hint.
+#[inline]
+pub(crate) fn prefetch_line(word: &AtomicU64) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: `_mm_prefetch` needs SSE, part of every x86_64 CPU (the
+    // target's baseline, which the compiler already assumes). A prefetch is
+    // a hint: it never faults and makes no access the memory model sees,
+    // whatever the address; this one is anyway that of a live word.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(word.as_ptr().cast_const().cast());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = word;
+}
+
 /// What a [`Words`] (and every view sliced from it) keeps alive.
 enum Backing {
     #[cfg(not(loom))]

@@ -126,6 +126,7 @@ impl<P: Persistence> ShmMemory<P> {
         &self,
         node: NodeId,
         check: impl FnOnce(u64) -> Result<(), MemError>,
+        lines: impl FnOnce(&[AtomicU64]),
         apply: impl FnOnce(&[AtomicU64]) -> T,
     ) -> Result<T, MemError> {
         let posted = (!self.latency.is_zero()).then(Instant::now);
@@ -135,6 +136,8 @@ impl<P: Persistence> ShmMemory<P> {
         if self.cluster.fault(node) != Some(Fault::Healthy) {
             self.admit(node).await?;
         }
+        // The node starts on its memory now (see `bytes::prefetch`).
+        lines(words);
         let posted_op = Posted { words, apply: Some(apply) };
         // Completion is reported no earlier than the next poll, as on a
         // fabric: operations posted in one poll (the replicas of a quorum)
@@ -319,6 +322,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         self.run(
             addr.node,
             move |size| swarm_core::addr::check_range(addr.node, addr.offset, len, size),
+            move |words| bytes::prefetch(words, addr.offset, len),
             move |words| read_buf(&self.persist, words, addr.offset, len),
         )
     }
@@ -327,6 +331,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         self.run(
             addr.node,
             move |size| swarm_core::addr::check_range(addr.node, addr.offset, data.len(), size),
+            move |words| bytes::prefetch(words, addr.offset, data.len()),
             move |words| write(&self.persist, words, addr.offset, data),
         )
     }
@@ -335,6 +340,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         self.run(
             addr.node,
             move |size| swarm_core::addr::check_word(addr.node, addr.offset, size),
+            move |words| bytes::prefetch(words, addr.offset, 8),
             move |words| {
                 let prev = cas(&self.persist, words, addr.offset, expected, new);
                 self.persist.drain();
@@ -347,6 +353,12 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         self.run(
             node,
             move |size| check_pipeline(node, ops, size),
+            move |words| {
+                for op in ops {
+                    let (offset, len) = op.span();
+                    bytes::prefetch(words, offset, len);
+                }
+            },
             move |words| apply_pipeline(&self.persist, words, ops),
         )
     }

@@ -495,3 +495,20 @@ mod shared {
         assert_eq!(c.roundtrips(), 2);
     }
 }
+
+#[test]
+fn prefetching_any_span_changes_nothing_and_never_reads_out_of_bounds() {
+    let m = mem(1);
+    block_on(m.write(at(0, 0), &[7; 200])).unwrap();
+    let words = m.cluster().words(NodeId(0)).unwrap();
+    let size = m.cluster().node_size();
+    // In range, straddling lines, at and past the end, and absurd: a hint
+    // that must neither panic nor change a byte.
+    for (offset, len) in
+        [(0, 200), (3, 1), (60, 10), (size - 8, 8), (size - 1, 100), (size, 8), (u64::MAX, usize::MAX), (0, 0)]
+    {
+        crate::bytes::prefetch(words, offset, len);
+    }
+    assert_eq!(read(&m, 0, 0, 200), vec![7; 200]);
+    assert_eq!(read(&m, 0, 200, 8), vec![0; 8]);
+}

@@ -56,14 +56,25 @@ pub enum Op<'a> {
 }
 
 impl Op<'_> {
+    /// The bytes it touches: first byte and count.
+    pub fn span(&self) -> (u64, usize) {
+        match *self {
+            Op::Read { offset, len } => (offset, len),
+            Op::Write { offset, data } => (offset, data.len()),
+            Op::Cas { offset, .. } => (offset, 8),
+        }
+    }
+
     /// Checks the operation against a region of `size` bytes on `node`.
     /// Every backend calls this before executing anything of a pipeline, so a
     /// pipeline with one bad operation executes none.
     pub fn check(&self, node: NodeId, size: u64) -> Result<(), MemError> {
         match *self {
-            Op::Read { offset, len } => check_range(node, offset, len, size),
-            Op::Write { offset, data } => check_range(node, offset, data.len(), size),
             Op::Cas { offset, .. } => check_word(node, offset, size),
+            _ => {
+                let (offset, len) = self.span();
+                check_range(node, offset, len, size)
+            }
         }
     }
 }
