@@ -106,11 +106,17 @@ pub(crate) fn read(words: &[AtomicU64], offset: u64, len: usize, out: &mut Vec<u
 pub(crate) fn prefetch(words: &[AtomicU64], offset: u64, len: usize) {
     let first = offset as usize / WORD;
     let end = (offset as usize).saturating_add(len).div_ceil(WORD).min(words.len());
+    if first >= end {
+        return;
+    }
     // One word per 8 (a 64-byte line), and the last: every line of the
     // range, wherever the slice starts.
-    for w in (first..end).step_by(8).chain(end.checked_sub(1).filter(|&l| l >= first)) {
+    let mut w = first;
+    while w < end {
         prefetch_line(&words[w]);
+        w += 8;
     }
+    prefetch_line(&words[end - 1]);
 }
 
 /// Writes `data` at byte `offset` of `words`. The range must have been

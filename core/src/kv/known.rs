@@ -10,18 +10,18 @@
 //! entries take 7 MB: a get then waited on main memory for the lines of its
 //! entry where RAW's came from the cache. A `Cached` keeps a register of up
 //! to [`INLINE`] replicas in 128 bytes (larger ones boxed, whole); an
-//! operation works on a `Known` unpacked on its own stack ([`Cached::known`])
-//! and what it learned (the per-replica cache) is written back
-//! ([`Cached::keep`]).
+//! operation works on a `Known` unpacked into one place of its client
+//! ([`Cached::load`]), and what it learned (the per-replica cache) is
+//! written back ([`Cached::keep`]).
 
 use alloc::boxed::Box;
 
-use crate::NodeId;
 use crate::index::Entry;
 use crate::inout::{Layout, Replica, ReplicaCache};
 use crate::maxreg::{RegCache, Register};
 #[cfg(doc)]
 use crate::quorum::MAX_REPLICAS;
+use crate::{NodeId, RemoteAddr};
 
 /// What a client knows of a key.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -32,6 +32,14 @@ pub(super) struct Known {
     pub rc: RegCache,
     /// Its index entry when this client looked it up.
     pub entry: Entry,
+}
+
+impl Known {
+    /// Knowledge of no key: a place for [`Cached::load`] to fill.
+    pub fn blank(layout: Layout) -> Known {
+        let entry = Entry { location: 0, slot: RemoteAddr::new(NodeId(0), 0), word: 0 };
+        Known { reg: Register { layout, replicas: heapless::Vec::new() }, rc: RegCache::default(), entry }
+    }
 }
 
 /// Replicas a [`Cached`] keeps inline: 2f+1 for f = 1, the paper's
@@ -77,16 +85,40 @@ impl Cached {
         Cached::Inline(c)
     }
 
-    /// What is kept, whole: a copy to work on (on the stack, where an
-    /// operation finds it in the first-level cache), then [`Cached::keep`].
+    /// What is kept, whole.
     pub fn known(&self) -> Known {
         match self {
-            Cached::Inline(c) => c.unpack(),
+            Cached::Inline(c) => {
+                let mut k = Known::blank(c.layout);
+                self.load(&mut k);
+                k
+            }
             Cached::Boxed(k) => Known::clone(k),
         }
     }
 
-    /// Keeps what an operation on [`Cached::known`]'s copy learned of the
+    /// Copies what is kept over `k`, for an operation to work on (then
+    /// [`Cached::keep`]): a client unpacks every key into the same place,
+    /// which stays in its first-level cache.
+    pub fn load(&self, k: &mut Known) {
+        match self {
+            Cached::Inline(c) => {
+                let n = usize::from(c.len);
+                k.reg.layout = c.layout;
+                k.reg.replicas.clear();
+                for i in 0..n {
+                    // Cannot fail: at most INLINE replicas, fewer than MAX_REPLICAS.
+                    let _ = k.reg.replicas.push(Replica { node: c.nodes[i], base: c.bases[i] });
+                }
+                k.rc.replicas[..n].copy_from_slice(&c.rc[..n]);
+                k.rc.replicas[n..].fill(ReplicaCache::default());
+                k.entry = c.entry;
+            }
+            Cached::Boxed(b) => k.clone_from(b),
+        }
+    }
+
+    /// Keeps what an operation on [`Cached::load`]'s copy learned of the
     /// replicas (`rc`, the only part of a key's knowledge that changes).
     pub fn keep(&mut self, k: &Known) {
         match self {
@@ -99,26 +131,11 @@ impl Cached {
     }
 }
 
-impl Compact {
-    fn unpack(&self) -> Known {
-        let n = usize::from(self.len);
-        let mut reg = Register { layout: self.layout, replicas: heapless::Vec::new() };
-        let mut rc = RegCache::default();
-        for i in 0..n {
-            // Cannot fail: at most INLINE replicas, fewer than MAX_REPLICAS.
-            let _ = reg.replicas.push(Replica { node: self.nodes[i], base: self.bases[i] });
-        }
-        rc.replicas[..n].copy_from_slice(&self.rc[..n]);
-        Known { reg, rc, entry: self.entry }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::RemoteAddr;
     use crate::meta::Meta;
     use crate::quorum::MAX_REPLICAS;
 
@@ -151,7 +168,11 @@ mod tests {
             let k = known(n, seed);
             let c = Cached::new(k.clone());
             prop_assert_eq!(matches!(c, Cached::Inline(_)), n <= INLINE);
-            prop_assert_eq!(c.known(), k);
+            prop_assert_eq!(c.known(), k.clone());
+            // Loaded over another key's knowledge: nothing of it is left.
+            let mut other = known(MAX_REPLICAS + 1 - n, !seed);
+            c.load(&mut other);
+            prop_assert_eq!(other, k);
         }
 
         /// What an operation learns of the replicas is kept.
@@ -159,7 +180,8 @@ mod tests {
         fn an_operation_s_knowledge_is_kept(n in 1..=MAX_REPLICAS, seed in any::<u64>(), learned in any::<u64>()) {
             let k = known(n, seed);
             let mut c = Cached::new(k.clone());
-            let mut work = c.known();
+            let mut work = known(MAX_REPLICAS, 1);
+            c.load(&mut work);
             work.rc.replicas[n - 1].max = Meta(learned);
             work.rc.replicas[0].mine = learned;
             c.keep(&work);

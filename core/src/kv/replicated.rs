@@ -70,6 +70,8 @@ pub struct Replicated<M, C> {
     io: Io<M, C>,
     index: RaceIndex,
     cache: LocationCache<Cached>,
+    /// Where an operation on a cached key works ([`Cached::load`]).
+    work: Known,
     layout: Layout,
     replicas: usize,
     nodes: usize,
@@ -88,11 +90,13 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
             eviction: Eviction::Lru,
         });
         let nodes = mem.node_count();
+        let layout = cfg.layout()?;
         Ok(Replicated {
             io: Io { mem, system: cfg.system, ctx },
             index,
             cache,
-            layout: cfg.layout()?,
+            work: Known::blank(layout),
+            layout,
             replicas: cfg.replicas,
             nodes,
             limits: cfg.limits(),
@@ -122,9 +126,9 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T,
     ) -> Result<Option<(T, bool)>, KvError> {
         if let Some((_, cached)) = self.cache.get(key) {
-            let mut k = cached.known();
-            let out = op(&mut self.io, &mut k).await;
-            cached.keep(&k);
+            cached.load(&mut self.work);
+            let out = op(&mut self.io, &mut self.work).await;
+            cached.keep(&self.work);
             return Ok(Some((out, true)));
         }
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
@@ -235,9 +239,9 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         for _ in 0..RETRIES {
             // A cached key: an insert of an existing key is an update.
             if let Some((_, cached)) = self.cache.get(key) {
-                let mut k = cached.known();
-                let written = self.io.write(&mut k, value).await;
-                cached.keep(&k);
+                cached.load(&mut self.work);
+                let written = self.io.write(&mut self.work, value).await;
+                cached.keep(&self.work);
                 match written {
                     Ok(()) => return Ok(Written),
                     Err(RegError::Deleted) => {
