@@ -5,8 +5,9 @@
 //!
 //! An operation does nothing until its future is first polled. That poll
 //! *posts* it: the request is checked (node, bounds, alignment, pipeline
-//! length; a bad request fails at once and changes nothing) and the node's
-//! fault state is consulted. The node *applies* it within the roundtrip: at
+//! length; a bad request fails at once and changes nothing), the node's
+//! fault state is consulted and the lines it will touch are prefetched
+//! (see [`bytes::prefetch`]). The node *applies* it within the roundtrip: at
 //! the future's next poll, or when the future is dropped, whichever comes
 //! first, so a posted operation is always applied, as a posted RDMA operation
 //! would be. The memory node's work thus never delays the client's next
