@@ -125,10 +125,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         key: &[u8],
         mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T,
     ) -> Result<Option<(T, bool)>, KvError> {
-        if let Some((_, cached)) = self.cache.get(key) {
-            cached.load(&mut self.work);
-            let out = op(&mut self.io, &mut self.work).await;
-            cached.keep(&self.work);
+        if let Some(out) = self.on_cached(key, &mut op).await {
             return Ok(Some((out, true)));
         }
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
@@ -138,6 +135,16 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         let out = op(&mut self.io, &mut k).await;
         self.cache.insert(key, entry.location, Cached::new(k));
         Ok(Some((out, false)))
+    }
+
+    /// Runs `op` on what this client knows of `key`, if it has the key in
+    /// its cache (`None` otherwise), and keeps what `op` learned.
+    async fn on_cached<T>(&mut self, key: &[u8], mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T) -> Option<T> {
+        let (_, cached) = self.cache.get(key)?;
+        cached.load(&mut self.work);
+        let out = op(&mut self.io, &mut self.work).await;
+        cached.keep(&self.work);
+        Some(out)
     }
 
     pub fn limits(&self) -> Limits {
@@ -238,10 +245,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         self.limits.check(key, value)?;
         for _ in 0..RETRIES {
             // A cached key: an insert of an existing key is an update.
-            if let Some((_, cached)) = self.cache.get(key) {
-                cached.load(&mut self.work);
-                let written = self.io.write(&mut self.work, value).await;
-                cached.keep(&self.work);
+            if let Some(written) = self.on_cached(key, async |io, k| io.write(k, value).await).await {
                 match written {
                     Ok(()) => return Ok(Written),
                     Err(RegError::Deleted) => {
