@@ -5,8 +5,8 @@
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
-use swarm_core::exec::block_on;
-use swarm_core::memory::read_word;
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::memory::read_word;
 use swarm_core::{Memory, NodeId, Op, RemoteAddr};
 
 use crate::*;

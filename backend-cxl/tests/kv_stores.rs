@@ -1,4 +1,4 @@
-//! The key-value suite shared by every backend (`swarm_core::testkit`) over
+//! The key-value suite shared by every backend (`swarm_testkit`) over
 //! this one (issue #6): SWARM-KV and DM-ABD clients on threads over files
 //! mapped from `/dev/shm`, in each flush mode, their histories checked for
 //! linearizability.
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig, FlushMode, Flusher};
 use swarm_core::kv::System;
-use swarm_core::testkit::{KvTest, kv_suite};
+use swarm_testkit::{KvTest, kv_suite};
 
 #[test]
 fn replicated_stores_are_linearizable_in_every_flush_mode() {

@@ -1,4 +1,4 @@
-//! The register suite shared by every backend (`swarm_core::testkit`) over
+//! The register suite shared by every backend (`swarm_testkit`) over
 //! this one: Safe-Guess clients on real threads, their history checked for
 //! linearizability, on clusters mapped from files in `/dev/shm` (tmpfs) and
 //! `/tmp` (a disk file system), in each flush mode.
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig, FlushMode, Flusher};
 use swarm_core::NodeId;
-use swarm_core::testkit::{RegisterTest, register_suite};
+use swarm_testkit::{RegisterTest, register_suite};
 
 const NODES: [NodeId; 3] = [NodeId(0), NodeId(1), NodeId(2)];
 

@@ -31,8 +31,8 @@ use core::future::Future;
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::ShmBuf;
-use swarm_core::exec::yield_now;
-use swarm_core::memory::{OpOutput, check_pipeline};
+use swarm_core::substrate::exec::yield_now;
+use swarm_core::substrate::memory::{OpOutput, check_pipeline};
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, Outputs, RemoteAddr};
 
 use crate::arena::{Arena, Chunk, MIN_CHUNK};

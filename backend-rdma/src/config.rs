@@ -25,8 +25,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use swarm_core::slab::MAX_NODES;
-use swarm_core::units::{format_size, parse_size};
+use swarm_core::substrate::space::slab::MAX_NODES;
+use swarm_units::{format_size, parse_size};
 
 use crate::arena::MIN_CHUNK;
 

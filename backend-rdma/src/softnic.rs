@@ -23,7 +23,7 @@ use core::cell::RefCell;
 use std::collections::VecDeque;
 
 use swarm_backend_shm::{Fault, ShmMemory};
-use swarm_core::exec::block_on;
+use swarm_core::substrate::exec::block_on;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput};
 
 use crate::nic::{Nic, PostError, Wc, Wr, WrKind, status};

@@ -17,10 +17,10 @@ use swarm_backend_rdma::config::{ClientOptions, ClusterConfig, NodeSpec};
 use swarm_backend_rdma::daemon::{ServeOptions, serve};
 use swarm_backend_rdma::verbs::node::VerbsNode;
 use swarm_backend_rdma::verbs::{Device, DeviceChoice, nic::connect};
-use swarm_core::exec::block_on;
 use swarm_core::kv::System;
-use swarm_core::testkit::{KvTest, RegisterTest, kv_suite, register_suite};
+use swarm_core::substrate::exec::block_on;
 use swarm_core::{Memory, NodeId, RemoteAddr};
+use swarm_testkit::{KvTest, RegisterTest, kv_suite, register_suite};
 
 const NEEDS: &str = "needs an RDMA device: run scripts/test-rdma-hardware.sh";
 

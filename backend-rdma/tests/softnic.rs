@@ -11,10 +11,10 @@ use swarm_backend_rdma::RdmaMemory;
 use swarm_backend_rdma::nic::{Wr, WrKind};
 use swarm_backend_rdma::softnic::{Posted, SoftNic};
 use swarm_backend_shm::{Fault, ShmCluster};
-use swarm_core::exec::{block_on, poll_once};
 use swarm_core::kv::System;
-use swarm_core::testkit::{KvTest, RegisterTest, kv_suite, register_suite};
+use swarm_core::substrate::exec::{block_on, poll_once};
 use swarm_core::{MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
+use swarm_testkit::{KvTest, RegisterTest, kv_suite, register_suite};
 
 const N0: NodeId = NodeId(0);
 

@@ -8,7 +8,7 @@
 //! words are converted with `to_ne_bytes`/`from_ne_bytes`, so every process
 //! on the machine sees the same bytes at the same offsets). A CAS value is
 //! stored little-endian, like every word the core decodes with
-//! [`swarm_core::memory::word_at`].
+//! [`swarm_core::substrate::memory::word_at`].
 //!
 //! - A read loads each word it covers once (Relaxed) and copies the bytes
 //!   asked for.
@@ -59,7 +59,7 @@ use crate::atomic::{AtomicU64, WORD, fence, prefetch_line};
 
 /// Reads `len` bytes at byte `offset` of `words` into `out` (cleared first).
 ///
-/// The range must have been checked (`swarm_core::addr::check_range`); out of
+/// The range must have been checked (`swarm_core::substrate::addr::check_range`); out of
 /// range indices would panic, never touch memory outside `words`.
 #[inline]
 pub(crate) fn read(words: &[AtomicU64], offset: u64, len: usize, out: &mut Vec<u8>) {
@@ -167,7 +167,7 @@ fn merge(word: &AtomicU64, lo: usize, bytes: &[u8]) {
 
 /// Compare-and-swap of the aligned word at byte `offset` of `words`; returns
 /// the value it held. The word must have been checked
-/// (`swarm_core::addr::check_word`).
+/// (`swarm_core::substrate::addr::check_word`).
 #[inline]
 pub(crate) fn cas(words: &[AtomicU64], offset: u64, expected: u64, new: u64) -> u64 {
     let word = &words[offset as usize / WORD];

@@ -43,8 +43,8 @@ use std::future::{Future, poll_fn};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use swarm_core::exec::yield_now;
-use swarm_core::memory::check_pipeline;
+use swarm_core::substrate::exec::yield_now;
+use swarm_core::substrate::memory::check_pipeline;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, RemoteAddr};
 
 use crate::atomic::AtomicU64;
@@ -322,7 +322,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
     fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<ShmBuf, MemError>> {
         self.run(
             addr.node,
-            move |size| swarm_core::addr::check_range(addr.node, addr.offset, len, size),
+            move |size| swarm_core::substrate::addr::check_range(addr.node, addr.offset, len, size),
             move |words| bytes::prefetch(words, addr.offset, len),
             move |words| read_buf(&self.persist, words, addr.offset, len),
         )
@@ -331,7 +331,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> impl Future<Output = Result<(), MemError>> {
         self.run(
             addr.node,
-            move |size| swarm_core::addr::check_range(addr.node, addr.offset, data.len(), size),
+            move |size| swarm_core::substrate::addr::check_range(addr.node, addr.offset, data.len(), size),
             move |words| bytes::prefetch(words, addr.offset, data.len()),
             move |words| write(&self.persist, words, addr.offset, data),
         )
@@ -340,7 +340,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> impl Future<Output = Result<u64, MemError>> {
         self.run(
             addr.node,
-            move |size| swarm_core::addr::check_word(addr.node, addr.offset, size),
+            move |size| swarm_core::substrate::addr::check_word(addr.node, addr.offset, size),
             move |words| bytes::prefetch(words, addr.offset, 8),
             move |words| {
                 let prev = cas(&self.persist, words, addr.offset, expected, new);

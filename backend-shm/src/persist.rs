@@ -71,7 +71,7 @@ impl Persistence for Coherent {}
 mod tests {
     use std::sync::Mutex;
 
-    use swarm_core::exec::block_on;
+    use swarm_core::substrate::exec::block_on;
     use swarm_core::{Memory, NodeId, Op, RemoteAddr};
 
     use super::*;

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use swarm_core::exec::{block_on, poll_once};
-use swarm_core::join::{join2, join3};
-use swarm_core::memory::read_word;
-use swarm_core::quorum::quorum;
-use swarm_core::rtt::Counted;
+use swarm_core::substrate::exec::{block_on, poll_once};
+use swarm_core::substrate::join::{join2, join3};
+use swarm_core::substrate::memory::read_word;
+use swarm_core::substrate::quorum::quorum;
+use swarm_core::substrate::rtt::Counted;
 use swarm_core::{MAX_PIPELINE, MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
 use crate::{Fault, ShmBuf, ShmCluster, ShmError, ShmMemory};

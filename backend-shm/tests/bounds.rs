@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use swarm_backend_shm::{ShmCluster, ShmMemory};
-use swarm_core::exec::block_on;
+use swarm_core::substrate::exec::block_on;
 use swarm_core::{MAX_PIPELINE, MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
 const NODES: usize = 3;

@@ -21,12 +21,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
-use swarm_core::client::SystemClock;
-use swarm_core::exec::block_on;
 use swarm_core::kv::{self, Got, KvClient, Store, StoreConfig, System};
-use swarm_core::lincheck::{self, History, KvOp, KvRet, Operation, Response};
-use swarm_core::region::Region;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::space::region::Region;
 use swarm_core::{Memory, NodeId, RemoteAddr};
+use swarm_lincheck::{self as lincheck, History, KvOp, KvRet, Operation, Response};
 
 const ROLE_ENV: &str = "SWARM_KV_MP_ROLE";
 const DIR_ENV: &str = "SWARM_KV_MP_DIR";

@@ -1,11 +1,11 @@
-//! The key-value suite shared by every backend (`swarm_core::testkit`) over
+//! The key-value suite shared by every backend (`swarm_testkit`) over
 //! this one: every store, client threads on shared keys, the histories of
 //! the replicated ones checked for linearizability.
 #![cfg(not(loom))]
 
 use swarm_backend_shm::ShmCluster;
 use swarm_core::kv::System;
-use swarm_core::testkit::{KvTest, kv_suite};
+use swarm_testkit::{KvTest, kv_suite};
 
 #[test]
 fn every_store_passes_the_kv_suite_in_process() {

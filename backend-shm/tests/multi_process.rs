@@ -24,8 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{ShmCluster, ShmMemory};
-use swarm_core::exec::block_on;
-use swarm_core::memory::{read_word, word_at};
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::memory::{read_word, word_at};
 use swarm_core::{Memory, NodeId, Op, RemoteAddr};
 
 const TEST_NAME: &str = "three_processes_share_two_nodes";

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use swarm_backend_shm::ShmCluster;
-use swarm_core::exec::block_on;
+use swarm_core::substrate::exec::block_on;
 use swarm_core::{Memory, NodeId, RemoteAddr};
 
 const NODE: u64 = 16 << 20;

@@ -1,4 +1,4 @@
-//! The register suite shared by every backend (`swarm_core::testkit`) over
+//! The register suite shared by every backend (`swarm_testkit`) over
 //! this one: Safe-Guess clients on real threads, their history checked for
 //! linearizability, on in-process memory and on a cluster of files in
 //! `/dev/shm`.
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use swarm_backend_shm::ShmCluster;
 use swarm_core::NodeId;
-use swarm_core::testkit::{RegisterTest, register_suite};
+use swarm_testkit::{RegisterTest, register_suite};
 
 const NODES: [NodeId; 3] = [NodeId(0), NodeId(1), NodeId(2)];
 

@@ -20,16 +20,16 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use swarm_backend_shm::{ShmCluster, ShmMemory};
-use swarm_core::client::ClientCtx;
-use swarm_core::exec::block_on;
-use swarm_core::inout::{Layout, Replica, ReplicaCache};
-use swarm_core::max::cas_max;
-use swarm_core::maxreg::{RegCache, Register};
-use swarm_core::meta::Meta;
-use swarm_core::region::Region;
-use swarm_core::safeguess;
-use swarm_core::tslock::{Mode, try_lock};
-use swarm_core::writerlog::{self, LogGeometry};
+use swarm_core::objects::max::cas_max;
+use swarm_core::objects::tslock::{Mode, try_lock};
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::space::region::Region;
+use swarm_core::swarm::client::ClientCtx;
+use swarm_core::swarm::inout::{Layout, Replica, ReplicaCache};
+use swarm_core::swarm::maxreg::{RegCache, Register};
+use swarm_core::swarm::meta::Meta;
+use swarm_core::swarm::safeguess;
+use swarm_core::swarm::writerlog::{self, LogGeometry};
 use swarm_core::{NodeId, RemoteAddr};
 
 const NODES: usize = 3;

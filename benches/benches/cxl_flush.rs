@@ -14,8 +14,8 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use swarm_backend_cxl::{CpuFlush, CxlCluster, CxlConfig, CxlMemory, FlushInstr, FlushMode, Flusher};
-use swarm_core::exec::block_on;
-use swarm_core::memory::read_word;
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::memory::read_word;
 use swarm_core::{Memory, NodeId, Op, RemoteAddr};
 
 const NODE: NodeId = NodeId(0);

@@ -9,7 +9,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use swarm_backend_shm::ShmCluster;
-use swarm_core::exec::block_on;
+use swarm_core::substrate::exec::block_on;
 use swarm_core::{Memory, NodeId, Op, RemoteAddr};
 
 const NODE: NodeId = NodeId(0);
@@ -36,7 +36,7 @@ fn raw_ops(c: &mut Criterion) {
             v = prev + 1;
         })
     });
-    let mut t = block_on(swarm_core::memory::read_word(&mem, RemoteAddr::new(NODE, WORD))).expect("read");
+    let mut t = block_on(swarm_core::substrate::memory::read_word(&mem, RemoteAddr::new(NODE, WORD))).expect("read");
     g.bench_function("write_64B+cas_pipeline", |b| {
         b.iter(|| {
             let ops =

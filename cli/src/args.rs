@@ -7,13 +7,13 @@
 //! count, `--inject-rtt-us` with the simulator) are made by the commands.
 
 use std::path::PathBuf;
-pub use swarm_core::units::{format_size, parse_size};
+pub use swarm_units::{format_size, parse_size};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use swarm_backend_cxl::FlushMode;
 use swarm_backend_shm::{MAX_NODE_SIZE, MAX_NODES, PAGE_SIZE};
-use swarm_core::inout::{MAX_META_WORDS, MAX_VALUE};
-use swarm_core::meta::MAX_CLIENT;
+use swarm_core::swarm::inout::{MAX_META_WORDS, MAX_VALUE};
+use swarm_core::swarm::meta::MAX_CLIENT;
 
 /// Where clusters named by a bare name live, and where `memnode list` looks.
 pub const SHM_ROOT: &str = "/dev/shm";

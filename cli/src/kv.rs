@@ -24,11 +24,11 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use swarm_backend_shm::{ShmCluster, ShmMemory};
-use swarm_core::client::SystemClock;
-use swarm_core::exec::block_on;
 use swarm_core::kv::{self, Got, KvClient, KvError, Missing, Store, StoreConfig, System, Written};
-use swarm_core::region::Region;
-use swarm_core::writerlog::Logs;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::space::region::Region;
+use swarm_core::swarm::writerlog::Logs;
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{format_size, parse_dir, parse_size};
@@ -36,7 +36,14 @@ use crate::args::{format_size, parse_dir, parse_size};
 /// Root slots of node 0 that hold the store's configuration: the shape
 /// word, the key count and the clock epoch (the last three of the region
 /// header, which the core leaves unused).
-pub const CONFIG_ROOTS: [u64; 3] = swarm_core::region::KV_CONFIG_ROOTS;
+pub const CONFIG_ROOTS: [u64; 3] = {
+    let r = swarm_core::substrate::space::roots::STORE_RECORD;
+    [r.slot, r.slot + 1, r.slot + 2]
+};
+fn root(slot: u64) -> swarm_core::substrate::space::roots::Root {
+    swarm_core::substrate::space::roots::Root { slot, words: 1, owner: "swarm kv" }
+}
+
 /// Tag in the top 16 bits of the shape word ("KV").
 const MAGIC: u64 = 0x4B56;
 
@@ -188,7 +195,7 @@ fn open_cluster(dir: &Path) -> Result<ShmCluster, String> {
 fn read_config(mem: &ShmMemory, dir: &Path) -> Result<(StoreConfig, u64), String> {
     let mut words = [0u64; 3];
     for (w, slot) in words.iter_mut().zip(CONFIG_ROOTS) {
-        *w = block_on(Region::read_root(mem, NodeId(0), slot))
+        *w = block_on(Region::read_root(mem, NodeId(0), root(slot)))
             .map_err(|e| format!("{}: not a cluster of `swarm memnode create` ({e})", dir.display()))?;
     }
     decode(words).ok_or_else(|| {
@@ -283,7 +290,7 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
     let epoch_us = SystemClock::unix_us().max(1);
     for (slot, word) in CONFIG_ROOTS.into_iter().zip(encode(&cfg, epoch_us)).rev() {
         // The shape word last: a store is there once it is.
-        let prev = block_on(Region::claim_root(mem, NodeId(0), slot, word)).map_err(|e| e.to_string())?;
+        let prev = block_on(Region::claim_root(mem, NodeId(0), root(slot), word)).map_err(|e| e.to_string())?;
         if prev != 0 && prev != word {
             return Err(format!("{}: another process is setting up a store at the same time", dir.display()));
         }

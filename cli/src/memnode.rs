@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig};
 use swarm_backend_shm::ShmCluster;
-use swarm_core::exec::block_on;
-use swarm_core::region::{HEADER_SIZE, Region, RegionError};
-use swarm_core::writerlog::{self, LogError, LogGeometry, Logs};
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::space::region::{HEADER_SIZE, Region, RegionError};
+use swarm_core::swarm::writerlog::{self, LogError, LogGeometry, Logs};
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{CreateArgs, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, format_size};

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use swarm_backend_rdma::ClusterConfig;
 use swarm_backend_rdma::config::DEFAULT_PORT;
-use swarm_core::client::SystemClock;
-use swarm_core::exec::block_on;
 use swarm_core::kv::System;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
 use swarm_core::{Memory, NodeId, RemoteAddr};
 use swarm_ycsb::ClientResult;
 use swarm_ycsb::runner::RunSpec;

@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 pub struct Sample {
     /// From invocation to response, ns (virtual ns in the simulator).
     pub latency_ns: u64,
-    /// Sequential roundtrips ([`swarm_core::rtt::Counted`]).
+    /// Sequential roundtrips ([`swarm_core::substrate::rtt::Counted`]).
     pub roundtrips: u32,
 }
 
-/// How the measured writes completed ([`swarm_core::safeguess::WritePath`]).
+/// How the measured writes completed ([`swarm_core::swarm::safeguess::WritePath`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Paths {
     /// Fresh guess: one roundtrip.

@@ -6,8 +6,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use swarm_core::exec::{block_on, yield_now};
-use swarm_core::quorum::quorum_first;
+use swarm_core::substrate::exec::{block_on, yield_now};
+use swarm_core::substrate::quorum::quorum_first;
 
 struct Counting;
 

@@ -16,12 +16,12 @@
 //! the flag (`.ci/run`).
 #![warn(missing_docs)]
 
-use swarm_core::inout::{Layout, Replica};
-use swarm_core::max::MaxOutcome;
-use swarm_core::memory::{read_word, word_at};
-use swarm_core::meta::Meta;
-use swarm_core::quorum::{majority, quorum};
-use swarm_core::tslock::{Mode, pack, ts_of};
+use swarm_core::objects::max::MaxOutcome;
+use swarm_core::objects::tslock::{Mode, pack, ts_of};
+use swarm_core::substrate::memory::{read_word, word_at};
+use swarm_core::substrate::quorum::{majority, quorum};
+use swarm_core::swarm::inout::{Layout, Replica};
+use swarm_core::swarm::meta::Meta;
 use swarm_core::{MemError, Memory, RemoteAddr};
 
 /// Raises the CAS word at `addr` to `value` if it is smaller: a max register
@@ -53,7 +53,7 @@ pub async fn blind_write_max<M: Memory>(mem: &M, addr: RemoteAddr, value: u64) -
     Ok(value)
 }
 
-/// A deliberately wrong MAX with `swarm_core::max::cas_max`'s signature:
+/// A deliberately wrong MAX with `swarm_core::objects::max::cas_max`'s signature:
 /// read the word, and write the value over it if it was smaller. Correct
 /// when alone, but two writers that both read before either writes lose the
 /// larger value. It exists to show that the loom check of `cas_max` catches
@@ -79,7 +79,7 @@ fn other(mode: Mode) -> Mode {
     }
 }
 
-/// A deliberately wrong TRYLOCK: `swarm_core::tslock::try_lock`'s decision
+/// A deliberately wrong TRYLOCK: `swarm_core::objects::tslock::try_lock`'s decision
 /// over a majority of words, but each word is taken by check-then-write (read
 /// it; if it holds a smaller timestamp, write `(ts, mode)` blindly) instead
 /// of the CAS loop. Right when the lockers do not overlap; a READ and a
@@ -132,7 +132,7 @@ pub async fn exclusive_try_lock<M: Memory>(
 /// What one READ of an In-n-Out object shows, undecided: the largest
 /// metadata word and the in-place copy (its hash and value bytes, the
 /// length clamped to the layout), exactly the bytes
-/// `swarm_core::inout::Replica::read` fetches in its single READ.
+/// `swarm_core::swarm::inout::Replica::read` fetches in its single READ.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct InPlace {
     /// The largest metadata word.
@@ -143,7 +143,7 @@ pub struct InPlace {
     pub value: Vec<u8>,
 }
 
-/// Bytes of the in-place header (hash, length), as `swarm_core::inout`
+/// Bytes of the in-place header (hash, length), as `swarm_core::swarm::inout`
 /// lays an object out: `meta words | hash | length | value`.
 const INPLACE_HEADER: usize = 16;
 

@@ -1,4 +1,4 @@
-//! Core's CAS-emulated MAX (`swarm_core::max::cas_max`) under loom, with
+//! Core's CAS-emulated MAX (`swarm_core::objects::max::cas_max`) under loom, with
 //! concurrent writers of different values and different seeds: the word
 //! ends at the maximum, every `MaxOutcome` tells the truth, a read after a
 //! MAX finds at least its value, and the installs tell the word's whole
@@ -13,9 +13,9 @@ mod checks {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use swarm_backend_shm::{ShmCluster, ShmMemory};
-    use swarm_core::exec::block_on;
-    use swarm_core::max::{MaxOutcome, cas_max};
-    use swarm_core::memory::read_word;
+    use swarm_core::objects::max::{MaxOutcome, cas_max};
+    use swarm_core::substrate::exec::block_on;
+    use swarm_core::substrate::memory::read_word;
     use swarm_core::{MemError, Memory, NodeId, RemoteAddr};
     use swarm_loom_tests::{explore_bounded, read_then_write_max};
 

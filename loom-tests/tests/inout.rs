@@ -1,4 +1,4 @@
-//! In-n-Out (`swarm_core::inout`) under loom: a read races a write on one
+//! In-n-Out (`swarm_core::swarm::inout`) under loom: a read races a write on one
 //! node set up as the protocols set nodes up (`Region::format`, then
 //! `writerlog::format`), and returns exactly the old or the new value, with
 //! the metadata that names it. A torn or stale in-place copy must be caught
@@ -14,13 +14,13 @@ mod checks {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use swarm_backend_shm::{ShmCluster, ShmMemory};
-    use swarm_core::exec::block_on;
-    use swarm_core::inout::{Layout, Replica, inplace_hash};
-    use swarm_core::max::MaxOutcome;
-    use swarm_core::meta::Meta;
-    use swarm_core::region::Region;
-    use swarm_core::slab::SlabAllocator;
-    use swarm_core::writerlog::{self, LogGeometry, Logs};
+    use swarm_core::objects::max::MaxOutcome;
+    use swarm_core::substrate::exec::block_on;
+    use swarm_core::substrate::space::region::Region;
+    use swarm_core::substrate::space::slab::SlabAllocator;
+    use swarm_core::swarm::inout::{Layout, Replica, inplace_hash};
+    use swarm_core::swarm::meta::Meta;
+    use swarm_core::swarm::writerlog::{self, LogGeometry, Logs};
     use swarm_core::{Memory, NodeId, RemoteAddr};
     use swarm_loom_tests::{InPlace, explore_bounded, on_big_stack, read_in_place, spawn_big};
 

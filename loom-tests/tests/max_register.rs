@@ -9,8 +9,8 @@ mod checks {
     use std::future::Future;
 
     use swarm_backend_shm::{ShmCluster, ShmMemory};
-    use swarm_core::exec::block_on;
-    use swarm_core::memory::read_word;
+    use swarm_core::substrate::exec::block_on;
+    use swarm_core::substrate::memory::read_word;
     use swarm_core::{MemError, NodeId, RemoteAddr};
     use swarm_loom_tests::{blind_write_max, explore, raise_max};
 

@@ -9,8 +9,8 @@
 #[cfg(loom)]
 mod checks {
     use swarm_backend_shm::ShmCluster;
-    use swarm_core::exec::block_on;
-    use swarm_core::memory::read_word;
+    use swarm_core::substrate::exec::block_on;
+    use swarm_core::substrate::memory::read_word;
     use swarm_core::{Memory, NodeId, Op, RemoteAddr};
     use swarm_loom_tests::explore;
 

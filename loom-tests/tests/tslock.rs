@@ -1,4 +1,4 @@
-//! The timestamp lock (`swarm_core::tslock::try_lock`) under loom: a READ
+//! The timestamp lock (`swarm_core::objects::tslock::try_lock`) under loom: a READ
 //! and a WRITE locker race for the same timestamp over three lock words, one
 //! on each of three nodes, and never both win (true exclusion); two lockers
 //! in one mode both win (true safety). Wrong locks (check-then-write instead
@@ -13,8 +13,8 @@ mod checks {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
-    use swarm_core::exec::block_on;
-    use swarm_core::tslock::{Mode, try_lock};
+    use swarm_core::objects::tslock::{Mode, try_lock};
+    use swarm_core::substrate::exec::block_on;
     use swarm_core::{MemError, NodeId, RemoteAddr};
     use swarm_loom_tests::{check_then_write_try_lock, exclusive_try_lock, explore_bounded, spawn_big};
 

@@ -23,9 +23,9 @@ use core::task::Poll;
 
 use serde_json::{Value, json};
 use swarm_core::Memory;
-use swarm_core::client::Clock;
 use swarm_core::kv::{Got, KvClient, KvError, Store, StoreConfig, System};
-use swarm_core::rtt::Counted;
+use swarm_core::substrate::clock::Clock;
+use swarm_core::substrate::rtt::Counted;
 
 use crate::choose::{Chooser, Gen, KeyNames, ScrambledZipfian, Zipfian};
 use crate::stats::PhaseStats;
@@ -623,8 +623,8 @@ mod tests {
     use std::cell::{Cell, RefCell};
     use std::collections::{HashMap, HashSet};
     use std::rc::Rc;
-    use swarm_core::exec::{block_on, yield_now};
     use swarm_core::kv::{Missing, Written};
+    use swarm_core::substrate::exec::{block_on, yield_now};
 
     pub(crate) fn spec() -> RunSpec {
         RunSpec {

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use swarm_core::kv::{self, System, connect};
-use swarm_core::region::Region;
-use swarm_core::rtt::Counted;
 use swarm_core::sim::{Sim, SimConfig, SimMemory};
+use swarm_core::substrate::rtt::Counted;
+use swarm_core::substrate::space::region::Region;
 use swarm_core::{Memory, NodeId};
 
 use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};

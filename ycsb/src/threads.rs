@@ -13,10 +13,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use swarm_core::Memory;
-use swarm_core::client::SystemClock;
-use swarm_core::exec::block_on;
 use swarm_core::kv::{System, connect};
-use swarm_core::rtt::Counted;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::rtt::Counted;
 
 use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use swarm_backend_shm::ShmCluster;
-use swarm_core::client::SystemClock;
-use swarm_core::exec::block_on;
 use swarm_core::kv::System;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
 use swarm_ycsb::report::Report;
 use swarm_ycsb::runner::{RunSpec, SystemRun};
 use swarm_ycsb::sim::{format_cluster, run_sim};

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig, FlushMode, FlushStats};
-use swarm_core::exec::block_on;
+use swarm_core::substrate::exec::block_on;
 
 use super::shm::{check_room, run_threads};
 use super::{CHUNK, Workload, check_memory};

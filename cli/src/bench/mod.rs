@@ -25,15 +25,16 @@ use std::fs::File;
 use std::io::Write;
 
 use serde_json::json;
-use swarm_core::client::{ClientCtx, ClientError, Clock};
-use swarm_core::inout::{InOutError, Layout};
-use swarm_core::maxreg::{RegCache, RegError, Register};
-use swarm_core::meta::MAX_CLIENT;
-use swarm_core::region::{HEADER_SIZE, RegionError};
-use swarm_core::rtt::Counted;
-use swarm_core::safeguess::{self, WritePath};
-use swarm_core::slab::{AllocError, class_of};
-use swarm_core::writerlog::{LogError, LogGeometry};
+use swarm_core::substrate::clock::Clock;
+use swarm_core::substrate::rtt::Counted;
+use swarm_core::substrate::space::region::{HEADER_SIZE, RegionError};
+use swarm_core::substrate::space::slab::{AllocError, class_of};
+use swarm_core::swarm::client::{ClientCtx, ClientError};
+use swarm_core::swarm::inout::{InOutError, Layout};
+use swarm_core::swarm::maxreg::{RegCache, RegError, Register};
+use swarm_core::swarm::meta::MAX_CLIENT;
+use swarm_core::swarm::safeguess::{self, WritePath};
+use swarm_core::swarm::writerlog::{LogError, LogGeometry};
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{Backend, BenchArgs, format_size};

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use swarm_backend_shm::ShmCluster;
-use swarm_core::client::SystemClock;
-use swarm_core::exec::block_on;
 use swarm_core::kv::System;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
 use swarm_ycsb::runner::RunSpec;
 use swarm_ycsb::sim::format_cluster;
 use swarm_ycsb::threads::run_threads;

@@ -15,12 +15,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::ShmCluster;
-use swarm_core::client::{ClientCtx, SystemClock};
-use swarm_core::exec::block_on;
-use swarm_core::maxreg::{RegCache, Register};
-use swarm_core::region::Region;
 use swarm_core::sim::Rng;
-use swarm_core::writerlog::Logs;
+use swarm_core::substrate::clock::SystemClock;
+use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::space::region::Region;
+use swarm_core::swarm::client::ClientCtx;
+use swarm_core::swarm::maxreg::{RegCache, Register};
+use swarm_core::swarm::writerlog::Logs;
 use swarm_core::{Memory, NodeId};
 
 use super::{ClientOut, Workload, check_memory, create_registers, fill_value, merge, one_op};

@@ -16,9 +16,9 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use swarm_core::client::ClientCtx;
-use swarm_core::maxreg::{RegCache, Register};
 use swarm_core::sim::{Sim, SimConfig, SimError, SimMemory};
+use swarm_core::swarm::client::ClientCtx;
+use swarm_core::swarm::maxreg::{RegCache, Register};
 
 use super::{CHUNK, ClientOut, Workload, check_memory, create_registers, fill_value, merge, one_op};
 use crate::memnode::format_nodes;

@@ -8,8 +8,8 @@ use core::ops::Deref;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::IndexError;
-use crate::memory::word_at;
-use crate::region::HEADER_SIZE as REGION_HEADER;
+use crate::substrate::memory::word_at;
+use crate::substrate::space::region::HEADER_SIZE as REGION_HEADER;
 use crate::{NodeId, RemoteAddr};
 
 /// "SWIDXRC1", little endian: the index header's magic word.

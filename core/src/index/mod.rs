@@ -15,10 +15,9 @@
 //!
 //! # Layout on the node
 //!
-//! Region root slot [`INDEX_ROOT`] (= 2; slots 0 and 1 are taken, 1 by the
-//! writer logs) holds the offset of the index header, set once by CAS
+//! Region root slot [`roots::INDEX`](crate::substrate::space::roots::INDEX) holds the offset of the index header, set once by CAS
 //! ([`RaceIndex::open_or_create`]). The header and the bucket array are one
-//! run of whole chunks ([`crate::region::Region::alloc_chunks`]):
+//! run of whole chunks ([`crate::substrate::space::region::Region::alloc_chunks`]):
 //!
 //! ```text
 //! header   magic "SWIDXRC1", version, groups, max key, hash seed,
@@ -72,7 +71,7 @@
 //! all times, concurrent inserts of a key meet on one slot and the CAS picks
 //! one winner, the others return [`Insert::Exists`], and each insert takes
 //! effect at its CAS, as do updates and removals: the index is linearizable
-//! (the simulator campaigns check this with `crate::lincheck`). No
+//! (the simulator campaigns check this with `swarm_lincheck`). No
 //! re-read is needed, so a fresh insert is two roundtrips.
 //!
 //! The price: slots are never recycled for *other* keys. A key that is
@@ -81,7 +80,7 @@
 //! never-recycled memory of the papers (SWARM §4.5). Recycling tombstones
 //! safely needs a quiescence or epoch scheme (unfinished).
 //!
-//! # Roundtrips (measured in `tests.rs` with [`crate::rtt::Counted`])
+//! # Roundtrips (measured in `tests.rs` with [`crate::substrate::rtt::Counted`])
 //!
 //! | operation | roundtrips |
 //! |---|---|
@@ -124,11 +123,8 @@ pub use layout::{
 };
 pub use race::{IndexConfig, MAX_ATTEMPTS, RaceIndex};
 
-use crate::region::RegionError;
+use crate::substrate::space::region::RegionError;
 use crate::{MemError, Memory, NodeId, RemoteAddr};
-
-/// The region root slot that holds the index header's offset.
-pub const INDEX_ROOT: u64 = 2;
 
 /// A key's mapping as one client saw it: its location, and the slot that
 /// holds it with the slot's value (a hint for [`Expect::Entry`]).
@@ -261,7 +257,9 @@ impl fmt::Display for IndexError {
             }
             IndexError::ZeroLocation => write!(f, "location 0 is reserved"),
             IndexError::Full { node } => write!(f, "{node}: index is full (every candidate slot of the key is taken)"),
-            IndexError::NoIndex { node } => write!(f, "{node}: no index (root slot {INDEX_ROOT} is unset)"),
+            IndexError::NoIndex { node } => {
+                write!(f, "{node}: no index (root slot {} is unset)", crate::substrate::space::roots::INDEX.slot)
+            }
             IndexError::BadConfig(what) => write!(f, "bad index configuration: {what}"),
             IndexError::BadEntry => write!(f, "the entry is not a mapping of this key in this index"),
             IndexError::Corrupt { node, what } => write!(f, "{node}: corrupt index: {what}"),
@@ -277,7 +275,7 @@ impl core::error::Error for IndexError {}
 /// A handle is one client's (`&mut self`: it allocates from its own
 /// chunks); operations of different handles may run concurrently and are
 /// linearizable. Memory is passed to each call, as everywhere in the core,
-/// so that a caller can wrap it (e.g. in [`crate::rtt::Counted`]).
+/// so that a caller can wrap it (e.g. in [`crate::substrate::rtt::Counted`]).
 pub trait Index {
     /// The longest key accepted.
     fn max_key(&self) -> usize;

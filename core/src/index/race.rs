@@ -4,11 +4,12 @@
 use core::future::Future;
 
 use crate::index::layout::{Block, CANDIDATES, COMBINED_BYTES, Candidate, Geometry, KeyHash, MAX_KEY, SlotWord};
-use crate::index::{Change, Entry, Expect, INDEX_ROOT, Index, IndexError, Insert};
-use crate::join::join2;
-use crate::memory::word_at;
-use crate::quorum::{MAX_REPLICAS, join_all};
-use crate::region::Region;
+use crate::index::{Change, Entry, Expect, Index, IndexError, Insert};
+use crate::substrate::join::join2;
+use crate::substrate::memory::word_at;
+use crate::substrate::quorum::{MAX_REPLICAS, join_all};
+use crate::substrate::space::region::Region;
+use crate::substrate::space::roots;
 use crate::{MAX_PIPELINE, Memory, NodeId, Op, RemoteAddr};
 
 /// How many times in a row an operation may lose a CAS to other clients
@@ -125,7 +126,7 @@ pub struct RaceIndex {
 impl RaceIndex {
     /// Opens the index of `node` (two roundtrips).
     pub async fn open<M: Memory>(mem: &M, node: NodeId) -> Result<RaceIndex, IndexError> {
-        let (region, root) = join2(Region::open(mem, node), Region::read_root(mem, node, INDEX_ROOT)).await;
+        let (region, root) = join2(Region::open(mem, node), Region::read_root(mem, node, roots::INDEX)).await;
         let (region, root) = (region?, root?);
         if root == 0 {
             return Err(IndexError::NoIndex { node });
@@ -150,7 +151,7 @@ impl RaceIndex {
     /// recycled). Creating zeroes the bucket array (a few roundtrips per MiB).
     pub async fn open_or_create<M: Memory>(mem: &M, node: NodeId, cfg: IndexConfig) -> Result<RaceIndex, IndexError> {
         cfg.check()?;
-        let (region, root) = join2(Region::open(mem, node), Region::read_root(mem, node, INDEX_ROOT)).await;
+        let (region, root) = join2(Region::open(mem, node), Region::read_root(mem, node, roots::INDEX)).await;
         let (mut region, root) = (region?, root?);
         if root != 0 {
             return Self::open_at(mem, region, root).await;
@@ -167,7 +168,7 @@ impl RaceIndex {
         };
         zero(mem, node, geo.buckets(), bytes - crate::index::HEADER_BYTES).await?;
         mem.write(RemoteAddr::new(node, base), &geo.encode()).await?;
-        let root = Region::claim_root(mem, node, INDEX_ROOT, base).await?;
+        let root = Region::claim_root(mem, node, roots::INDEX, base).await?;
         Self::open_at(mem, region, root).await
     }
 
@@ -327,7 +328,7 @@ impl RaceIndex {
             return Err(IndexError::ZeroLocation);
         }
         let block = Block::encode(key, location);
-        let (view, ready) = crate::join::join2(self.read_view(mem, &kh), ready).await;
+        let (view, ready) = crate::substrate::join::join2(self.read_view(mem, &kh), ready).await;
         if !ready {
             return Ok(None);
         }
@@ -527,7 +528,7 @@ impl Index for RaceIndex {
     async fn still<M: Memory>(&mut self, mem: &M, key: &[u8], entry: &Entry) -> Result<bool, IndexError> {
         let kh = self.check_key(key)?;
         self.check_entry(&kh, entry)?;
-        Ok(crate::memory::read_word(mem, entry.slot).await? == entry.word)
+        Ok(crate::substrate::memory::read_word(mem, entry.slot).await? == entry.word)
     }
 
     fn remove_background<M: Memory>(&mut self, mem: &M, key: &[u8], entry: &Entry) -> Result<(), IndexError> {

@@ -17,10 +17,10 @@ use proptest::prelude::*;
 
 use super::cache::{CacheConfig, Eviction, LocationCache};
 use super::*;
-use crate::lincheck::{self, History, Model};
-use crate::region::{ROOTS_OFFSET, Region};
-use crate::rtt::Counted;
 use crate::sim::{Sim, SimConfig, SimMemory};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::{ROOTS_OFFSET, Region};
+use swarm_lincheck::{self as lincheck, History, Model};
 
 const NODE_SIZE: u64 = 4 << 20;
 const CHUNK: u64 = 64 << 10;
@@ -51,7 +51,7 @@ fn peek_word(sim: &Sim, offset: u64) -> u64 {
 }
 
 fn geometry(sim: &Sim) -> Geometry {
-    let root = peek_word(sim, ROOTS_OFFSET + 8 * INDEX_ROOT);
+    let root = peek_word(sim, ROOTS_OFFSET + 8 * crate::substrate::space::roots::INDEX.slot);
     let header = sim.peek(0, root, HEADER_BYTES as usize).unwrap();
     Geometry::decode(NODE, root, &header, NODE_SIZE).unwrap()
 }

@@ -1,13 +1,13 @@
 //! Which store, and its shape: what the harness, the command line and the
 //! tests pass to [`super::format`] and [`super::connect`].
 
+use crate::baselines::raw::RawRegister;
 use crate::index::{BLOCK_ALIGN, IndexConfig, MAX_KEY, block_len};
-use crate::inout::{Layout, MAX_VALUE};
-use crate::meta::MAX_CLIENT;
-use crate::quorum::MAX_REPLICAS;
-use crate::raw::RawRegister;
-use crate::slab::class_of;
-use crate::writerlog::{ENTRY_HEADER, LogGeometry};
+use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::space::slab::class_of;
+use crate::swarm::inout::{Layout, MAX_VALUE};
+use crate::swarm::meta::MAX_CLIENT;
+use crate::swarm::writerlog::{ENTRY_HEADER, LogGeometry};
 
 use super::KvError;
 use super::descriptor::DESCRIPTOR_BYTES;
@@ -107,7 +107,7 @@ impl StoreConfig {
             if self.replicas > nodes {
                 return Err(KvError::BadConfig("more replicas than memory nodes"));
             }
-            if nodes > crate::slab::MAX_NODES {
+            if nodes > crate::substrate::space::slab::MAX_NODES {
                 return Err(KvError::BadConfig("at most 32 memory nodes"));
             }
         }
@@ -197,7 +197,7 @@ impl StoreConfig {
         // and a partly used log segment.
         let slack = self.writers as u64 * 6 * Self::CHUNK;
         let total = values + logs + index + slack;
-        (total + total / 4 + crate::region::HEADER_SIZE).next_multiple_of(Self::CHUNK)
+        (total + total / 4 + crate::substrate::space::region::HEADER_SIZE).next_multiple_of(Self::CHUNK)
     }
 }
 

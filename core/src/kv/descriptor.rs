@@ -24,10 +24,10 @@
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::NodeId;
-use crate::inout::{Layout, MAX_META_WORDS, MAX_VALUE, Replica};
-use crate::maxreg::Register;
-use crate::memory::word_at;
-use crate::quorum::MAX_REPLICAS;
+use crate::substrate::memory::word_at;
+use crate::substrate::quorum::MAX_REPLICAS;
+use crate::swarm::inout::{Layout, MAX_META_WORDS, MAX_VALUE, Replica};
+use crate::swarm::maxreg::Register;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SWKVDSC1");
 const LEN: usize = 112;

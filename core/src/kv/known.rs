@@ -17,10 +17,10 @@
 use alloc::boxed::Box;
 
 use crate::index::Entry;
-use crate::inout::{Layout, Replica, ReplicaCache};
-use crate::maxreg::{RegCache, Register};
 #[cfg(doc)]
-use crate::quorum::MAX_REPLICAS;
+use crate::substrate::quorum::MAX_REPLICAS;
+use crate::swarm::inout::{Layout, Replica, ReplicaCache};
+use crate::swarm::maxreg::{RegCache, Register};
 use crate::{NodeId, RemoteAddr};
 
 /// What a client knows of a key.
@@ -136,8 +136,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::meta::Meta;
-    use crate::quorum::MAX_REPLICAS;
+    use crate::substrate::quorum::MAX_REPLICAS;
+    use crate::swarm::meta::Meta;
 
     fn known(n: usize, seed: u64) -> Known {
         let mut reg = Register {

@@ -2,7 +2,7 @@
 //! (SWARM-KV, RAW, DM-ABD, and the other systems as they come), so that the
 //! harness, the checks and the command line treat them alike.
 //!
-//! Semantics, per key (the model [`crate::lincheck::Kv`] checks histories
+//! Semantics, per key (the model [`swarm_lincheck::Kv`] checks histories
 //! against, with tombstones):
 //!
 //! | operation | key present (`v0`) | key absent | key deleted |
@@ -17,7 +17,7 @@
 //! [`Got::NotFound`], and a second delete may find the tombstone still
 //! mapped and answer [`Written`] (deletes are idempotent: telling a first
 //! delete from a concurrent second one would take consensus, not one
-//! roundtrip). [`crate::lincheck::Kv::lazy_unmap`] is this table.
+//! roundtrip). [`swarm_lincheck::Kv::lazy_unmap`] is this table.
 //!
 //! An insert of an existing key is an update (SWARM §5.3.1). A client
 //! handle runs one operation at a time (`&mut self`); a thread keeps several

@@ -14,11 +14,11 @@
 
 use alloc::boxed::Box;
 
+use crate::baselines::raw::{RawError, RawRegister};
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
-use crate::inout::Value;
-use crate::raw::{RawError, RawRegister};
-use crate::slab::SlabAllocator;
+use crate::substrate::space::slab::SlabAllocator;
+use crate::substrate::value::Value;
 use crate::{Memory, NodeId, RemoteAddr};
 
 use super::config::StoreConfig;
@@ -142,7 +142,7 @@ impl<M: Memory> Raw<M> {
             let reg = self.register(entry.location)?;
             let (mem, index) = (&self.mem, &mut self.index);
             let unmap = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
-            let (tomb, unmap) = crate::join::join2(reg.delete(mem), unmap).await;
+            let (tomb, unmap) = crate::substrate::join::join2(reg.delete(mem), unmap).await;
             tomb.map_err(|e| match e {
                 RawError::Mem(e) => mem_error(e),
                 _ => KvError::Corrupt,

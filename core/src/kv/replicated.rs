@@ -20,7 +20,7 @@
 //!                then unmap k in the background (§5.3.2)
 //! ```
 //!
-//! Index operations and the rare paths are boxed ([`crate::exec::cold`]):
+//! Index operations and the rare paths are boxed ([`crate::substrate::exec::cold`]):
 //! futures are as large as the largest future they await, and every level
 //! moves its children, so the common path keeps them small.
 //!
@@ -41,29 +41,33 @@
 //!   [`Replicated::delete`]); see [`super`] for what deletes answer.
 //! - As in the paper's implementation (§6), operations start with a
 //!   majority (the key's first replicas, unless this client saw their node
-//!   fail) and widen on failure ([`crate::quorum::quorum_first`]), and by
+//!   fail) and widen on failure ([`crate::substrate::quorum::quorum_first`]), and by
 //!   default only the first replica keeps an in-place copy
 //!   ([`super::InPlace`]).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::client::{ClientCtx, Clock};
+use crate::baselines::abd;
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
-use crate::inout::{Layout, Replica, Value};
-use crate::join::join2;
-use crate::maxreg::{RegCache, RegError, Register};
-use crate::meta::Meta;
-use crate::{Memory, NodeId, RemoteAddr, abd, safeguess};
+use crate::substrate::clock::Clock;
+use crate::substrate::join::join2;
+use crate::substrate::value::Value;
+use crate::swarm::client::ClientCtx;
+use crate::swarm::inout::{Layout, Replica};
+use crate::swarm::maxreg::{RegCache, RegError, Register};
+use crate::swarm::meta::Meta;
+use crate::swarm::safeguess;
+use crate::{Memory, NodeId, RemoteAddr};
 
 use super::config::{StoreConfig, System};
 use super::descriptor::{self, DESCRIPTOR_BYTES};
 use super::known::{Cached, Known};
 use super::store::{INDEX_NODE, RETRIES, alloc_error, index_error, key_hash, mem_error, reg_error};
 use super::{Got, KvError, Limits, Missing, Written};
-use crate::region::RegionError;
-use crate::slab::AllocError;
+use crate::substrate::space::region::RegionError;
+use crate::substrate::space::slab::AllocError;
 
 /// One SWARM-KV or DM-ABD client.
 pub struct Replicated<M, C> {

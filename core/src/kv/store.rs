@@ -5,13 +5,15 @@ use alloc::boxed::Box;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::client::{ClientError, Clock};
 use crate::index::{IndexError, RaceIndex};
-use crate::inout::Value;
-use crate::maxreg::RegError;
-use crate::region::{Region, RegionError};
-use crate::slab::AllocError;
-use crate::writerlog::{self, LOG_DIR_ROOT, LogError};
+use crate::substrate::clock::Clock;
+use crate::substrate::space::region::{Region, RegionError};
+use crate::substrate::space::roots;
+use crate::substrate::space::slab::AllocError;
+use crate::substrate::value::Value;
+use crate::swarm::client::ClientError;
+use crate::swarm::maxreg::RegError;
+use crate::swarm::writerlog::{self, LogError};
 use crate::{MemError, Memory, NodeId};
 
 use super::config::{StoreConfig, System};
@@ -72,7 +74,7 @@ pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError
             let node = NodeId(n as u16);
             let region = Region::open(mem, node).await.map_err(region_error)?;
             let geo = cfg.log_geometry(region.size, region.chunk)?;
-            let dir = Region::read_root(mem, node, LOG_DIR_ROOT).await.map_err(region_error)?;
+            let dir = Region::read_root(mem, node, roots::LOG_DIR).await.map_err(region_error)?;
             if dir == 0 {
                 writerlog::format(mem, node, geo).await.map_err(|e| match e {
                     LogError::Mem(e) => mem_error(e),
@@ -130,7 +132,7 @@ enum Inner<M: Memory, C> {
 }
 
 impl<M: Memory, C: Clock> Store<M, C> {
-    /// The memory this client works on (e.g. a [`crate::rtt::Counted`], to
+    /// The memory this client works on (e.g. a [`crate::substrate::rtt::Counted`], to
     /// read each operation's roundtrips).
     pub fn mem(&self) -> &M {
         match &self.inner {

@@ -13,12 +13,12 @@ use core::cell::RefCell;
 
 use super::descriptor::DESCRIPTOR_BYTES;
 use super::*;
-use crate::campaign::{TICK_NS, clock, id_of, value};
-use crate::lincheck::{self, History, KvOp, KvRet};
-use crate::region::Region;
-use crate::rtt::Counted;
+use crate::check::register::{TICK_NS, clock, id_of, value};
 use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::Region;
 use crate::{Memory, NodeId};
+use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 
 const NODE_SIZE: u64 = 4 << 20;
 const CHUNK: u64 = 64 << 10;
@@ -43,7 +43,7 @@ fn setup(sim: &mut Sim, nodes: usize, cfg: &StoreConfig) {
     .unwrap();
 }
 
-type Client = Store<Counted<SimMemory>, crate::campaign::SimClock>;
+type Client = Store<Counted<SimMemory>, crate::check::register::SimClock>;
 
 async fn client(mem: &SimMemory, cfg: &StoreConfig, id: u8, skew: u64) -> Result<Client, KvError> {
     connect(Counted::new(mem.clone()), cfg, id, clock(mem, skew)).await
@@ -56,7 +56,7 @@ async fn counted<T>(s: &mut Client, op: impl AsyncFnOnce(&mut Client) -> T) -> (
     (out, s.mem().roundtrips())
 }
 
-fn found(g: Got<crate::inout::Value<Vec<u8>>>) -> Option<Vec<u8>> {
+fn found(g: Got<crate::substrate::value::Value<Vec<u8>>>) -> Option<Vec<u8>> {
     match g {
         Got::Found(v) => Some(v.to_vec()),
         _ => None,
@@ -64,7 +64,7 @@ fn found(g: Got<crate::inout::Value<Vec<u8>>>) -> Option<Vec<u8>> {
 }
 
 /// A get's answer with the value copied out, to compare.
-fn owned(r: Result<Got<crate::inout::Value<Vec<u8>>>, KvError>) -> Result<Got<Vec<u8>>, KvError> {
+fn owned(r: Result<Got<crate::substrate::value::Value<Vec<u8>>>, KvError>) -> Result<Got<Vec<u8>>, KvError> {
     r.map(|g| match g {
         Got::Found(v) => Got::Found(v.to_vec()),
         Got::NotFound => Got::NotFound,
@@ -174,9 +174,9 @@ fn corrupt_locations_give_errors() {
             // might follow: descriptors, key blocks, slots.
             let region = Region::open(&mem, NodeId(0)).await.unwrap();
             let mut b = client(&mem, &cfg, 2, 0).await.unwrap();
-            for off in (crate::region::HEADER_SIZE..region.cursor).step_by(8) {
+            for off in (crate::substrate::space::region::HEADER_SIZE..region.cursor).step_by(8) {
                 let at = crate::RemoteAddr::new(NodeId(0), off);
-                let old = crate::memory::read_word(&mem, at).await.unwrap();
+                let old = crate::substrate::memory::read_word(&mem, at).await.unwrap();
                 mem.write(at, &(old ^ 0x0101_0000_0000_0010).to_le_bytes()).await.unwrap();
                 let _ = b.get(b"k").await;
                 mem.write(at, &old.to_le_bytes()).await.unwrap();
@@ -450,7 +450,7 @@ fn bytes_per_key_against_table_3() {
             let mut total = 0;
             for n in 0..3 {
                 let r = Region::open(&mem, NodeId(n)).await.unwrap();
-                total += r.cursor - crate::region::HEADER_SIZE;
+                total += r.cursor - crate::substrate::space::region::HEADER_SIZE;
             }
             total
         })
@@ -490,12 +490,12 @@ fn bytes_per_key_against_table_3() {
         let per_key = (used(&mut sim) - before) as f64 / 4096.0;
         // The index's buckets, made at format for `keys` keys, shared.
         let index = crate::index::Geometry::bytes(cfg.index().groups).unwrap() as f64 / cfg.keys as f64;
-        let class = |size: u64| crate::slab::class_of(size).unwrap().1;
+        let class = |size: u64| crate::substrate::space::slab::class_of(size).unwrap().1;
         let block = class(crate::index::block_len(24) as u64) as f64;
         let predicted = match system {
-            System::Raw => class(crate::raw::RawRegister::size(VALUE as u64)) as f64 + block,
+            System::Raw => class(crate::baselines::raw::RawRegister::size(VALUE as u64)) as f64 + block,
             _ => {
-                let entry = (crate::writerlog::ENTRY_HEADER + VALUE as u64).next_multiple_of(64);
+                let entry = (crate::swarm::writerlog::ENTRY_HEADER + VALUE as u64).next_multiple_of(64);
                 let layout = cfg.layout().unwrap();
                 let objects: u64 = (0..3).map(|r| class(layout.of_replica(r).size())).sum();
                 (objects + 3 * entry) as f64 + block + DESCRIPTOR_BYTES as f64

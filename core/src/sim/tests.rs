@@ -7,11 +7,11 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 
 use super::*;
-use crate::join::join2;
-use crate::quorum::{majority, quorum};
-use crate::region::Region;
-use crate::rtt::Counted;
-use crate::slab::SlabAllocator;
+use crate::substrate::join::join2;
+use crate::substrate::quorum::{majority, quorum};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::Region;
+use crate::substrate::space::slab::SlabAllocator;
 use crate::{MemErrorKind, Memory, NodeId, Op, RemoteAddr};
 
 fn addr(node: u16, offset: u64) -> RemoteAddr {
@@ -236,7 +236,7 @@ fn pipelined_write_is_visible_before_the_cas() {
         });
         sim.spawn(&r.clone(), async move {
             for _ in 0..10 {
-                let meta = crate::memory::read_word(&r, addr(0, 0)).await.unwrap();
+                let meta = crate::substrate::memory::read_word(&r, addr(0, 0)).await.unwrap();
                 let data = r.read(addr(0, 64), 128).await.unwrap();
                 assert!(data.iter().all(|&b| b as u64 >= meta), "seed {seed}: CAS visible before its data");
             }
@@ -309,7 +309,7 @@ fn regions_hand_out_disjoint_chunks_to_concurrent_clients() {
             loop {
                 match region.alloc_chunk(&m).await {
                     Ok(a) => got.borrow_mut().push(a.offset),
-                    Err(crate::region::RegionError::Exhausted { .. }) => break,
+                    Err(crate::substrate::space::region::RegionError::Exhausted { .. }) => break,
                     Err(e) => panic!("{e}"),
                 }
             }

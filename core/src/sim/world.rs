@@ -19,7 +19,7 @@ use core::task::Waker;
 
 use super::SimConfig;
 use super::rng::Rng;
-use crate::memory::check_pipeline;
+use crate::substrate::memory::check_pipeline;
 use crate::{MemError, MemErrorKind, NodeId, Op, OpOutput, Outputs};
 
 /// How a crashed node answers.

@@ -1,0 +1,353 @@
+//! Seeded simulator campaigns shared by the register protocols' tests:
+//! concurrent clients on one replicated register under delays, crashes and
+//! clock skew, every history checked for linearizability.
+//!
+//! A failing run prints the command that replays it, e.g.
+//! `SWARM_PROTOCOL=safeguess SWARM_SEED=<seed> SWARM_REPLICAS=<n> cargo test -p swarm-core --lib campaign::replay -- --nocapture`
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+
+use crate::NodeId;
+use crate::baselines::abd;
+use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::Region;
+use crate::swarm::client::ClientCtx;
+use crate::swarm::inout::Layout;
+use crate::swarm::maxreg::{RegCache, Register};
+use crate::swarm::safeguess;
+use crate::swarm::writerlog::{self, LogGeometry};
+use swarm_lincheck::{self as lincheck, History, RegisterOp, RegisterRet};
+
+/// The register protocol a campaign runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// SWARM's Safe-Guess over In-n-Out.
+    SafeGuess,
+    /// DM-ABD.
+    Abd,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::SafeGuess => "safeguess",
+            Protocol::Abd => "abd",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Protocol> {
+        [Protocol::SafeGuess, Protocol::Abd].into_iter().find(|p| p.name() == name)
+    }
+}
+
+pub(crate) const NODE_SIZE: u64 = 8 << 20;
+const CHUNK: u64 = 256 << 10;
+const ADMIN: u8 = 127;
+
+/// Formats every node and creates one register replicated on all of them.
+pub(crate) fn setup(sim: &mut Sim, nodes: usize, layout: Layout) -> Register {
+    let admin = sim.client();
+    sim.block_on(async move {
+        let geo = LogGeometry::new(layout.max_value, CHUNK, 64).unwrap();
+        for n in 0..nodes {
+            Region::format(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.unwrap();
+            writerlog::format(&admin, NodeId(n as u16), geo).await.unwrap();
+        }
+        let mut ctx = ClientCtx::new(ADMIN, || 0).unwrap();
+        let ids: Vec<NodeId> = (0..nodes).map(|n| NodeId(n as u16)).collect();
+        Register::create(&mut ctx, &admin, &ids, layout).await.unwrap()
+    })
+    .unwrap()
+}
+
+/// Clock resolution of the simulated clients: 100 ns, as a TSC-based clock
+/// gives; coarser ticks make concurrent writers' guesses tie and go stale.
+pub(crate) const TICK_NS: u64 = 100;
+
+pub(crate) fn clock(mem: &SimMemory, skew_ticks: u64) -> SimClock {
+    SimClock { mem: mem.clone(), skew_ticks }
+}
+
+/// A simulated client's clock: virtual time in [`TICK_NS`] ticks, skewed.
+pub(crate) struct SimClock {
+    mem: SimMemory,
+    skew_ticks: u64,
+}
+
+impl crate::substrate::clock::Clock for SimClock {
+    fn now(&self) -> u64 {
+        self.mem.now() / TICK_NS + self.skew_ticks
+    }
+}
+
+/// The value written by `client` as its `seq`-th write: its id in the first
+/// 8 bytes, then filler up to `len` bytes (at least 8).
+pub(crate) fn value(client: u8, seq: u64, len: usize) -> Vec<u8> {
+    let id = ((client as u64) << 32) | seq;
+    let mut v = vec![(id % 251) as u8; len.max(8)];
+    v[..8].copy_from_slice(&id.to_le_bytes());
+    v
+}
+
+pub(crate) fn id_of(bytes: &[u8]) -> u64 {
+    bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+}
+
+/// What one campaign run is made of.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Campaign {
+    pub protocol: Protocol,
+    pub replicas: usize,
+    pub writers: u8,
+    pub readers: u8,
+    pub ops: u64,
+    pub max_skew_ns: u64,
+    pub think_ns: u64,
+    /// Least think time, so background work of the previous operation can land.
+    pub min_think_ns: u64,
+    pub faults: bool,
+    /// Every client both reads and writes (a coin per operation).
+    pub mixed: bool,
+    /// Heavy-tailed message delays (one in 20 is 10 times slower).
+    pub tails: bool,
+    /// Operations of a client to a node apply in order (RDMA RC queue pairs).
+    pub fifo: bool,
+    /// Metadata words per object (0: 1 or 8, by seed).
+    pub meta_words: u32,
+    /// A low-jitter fabric (2.0-2.2 µs roundtrips) instead of 1-3 µs.
+    pub tight: bool,
+}
+
+/// Statistics of one run.
+#[derive(Default, Debug, Clone)]
+pub(crate) struct RunReport {
+    pub ops: usize,
+    pub max_rtt: u32,
+    pub write_rtts: Vec<u32>,
+    pub read_rtts: Vec<u32>,
+    pub paths: [u32; 3],
+}
+
+type Hist = History<RegisterOp, RegisterRet>;
+
+/// One seeded run; `Err` carries a description and the replay command.
+pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> {
+    let replay = format!(
+        "replay: SWARM_PROTOCOL={} SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib campaign::replay -- --nocapture",
+        c.protocol.name(),
+        c.replicas
+    );
+    let tail_one_in = if c.tails { SimConfig::default().tail_one_in } else { 0 };
+    let cfg = SimConfig {
+        seed,
+        nodes: c.replicas,
+        node_size: NODE_SIZE,
+        max_piece_gap_ns: 500,
+        tail_one_in,
+        fifo_per_queue: c.fifo,
+        min_latency_ns: if c.tight { 2_000 } else { 1_000 },
+        max_latency_ns: if c.tight { 2_200 } else { 3_000 },
+        ..SimConfig::default()
+    };
+    let mut sim = Sim::new(cfg);
+    let size = [8, 64, 200][(seed % 3) as usize];
+    let layout = match c.protocol {
+        Protocol::SafeGuess if c.meta_words > 0 => Layout::new(c.meta_words, 256).unwrap(),
+        Protocol::SafeGuess => Layout::new(1 + (seed % 2) as u32 * 7, 256).unwrap(),
+        Protocol::Abd => abd::layout(256).unwrap(),
+    };
+    let reg = setup(&mut sim, c.replicas, layout);
+    let hist: Rc<RefCell<Hist>> = Rc::new(RefCell::new(History::new()));
+    let report = Rc::new(RefCell::new(RunReport::default()));
+    let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
+    let start = sim.now();
+    let mut clients = Vec::new();
+    for i in 0..(c.writers + c.readers) {
+        let id = i + 1;
+        let is_writer = i < c.writers;
+        let mixed = c.mixed;
+        let mem = sim.client();
+        let skew = sim.random(0, c.max_skew_ns) / TICK_NS;
+        let think = sim.random(0, c.think_ns);
+        let min_think = c.min_think_ns;
+        let (reg, hist, report, failures, m) =
+            (reg.clone(), hist.clone(), report.clone(), failures.clone(), mem.clone());
+        let ops = c.ops;
+        let protocol = c.protocol;
+        sim.spawn(&mem, async move {
+            let mut ctx = ClientCtx::new(id, clock(&m, skew)).unwrap();
+            let mut cache = RegCache::default();
+            if ctx.prepare(&m).await.is_err() {
+                // A crashed majority of the cluster's nodes (with 5 replicas
+                // and one more node down) is not tolerated: not the case here.
+                failures.borrow_mut().push(format!("client {id}: prepare failed"));
+                return;
+            }
+            for seq in 1..=ops {
+                m.sleep(min_think + m.random(0, think)).await;
+                let counted = Counted::new(&m);
+                let at = m.now();
+                if (mixed && m.random(0, 1) == 0) || (!mixed && is_writer) {
+                    let v = value(id, seq, size);
+                    let op = hist.borrow_mut().invoke(id as u32, at, RegisterOp::Write(id_of(&v)));
+                    let written = match protocol {
+                        Protocol::SafeGuess => safeguess::write(&mut ctx, &counted, &reg, &mut cache, &v).await,
+                        Protocol::Abd => abd::write(&mut ctx, &counted, &reg, &mut cache, &v)
+                            .await
+                            .map(|m| (m, safeguess::WritePath::Fast)),
+                    };
+                    match written {
+                        Ok((_, path)) => {
+                            hist.borrow_mut().respond(op, m.now(), RegisterRet::Ack);
+                            let mut r = report.borrow_mut();
+                            r.write_rtts.push(counted.roundtrips());
+                            r.paths[path as usize] += 1;
+                        }
+                        Err(e) => failures.borrow_mut().push(format!("client {id} write {seq}: {e}")),
+                    }
+                } else {
+                    let op = hist.borrow_mut().invoke(id as u32, at, RegisterOp::Read);
+                    let got = match protocol {
+                        Protocol::SafeGuess => safeguess::read(&mut ctx, &counted, &reg, &mut cache).await,
+                        Protocol::Abd => abd::read(&mut ctx, &counted, &reg, &mut cache).await,
+                    };
+                    match got {
+                        Ok((_, v)) => {
+                            hist.borrow_mut().respond(op, m.now(), RegisterRet::Value(id_of(&v)));
+                            report.borrow_mut().read_rtts.push(counted.roundtrips());
+                        }
+                        Err(e) => failures.borrow_mut().push(format!("client {id} read {seq}: {e}")),
+                    }
+                }
+                let mut r = report.borrow_mut();
+                r.max_rtt = r.max_rtt.max(counted.roundtrips());
+                r.ops += 1;
+            }
+        });
+        clients.push(mem);
+    }
+    if c.faults {
+        // A minority of nodes crash (f = 1 with 3 replicas, up to 2 with 5),
+        // one client crashes mid-run, one node may turn slow.
+        let f = (c.replicas - 1) / 2;
+        for _ in 0..sim.random(1, f as u64) {
+            let node = sim.random(0, c.replicas as u64 - 1) as usize;
+            let at = start + sim.random(0, 60_000);
+            let mode = if sim.random(0, 1) == 0 { CrashMode::Hang } else { CrashMode::FailFast };
+            sim.crash_node_at(node, at, mode);
+        }
+        let victim = sim.random(0, clients.len() as u64 - 1) as usize;
+        let at = start + sim.random(0, 60_000);
+        sim.crash_client_at(&clients[victim], at);
+        let slow = sim.random(0, c.replicas as u64 - 1) as usize;
+        sim.slow_node_at(slow, start + sim.random(0, 30_000), 5);
+    }
+    if let Err(e) = sim.run() {
+        return Err(format!("seed {seed}: {e} (an operation of a live client did not complete)\n{replay}"));
+    }
+    if let Some(f) = failures.borrow().first() {
+        return Err(format!("seed {seed}: {f}\n{replay}"));
+    }
+    let h = hist.borrow();
+    let verdict = lincheck::check(&lincheck::Register::new(0), h.operations());
+    if !verdict.is_linearizable() {
+        return Err(format!("seed {seed}: history of {} ops is not linearizable: {verdict:?}\n{replay}", h.len()));
+    }
+    let r = report.borrow().clone();
+    Ok(r)
+}
+
+/// The run for `seed`: 1 to 4 writers and 1 to 3 readers doing 10
+/// operations each with little think time, clocks skewed by up to 0, 2 or 30
+/// µs (the roundtrip is 1-3 µs), and in four runs out of five a crashed
+/// minority of nodes, a slow node and a client crashing mid-operation.
+pub(crate) fn campaign_for(protocol: Protocol, replicas: usize, seed: u64) -> Campaign {
+    let normal = Campaign {
+        protocol,
+        replicas,
+        writers: 1 + (seed % 4) as u8,
+        readers: 1 + ((seed / 4) % 3) as u8,
+        ops: 10,
+        max_skew_ns: [0, 2_000, 30_000][(seed % 3) as usize],
+        think_ns: 2_000,
+        min_think_ns: 0,
+        faults: !seed.is_multiple_of(5),
+        mixed: seed % 3 == 2,
+        tails: true,
+        fifo: false,
+        meta_words: 0,
+        tight: false,
+    };
+    if seed.is_multiple_of(2) {
+        return normal;
+    }
+    // Adversarial mix: two writers whose clocks differ by about a roundtrip
+    // (so guesses are stale while the newer write is still in flight) and
+    // three readers in a tight loop: the schedules where a GUESSED tuple
+    // must not be returned too early (Fig. 2 of the paper).
+    Campaign {
+        writers: 2,
+        readers: 3,
+        ops: 16,
+        max_skew_ns: 1_000 * (1 + seed % 6),
+        think_ns: 300,
+        faults: !seed.is_multiple_of(3),
+        ..normal
+    }
+}
+
+/// Runs seeds `0..runs` of `protocol` on `replicas` nodes, panics with the
+/// replay command on the first failure, and prints the summary line: runs,
+/// operations, and the most roundtrips any operation took.
+pub(crate) fn campaign(protocol: Protocol, replicas: usize, runs: u64) {
+    let (mut max_rtt, mut ops) = (0, 0);
+    for seed in 0..runs {
+        match run_campaign(seed, campaign_for(protocol, replicas, seed)) {
+            Ok(r) => {
+                max_rtt = max_rtt.max(r.max_rtt);
+                ops += r.ops;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    std::println!(
+        "{}, {replicas} replicas: {runs} runs, {ops} ops, max roundtrips of one op: {max_rtt}",
+        protocol.name()
+    );
+}
+
+/// Replays one campaign run:
+/// `SWARM_PROTOCOL=safeguess|abd SWARM_SEED=<seed> SWARM_REPLICAS=<n>`.
+#[test]
+fn replay() {
+    let Ok(seed) = std::env::var("SWARM_SEED") else { return };
+    let seed: u64 = seed.parse().expect("SWARM_SEED must be a number");
+    let replicas = std::env::var("SWARM_REPLICAS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let name = std::env::var("SWARM_PROTOCOL").unwrap_or_else(|_| "safeguess".into());
+    let protocol = Protocol::from_name(&name).expect("SWARM_PROTOCOL must be safeguess or abd");
+    let c = campaign_for(protocol, replicas, seed);
+    std::println!("{c:?}");
+    match run_campaign(seed, c) {
+        Ok(r) => std::println!("ok: {r:?}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Share of operations that took 1, 2, 3 and 4 or more roundtrips, in %.
+pub(crate) fn shares(rtts: &[u32]) -> [f64; 4] {
+    let mut out = [0.0; 4];
+    for &r in rtts {
+        out[(r.clamp(1, 4) - 1) as usize] += 100.0 / rtts.len() as f64;
+    }
+    out
+}

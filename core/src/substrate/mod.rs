@@ -1,0 +1,17 @@
+//! The substrate every protocol is written on: the memory interface of
+//! disaggregated memory (SWARM §2.1), the few combinators protocols need to
+//! issue operations to several nodes at once and continue at a majority,
+//! exact roundtrip accounting, clocks, the layout and allocation of a
+//! node's memory ([`space`]) and messages to servers that run beside memory
+//! ([`msg`]).
+
+pub mod addr;
+pub mod clock;
+pub mod error;
+pub mod exec;
+pub mod join;
+pub mod memory;
+pub mod quorum;
+pub mod rtt;
+pub mod space;
+pub mod value;

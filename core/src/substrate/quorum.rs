@@ -1,0 +1,384 @@
+//! Waiting for a majority: the paper's "wait until a majority replied",
+//! which must never block on the late replicas.
+//!
+//! [`quorum`] polls one future per replica and resolves as soon as `need` of
+//! them succeeded, or as soon as so many failed that `need` can no longer be
+//! reached. The late futures are dropped: an operation they posted may still
+//! be applied by its node, which the protocols of the core tolerate (their
+//! remote writes are monotone or guarded by CAS).
+//!
+//! [`quorum_first`], the one on every common path of the registers, hands
+//! each reply to the caller as it arrives instead of collecting them: the
+//! caller folds what it needs (a maximum, a mask of holders) and nothing
+//! per replica is stored or moved.
+
+use core::future::{Future, poll_fn};
+use core::pin::{Pin, pin};
+use core::task::Poll;
+
+use crate::substrate::exec::{Cold, cold, pin_cold};
+
+/// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
+pub const MAX_REPLICAS: usize = 8;
+// Replica sets are `u16` bit masks (`Tally`, `mask`, `gather`).
+const _: () = assert!(MAX_REPLICAS <= 16);
+
+/// What each replica's future returned by the time the quorum resolved.
+#[derive(Debug)]
+pub struct Replies<T, E> {
+    /// One slot per future, in the order given; `None` for those still
+    /// pending when the quorum resolved.
+    pub results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS>,
+    /// How many succeeded.
+    pub ok: usize,
+    /// How many failed.
+    pub failed: usize,
+}
+
+impl<T, E> Replies<T, E> {
+    /// Whether at least `need` replicas succeeded.
+    pub fn reached(&self, need: usize) -> bool {
+        self.ok >= need
+    }
+
+    /// The successful results with their replica index.
+    pub fn oks(&self) -> impl Iterator<Item = (usize, &T)> {
+        self.results.iter().enumerate().filter_map(|(i, r)| match r {
+            Some(Ok(v)) => Some((i, v)),
+            _ => None,
+        })
+    }
+
+    /// The first error, if any replica failed.
+    pub fn first_error(&self) -> Option<&E> {
+        self.results.iter().find_map(|r| match r {
+            Some(Err(e)) => Some(e),
+            _ => None,
+        })
+    }
+}
+
+/// How a [`quorum_first`] ended: counts and masks (bit `i` for replica `i`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// How many succeeded.
+    pub ok: usize,
+    /// How many failed.
+    pub failed: usize,
+    /// Which were started.
+    pub started: u16,
+    /// Which answered (their result went to the caller).
+    pub answered: u16,
+}
+
+impl Tally {
+    /// Whether at least `need` replicas succeeded.
+    pub fn reached(&self, need: usize) -> bool {
+        self.ok >= need
+    }
+}
+
+/// A majority of `n`: `n / 2 + 1`.
+pub const fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The replicas of `0..n` that `f` accepts, as a mask (bit `i` for `i`).
+pub fn mask(n: usize, f: impl Fn(usize) -> bool) -> u16 {
+    (0..n.min(MAX_REPLICAS)).filter(|&i| f(i)).fold(0, |m, i| m | 1 << i)
+}
+
+/// Polls every future of `futs` concurrently until `need` of them returned
+/// `Ok`, or until `need` can no longer be reached, or until all completed.
+pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    collect(futs, Some(need)).await
+}
+
+/// Polls every future of `futs` concurrently until all of them completed,
+/// successfully or not: for work that must reach every node it can.
+pub async fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    collect(futs, None).await
+}
+
+/// [`quorum`] and [`join_all`]: every future started at once, their
+/// results kept by index.
+async fn collect<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: Option<usize>) -> Replies<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let mut results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS> = futs.iter().map(|_| None).collect();
+    let slots = futs.into_iter().map(|f| Some(cold(|| f))).collect();
+    let tally = gather(slots, 0, need, None::<fn(usize) -> F>, |i, r| results[i] = Some(r)).await;
+    Replies { results, ok: tally.ok, failed: tally.failed }
+}
+
+/// Majority first (SWARM §6): starts `op(i)` for only `need` of the
+/// replicas `0..n`, those in the mask `first` before the others, each in
+/// index order; each time one fails, starts one more, so that `need` can
+/// still succeed, until `need` did or every replica answered. Saves the
+/// bandwidth and work of the replicas beyond a majority; a failed (or
+/// timed-out) replica costs a roundtrip more.
+///
+/// Each reply goes to `on_reply(i, result)` as it arrives (replica `i`);
+/// the tally says which were started and which answered.
+///
+/// (A plain function returning [`gather`]'s future, not an `async fn`: on
+/// every common path, a level of future less to poll.)
+pub fn quorum_first<F, T, E>(
+    n: usize,
+    need: usize,
+    first: u16,
+    op: impl FnMut(usize) -> F,
+    on_reply: impl FnMut(usize, Result<T, E>),
+) -> impl Future<Output = Tally>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let slots = (0..n.min(MAX_REPLICAS)).map(|_| None).collect();
+    gather(slots, first, Some(need), Some(op), on_reply)
+}
+
+/// How many of the futures that [`quorum_first`] starts are kept inline in
+/// its own future rather than boxed: the first majority of the common three
+/// replicas, so that an operation that meets no failure allocates nothing.
+const INLINE: usize = 2;
+
+/// Where the future of one replica is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Not started.
+    Nowhere,
+    /// In `inline[k]`.
+    Inline(u8),
+    /// In its slot of `slots`, boxed.
+    Boxed,
+}
+
+/// Polls the futures in `slots` concurrently until `need` (if given)
+/// succeeded, `need` is out of reach, or all completed, handing each result
+/// to `on_reply` as it comes. Empty slots are started with `more` (those in
+/// `first` before the others, each in index order) whenever fewer than
+/// `need` could still succeed: at the start, and after each failure. The
+/// first [`INLINE`] futures `more` makes are kept inline; the others, and
+/// those given in `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot
+/// per possible replica would make every caller's future large.
+async fn gather<F, T, E>(
+    slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
+    first: u16,
+    need: Option<usize>,
+    mut more: Option<impl FnMut(usize) -> F>,
+    mut on_reply: impl FnMut(usize, Result<T, E>),
+) -> Tally
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let n = slots.len();
+    let all: u16 = if n == 0 { 0 } else { u16::MAX >> (16 - n) };
+    let mut tally = Tally::default();
+    let mut at = [At::Nowhere; MAX_REPLICAS];
+    // Started and not failed: succeeded or pending.
+    let mut live = 0;
+    for (i, slot) in slots.iter().enumerate() {
+        if slot.is_some() {
+            tally.started |= 1 << i;
+            at[i] = At::Boxed;
+            live += 1;
+        }
+    }
+    let need_live = need.unwrap_or(n);
+    let mut futs = pin!((slots, heapless::Vec::<F, INLINE>::new()));
+    poll_fn(|cx| {
+        // SAFETY: structural pinning of the elements of two pinned
+        // `heapless::Vec`s. Both store their elements inline, and they are
+        // pinned for the rest of this function: they are never moved. The
+        // first is never pushed to, popped from or resized, and a slot is
+        // only ever assigned while it holds `None` (nothing pinned is
+        // overwritten); the second is only pushed to, which writes a fresh
+        // slot and moves no element. So no element moves between polls or
+        // before it is dropped in place when the pair is dropped. We only
+        // hand out `Pin<&mut F>` to the futures, and never move out.
+        let (slots, inline): (&mut heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>, &mut heapless::Vec<F, INLINE>) = {
+            let pair = unsafe { Pin::get_unchecked_mut(futs.as_mut()) };
+            (&mut pair.0, &mut pair.1)
+        };
+        let slots = slots.as_mut_slice();
+        loop {
+            // Start replicas until `need` can succeed even if no other fails.
+            while let Some(make) = more.as_mut()
+                && tally.started != all
+                && live < need_live
+            {
+                let idle = all & !tally.started;
+                let pick = if idle & first != 0 { idle & first } else { idle };
+                let i = pick.trailing_zeros() as usize;
+                if !inline.is_full() {
+                    at[i] = At::Inline(inline.len() as u8);
+                    // Cannot fail: it is not full.
+                    let _ = inline.push(make(i));
+                } else {
+                    slots[i] = Some(cold(|| make(i)));
+                    at[i] = At::Boxed;
+                }
+                tally.started |= 1 << i;
+                live += 1;
+            }
+            let mut failed_now = false;
+            let mut pending = tally.started & !tally.answered;
+            while pending != 0 {
+                let i = pending.trailing_zeros() as usize;
+                pending &= pending - 1;
+                // SAFETY: see above; each future is an element of one of the
+                // two pinned vectors (a boxed one is pinned by its box).
+                let fut: Pin<&mut F> = match at[i] {
+                    At::Nowhere => continue,
+                    At::Inline(k) => match inline.get_mut(k as usize) {
+                        Some(f) => unsafe { Pin::new_unchecked(f) },
+                        None => continue,
+                    },
+                    At::Boxed => match slots[i].as_mut() {
+                        Some(f) => pin_cold(unsafe { Pin::new_unchecked(f) }),
+                        None => continue,
+                    },
+                };
+                if let Poll::Ready(r) = fut.poll(cx) {
+                    if r.is_ok() {
+                        tally.ok += 1;
+                    } else {
+                        tally.failed += 1;
+                        live -= 1;
+                        failed_now = true;
+                    }
+                    tally.answered |= 1 << i;
+                    on_reply(i, r);
+                }
+            }
+            let done = tally.answered == all;
+            let enough = need.is_some_and(|need| tally.ok >= need || n.saturating_sub(tally.failed) < need);
+            if enough || done {
+                return Poll::Ready(());
+            }
+            // A failure calls for another replica: start it and poll it now.
+            if !failed_now || tally.started == all {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await;
+    tally
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::substrate::exec::{block_on, yield_now};
+
+    async fn after(polls: usize, r: Result<usize, &'static str>) -> Result<usize, &'static str> {
+        for _ in 0..polls {
+            yield_now().await;
+        }
+        r
+    }
+
+    fn futs(
+        spec: &[(usize, Result<usize, &'static str>)],
+    ) -> heapless::Vec<impl Future<Output = Result<usize, &'static str>>, MAX_REPLICAS> {
+        spec.iter().map(|&(p, r)| after(p, r)).collect()
+    }
+
+    #[test]
+    fn resolves_at_majority_without_the_late_one() {
+        let r = block_on(quorum(futs(&[(0, Ok(0)), (1000, Ok(1)), (1, Ok(2))]), 2));
+        assert!(r.reached(2));
+        assert!(r.results[1].is_none(), "the late replica must not be waited for");
+        assert_eq!(r.oks().map(|(i, _)| i).collect::<heapless::Vec<_, 8>>().as_slice(), &[0, 2]);
+    }
+
+    #[test]
+    fn gives_up_when_majority_is_impossible() {
+        let r = block_on(quorum(futs(&[(0, Err("down")), (1_000_000, Ok(1)), (0, Err("down"))]), 2));
+        assert!(!r.reached(2));
+        assert_eq!(r.failed, 2);
+        assert_eq!(r.first_error(), Some(&"down"));
+    }
+
+    #[test]
+    fn failures_below_the_limit_are_tolerated() {
+        let r = block_on(quorum(futs(&[(0, Err("down")), (3, Ok(1)), (2, Ok(2))]), 2));
+        assert!(r.reached(2));
+    }
+
+    #[test]
+    fn join_all_waits_for_every_future_even_after_failures() {
+        let r = block_on(join_all(futs(&[(0, Err("down")), (50, Ok(1)), (3, Ok(2))])));
+        assert_eq!((r.ok, r.failed), (2, 1));
+        assert!(r.results.iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn majority_first_starts_a_majority_and_widens_on_failure() {
+        use core::cell::RefCell;
+        let spec = [(0, Ok(0)), (2, Ok(1)), (1, Ok(2)), (0, Ok(3)), (0, Ok(4))];
+        let started = RefCell::new(heapless::Vec::<usize, 8>::new());
+        let op = |i: usize| {
+            let _ = started.borrow_mut().push(i);
+            after(spec[i].0, spec[i].1)
+        };
+        // Replicas 1 and 2 are suspected: 0, 3 and 4 go first.
+        let r = block_on(quorum_first(5, 3, mask(5, |i| i != 1 && i != 2), op, |_, _| {}));
+        assert!(r.reached(3));
+        assert_eq!(started.borrow().as_slice(), &[0, 3, 4], "only a majority is started");
+        let spec = [(0, Err("down")), (2, Ok(1)), (5, Ok(2)), (1, Err("down")), (0, Ok(4))];
+        let started = RefCell::new(heapless::Vec::<usize, 8>::new());
+        let op = |i: usize| {
+            let _ = started.borrow_mut().push(i);
+            after(spec[i].0, spec[i].1)
+        };
+        let r = block_on(quorum_first(5, 3, mask(5, |_| true), op, |_, _| {}));
+        assert!(r.reached(3));
+        assert_eq!(started.borrow().as_slice(), &[0, 1, 2, 3, 4], "each failure starts one more");
+        assert_eq!((r.ok, r.failed), (3, 2));
+    }
+
+    #[test]
+    fn majority_first_hands_each_reply_over_once_as_it_arrives() {
+        // 0 is suspected: 1 and 2 go first; 2 fails at once, which starts 0;
+        // 1 answers next, 0 last.
+        let spec = [(1000, Ok(0)), (2, Ok(1)), (0, Err("down"))];
+        let mut seen = heapless::Vec::<(usize, Result<usize, &str>), 8>::new();
+        let tally = block_on(quorum_first(
+            3,
+            2,
+            0b110,
+            |i| after(spec[i].0, spec[i].1),
+            |i, r| {
+                let _ = seen.push((i, r));
+            },
+        ));
+        assert_eq!(seen.as_slice(), &[(2, Err("down")), (1, Ok(1)), (0, Ok(0))]);
+        assert_eq!(tally, Tally { ok: 2, failed: 1, started: 0b111, answered: 0b111 });
+        // Two failures: the majority is out of reach, the slow 0 is not waited for.
+        let spec = [(1000, Ok(0)), (0, Err("down")), (0, Err("down"))];
+        let tally = block_on(quorum_first(3, 2, 0b111, |i| after(spec[i].0, spec[i].1), |_, _| {}));
+        assert_eq!(tally, Tally { ok: 0, failed: 2, started: 0b111, answered: 0b110 });
+        assert!(!tally.reached(2));
+    }
+
+    #[test]
+    fn majority_first_gives_up_when_too_many_fail() {
+        let spec = [(0, Err("down")), (2, Ok(1)), (1, Err("down"))];
+        let r = block_on(quorum_first(3, 2, 0b111, |i| after(spec[i].0, spec[i].1), |_, _| {}));
+        assert!(!r.reached(2));
+        assert_eq!(r.failed, 2);
+    }
+
+    #[test]
+    fn majority_sizes() {
+        assert_eq!([1, 2, 3, 5, 7].map(majority), [1, 2, 2, 3, 4]);
+    }
+}

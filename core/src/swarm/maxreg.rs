@@ -1,0 +1,578 @@
+//! The reliable max register of SWARM Appendix A (Algorithm "wmr"), over
+//! 2f+1 In-n-Out replicas (§4): a max register of `(metadata, value)`
+//! tuples that tolerates the crash of a minority of its memory nodes.
+//!
+//! Each client keeps, per replica, the largest tuple it knows the replica
+//! holds (`cache[r]`, [`crate::swarm::inout::ReplicaCache`]).
+//! - `inner_write(v)`: write `v` to the replicas known to be behind, and
+//!   wait until a majority is known to hold at least `v` (0 roundtrips when
+//!   it already is).
+//! - `READ`: read every replica, wait for a majority, take the largest
+//!   tuple, and write it back with `inner_write` (usually 0 roundtrips).
+//!
+//! The value of the largest tuple comes from a matching in-place copy in one
+//! of the replies, or else from the out-of-place copy its metadata names.
+
+use crate::objects::max::MaxOutcome;
+use crate::substrate::clock::Clock;
+use crate::substrate::exec::cold;
+use crate::substrate::quorum::{MAX_REPLICAS, majority, mask, quorum, quorum_first};
+use crate::substrate::value::Value;
+use crate::swarm::client::ClientCtx;
+use crate::swarm::inout::{InOutError, Layout, Replica, ReplicaCache, Reply, WriteReply, max_word};
+use crate::swarm::meta::Meta;
+use crate::{Memory, NodeId, RemoteAddr};
+
+use core::fmt;
+
+/// A failure of a replicated operation. Failures of a minority of replicas
+/// are not errors; these are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RegError {
+    /// No majority of replicas answered; the first failure is given.
+    NoQuorum(InOutError),
+    /// A value larger than the register's layout allows.
+    ValueTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: u64,
+    },
+    /// Remote data that cannot be right; retrying may help.
+    Corrupt(NodeId),
+    /// The client could not name a write (ids, log or timestamps exhausted).
+    Client(crate::swarm::client::ClientError),
+    /// A read looped past the bound of Lemma C.5: a bug, never expected.
+    NotWaitFree,
+    /// The register holds the deletion marker ([`Meta::DELETED`]): the write
+    /// did not take effect (SWARM-KV §5.3.3).
+    Deleted,
+}
+
+impl fmt::Display for RegError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegError::NoQuorum(e) => write!(f, "no majority of replicas answered: {e}"),
+            RegError::ValueTooLarge { len, max } => write!(f, "value of {len} bytes exceeds the limit of {max}"),
+            RegError::Corrupt(n) => write!(f, "{n}: corrupt data"),
+            RegError::Client(e) => write!(f, "client: {e}"),
+            RegError::NotWaitFree => write!(f, "read exceeded its iteration bound"),
+            RegError::Deleted => write!(f, "the register was deleted"),
+        }
+    }
+}
+
+impl From<crate::swarm::client::ClientError> for RegError {
+    fn from(e: crate::swarm::client::ClientError) -> Self {
+        RegError::Client(e)
+    }
+}
+
+/// Errors that may say a node is down (not a bad request).
+trait NodeFailure {
+    fn is_node_failure(&self) -> bool;
+}
+
+impl NodeFailure for crate::MemError {
+    fn is_node_failure(&self) -> bool {
+        !self.is_request_error()
+    }
+}
+
+impl NodeFailure for InOutError {
+    fn is_node_failure(&self) -> bool {
+        matches!(self, InOutError::Mem(e) if !e.is_request_error())
+    }
+}
+
+/// The error of a majority that did not answer: the first failure seen
+/// (there is one unless the register has fewer replicas than a majority).
+fn no_quorum(first_err: Option<InOutError>) -> RegError {
+    RegError::NoQuorum(first_err.unwrap_or(InOutError::BadLayout))
+}
+
+/// Where a replicated register lives: one In-n-Out object per replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Register {
+    /// The objects' shape.
+    pub layout: Layout,
+    /// One object per replica node (2f+1 of them).
+    pub replicas: heapless::Vec<Replica, MAX_REPLICAS>,
+}
+
+/// One client's knowledge of one register's replicas.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegCache {
+    /// Per replica, in the register's order.
+    pub replicas: [ReplicaCache; MAX_REPLICAS],
+}
+
+impl Register {
+    /// Allocates and clears a register on `nodes` (one object on each).
+    pub async fn create<M: Memory, C: Clock>(
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        nodes: &[NodeId],
+        layout: Layout,
+    ) -> Result<Register, RegError> {
+        let mut replicas = heapless::Vec::new();
+        for (r, &node) in nodes.iter().enumerate() {
+            let size = layout.of_replica(r).size();
+            let a = ctx.slab.alloc(mem, node, size).await.map_err(|_| RegError::Corrupt(node))?;
+            let _ = replicas.push(Replica { node, base: a.offset });
+        }
+        let zeros = [0u8; 8 * crate::swarm::inout::MAX_META_WORDS as usize + 16];
+        let clear =
+            |r: usize| &zeros[..(8 * layout.meta_words as usize + 16).min(layout.of_replica(r).size() as usize)];
+        let futs = replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r): (usize, &Replica)| mem.write(RemoteAddr::new(r.node, r.base), clear(i)))
+            .collect();
+        let done = quorum(futs, replicas.len()).await;
+        if let Some(e) = done.first_error() {
+            return Err(RegError::NoQuorum(InOutError::Mem(*e)));
+        }
+        Ok(Register { layout, replicas })
+    }
+
+    fn need(&self) -> usize {
+        majority(self.replicas.len())
+    }
+
+    /// Whether this client knows a majority holds at least `meta`.
+    fn held_by_majority(&self, cache: &RegCache, meta: Meta) -> bool {
+        (0..self.replicas.len()).filter(|&r| cache.replicas[r].max >= meta).count() >= self.need()
+    }
+
+    /// Notes whether replica `r`'s node failed, from one of its answers.
+    fn note<C: Clock, T, E: NodeFailure>(&self, ctx: &mut ClientCtx<C>, r: usize, res: &Result<T, E>) {
+        let failed = res.as_ref().err().is_some_and(NodeFailure::is_node_failure);
+        ctx.note(self.replicas[r].node, failed);
+    }
+
+    /// The replicas this client does not suspect (majority first tries
+    /// them before the others).
+    fn trusted<C: Clock>(&self, ctx: &ClientCtx<C>, replica: impl Fn(usize) -> usize, n: usize) -> u16 {
+        mask(n, |j| !ctx.suspects(self.replicas[replica(j)].node))
+    }
+
+    /// Checks that `value` fits the register, before anything is spent on it.
+    pub fn check_value(&self, value: &[u8]) -> Result<(), RegError> {
+        if value.len() as u64 > self.layout.max_value {
+            return Err(RegError::ValueTooLarge { len: value.len(), max: self.layout.max_value });
+        }
+        Ok(())
+    }
+
+    /// `inner_write(meta, value)`: returns as soon as a majority is known
+    /// to hold at least `meta`, at once if this client already knows it.
+    pub async fn write<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        value: &[u8],
+    ) -> Result<Meta, RegError> {
+        self.write_inner(ctx, mem, cache, meta, value, false).await
+    }
+
+    /// `M.WRITE(meta, value)` in parallel with `M.READ()`, as Safe-Guess'
+    /// write needs (§3.2, line 6): writes to every replica, never from
+    /// cached knowledge, and returns the largest metadata the majority that
+    /// answered held (the weak read of App. A.2, for free with the write:
+    /// each replica's MAX reports what it found).
+    pub async fn write_and_read<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        value: &[u8],
+    ) -> Result<Meta, RegError> {
+        self.write_inner(ctx, mem, cache, meta, value, true).await
+    }
+
+    async fn write_inner<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        value: &[u8],
+        read: bool,
+    ) -> Result<Meta, RegError> {
+        self.check_value(value)?;
+        let n = self.replicas.len();
+        // The replicas this client knows to hold `meta` or more (none for a
+        // write that must also read), and the largest tuple they hold.
+        let (mut known, mut seen) = (0u16, meta);
+        for (r, c) in cache.replicas[..n].iter().enumerate() {
+            if !read && c.max >= meta {
+                known |= 1 << r;
+                seen = seen.max(c.max);
+            }
+        }
+        let already = known.count_ones() as usize;
+        if already >= self.need() {
+            return Ok(seen);
+        }
+        // Where the value goes on each replica that is behind (cached, so
+        // usually no roundtrip). A replica whose log cannot be reached now
+        // is left out, like one that does not answer.
+        let (mut behind, mut nodes) = ([0usize; MAX_REPLICAS], heapless::Vec::<NodeId, MAX_REPLICAS>::new());
+        for (r, rep) in self.replicas.iter().enumerate() {
+            if known & (1 << r) == 0 {
+                behind[nodes.len()] = r;
+                let _ = nodes.push(rep.node);
+            }
+        }
+        let mut entries = heapless::Vec::new();
+        let mut first_err = None;
+        // The deletion marker has no value and no log entry.
+        let found = if meta.is_deleted() {
+            nodes.iter().all(|&n| entries.push(RemoteAddr::new(n, 0)).is_ok())
+        } else {
+            ctx.logs.cached_entries(&nodes, meta.client(), meta.log_id(), &mut entries)
+        };
+        if !found {
+            entries.clear();
+            let looked_up =
+                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await;
+            for (j, entry) in looked_up.into_iter().enumerate() {
+                match entry {
+                    Ok(Some(e)) => {
+                        let _ = entries.push(e);
+                        behind[entries.len() - 1] = behind[j];
+                    }
+                    Ok(None) => first_err = first_err.or(Some(InOutError::Corrupt(nodes[j]))),
+                    Err(e) => first_err = first_err.or(Some(InOutError::from(e))),
+                }
+            }
+        }
+        let targets: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> =
+            entries.iter().enumerate().map(|(j, &e)| (behind[j], e)).collect();
+        let (layout, id) = (self.layout, ctx.id);
+        let mut seeds = [0u64; MAX_REPLICAS];
+        for (j, &(r, _)) in targets.iter().enumerate() {
+            seeds[j] = cache.replicas[r].mine;
+        }
+        let op = |j: usize| {
+            let (r, entry) = targets[j];
+            let (rep, seed, layout) = (self.replicas[r], seeds[j], layout.of_replica(r));
+            async move {
+                match meta.is_deleted() {
+                    true => rep.delete(mem, &layout, id, seed).await,
+                    false => rep.write(mem, &layout, entry, seed, meta, value).await,
+                }
+            }
+        };
+        let want = self.need() - already;
+        let first = self.trusted(ctx, |j| targets[j].0, targets.len());
+        let on_reply = |j: usize, res: Result<WriteReply, InOutError>| {
+            let r = targets[j].0;
+            self.note(ctx, r, &res);
+            match res {
+                Ok(reply) => {
+                    let c = &mut cache.replicas[r];
+                    c.mine = match reply.outcome {
+                        MaxOutcome::Installed { .. } => meta.0,
+                        MaxOutcome::Superseded { found } => found.max(c.mine),
+                    };
+                    c.max = c.max.max(reply.seen);
+                    seen = seen.max(reply.seen);
+                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        };
+        let replies = quorum_first(targets.len(), want, first, op, on_reply).await;
+        // Started but not waited for (the majority answered first). Its
+        // first CAS most likely installed `meta`: seed the next MAX with it,
+        // so that a slow replica does not stay behind for lack of a retry.
+        // `max` only ever holds what a replica was seen to hold, so it is
+        // left alone. Replicas never started changed nothing.
+        for (j, &(r, _)) in targets.iter().enumerate() {
+            if replies.started & !replies.answered & (1 << j) != 0 {
+                let c = &mut cache.replicas[r];
+                c.mine = c.mine.max(meta.0);
+            }
+        }
+        if !replies.reached(want) {
+            return Err(no_quorum(first_err));
+        }
+        Ok(seen)
+    }
+
+    /// Writes the deletion marker [`Meta::DELETED`] to a majority (SWARM-KV
+    /// §5.3.2): it is larger than any tuple, so the register reads as deleted
+    /// from then on, and writes fail. A client that already knows a
+    /// majority holds the marker (a delete completed before) sends nothing
+    /// and answers `true`; otherwise `false`. (Whether a marker found on a
+    /// replica was there first cannot tell a first delete from a second:
+    /// readers write markers back.)
+    pub async fn delete<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<bool, RegError> {
+        if self.held_by_majority(cache, Meta::DELETED) {
+            return Ok(true);
+        }
+        self.write_inner(ctx, mem, cache, Meta::DELETED, &[], false).await?;
+        Ok(false)
+    }
+
+    /// The weak read of App. A.2: the largest metadata a majority holds,
+    /// without the value and without write-back (one roundtrip, always).
+    /// Enough to learn a fresh timestamp (ABD's write); it does not give
+    /// read-read monotonicity, which the full [`Register::read`] does.
+    pub async fn read_meta<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<Meta, RegError> {
+        let words = self.layout.meta_words as usize;
+        let op = |r: usize| mem.read(RemoteAddr::new(self.replicas[r].node, self.replicas[r].base), 8 * words);
+        let first = self.trusted(ctx, |r| r, self.replicas.len());
+        let (mut max, mut first_err) = (Meta::BOTTOM, None);
+        let on_reply = |r: usize, res: Result<M::Buf, crate::MemError>| {
+            self.note(ctx, r, &res);
+            match res {
+                Ok(buf) => {
+                    let m = max_word(&buf, words);
+                    cache.replicas[r].max = cache.replicas[r].max.max(m);
+                    max = max.max(m);
+                }
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        };
+        let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
+        if !replies.reached(self.need()) {
+            return Err(no_quorum(first_err.map(InOutError::Mem)));
+        }
+        Ok(max)
+    }
+
+    /// READ: the largest tuple of a majority, written back to a majority.
+    pub async fn read<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<(Meta, Value<M::Buf>), RegError> {
+        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
+        // The value: a matching in-place copy, else the out-of-place one.
+        let value = match in_place {
+            Some(v) => v,
+            None => cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?,
+        };
+        if !self.held_by_majority(cache, max) {
+            cold(|| self.write(ctx, mem, cache, max, &value)).await?;
+        }
+        Ok((max, value))
+    }
+
+    /// READ's roundtrip: the largest tuple a majority holds, its value if
+    /// an in-place copy matched, and which replicas hold it (bit `r` for
+    /// replica `r`), folded from the replies as they arrive: only the
+    /// chosen in-place value outlives them.
+    async fn read_replicas<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
+        let (layout, id) = (self.layout, ctx.id);
+        let op = |r: usize| self.replicas[r].read(mem, layout.of_replica(r), id);
+        let first = self.trusted(ctx, |r| r, self.replicas.len());
+        let (mut max, mut holders, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, None, None);
+        let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {
+            self.note(ctx, r, &res);
+            let reply = match res {
+                Ok(reply) => reply,
+                Err(e) => return first_err = first_err.or(Some(e)),
+            };
+            let c = &mut cache.replicas[r];
+            c.max = c.max.max(reply.meta);
+            c.mine = reply.word;
+            if reply.meta > max {
+                (max, holders, in_place) = (reply.meta, 0, None);
+            }
+            if reply.meta == max {
+                holders |= 1 << r;
+                // Any matching in-place copy will do: its hash binds it to `max`.
+                if in_place.is_none() {
+                    in_place = reply.value;
+                }
+            }
+        };
+        let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
+        if !replies.reached(self.need()) {
+            return Err(no_quorum(first_err));
+        }
+        Ok((max, in_place, holders))
+    }
+
+    /// The value of `max` from the log entry its metadata names, on one of
+    /// the replicas that hold it (`holders`, bit `r` for replica `r`).
+    async fn read_out_of_place<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        holders: u16,
+        max: Meta,
+    ) -> Result<Value<M::Buf>, RegError> {
+        let mut last = RegError::Corrupt(self.replicas[0].node);
+        for (r, &rep) in self.replicas.iter().enumerate() {
+            if holders & (1 << r) == 0 {
+                continue;
+            }
+            // Where the value is: known to this client (no roundtrip), or
+            // looked up in the node's log directory (a writer or segment
+            // this client has not seen yet).
+            let found = match ctx.logs.cached_entry(rep.node, max.client(), max.log_id()) {
+                Some((entry, geo)) => Ok((entry, geo.max_value())),
+                None => cold(|| find_entry(ctx, mem, rep.node, max)).await,
+            };
+            let (entry, geo_max) = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            match rep.read_out_of_place(mem, &self.layout.of_replica(r), entry, geo_max).await {
+                Ok(v) => return Ok(v),
+                Err(InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
+                Err(e) => last = RegError::NoQuorum(e),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The log entry of `max` on `node` and the largest value its entries
+/// hold, from the node's log directory (one or two roundtrips).
+async fn find_entry<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    node: NodeId,
+    max: Meta,
+) -> Result<(RemoteAddr, u64), RegError> {
+    let failed = |e| RegError::NoQuorum(InOutError::from(e));
+    let entry = ctx.logs.entry(mem, node, max.client(), max.log_id(), None).await.map_err(failed)?;
+    let geo = ctx.logs.geometry(mem, node).await.map_err(failed)?;
+    Ok((entry.ok_or(RegError::Corrupt(node))?, geo.max_value()))
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::rc::Rc;
+    use alloc::vec::Vec;
+    use core::cell::RefCell;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::sim::{CrashMode, Sim, SimConfig};
+    use crate::substrate::space::region::Region;
+    use crate::swarm::writerlog::{self, LogGeometry};
+
+    /// (client, meta written or read, invoked, returned, is_write, weak read)
+    type Event = (u8, Meta, u64, u64, bool, bool);
+
+    fn run(seed: u64, replicas: usize, writers: u8, readers: u8, crash: bool) -> Vec<Event> {
+        let mut sim = Sim::new(SimConfig {
+            seed,
+            nodes: replicas,
+            node_size: 4 << 20,
+            max_piece_gap_ns: 400,
+            ..SimConfig::default()
+        });
+        let admin = sim.client();
+        let layout = Layout::new(1 + (seed % 3) as u32, 64).unwrap();
+        let reg = sim
+            .block_on(async move {
+                let geo = LogGeometry::new(64, 64 << 10, 16).unwrap();
+                for n in 0..replicas as u16 {
+                    Region::format(&admin, NodeId(n), 4 << 20, 64 << 10).await.unwrap();
+                    writerlog::format(&admin, NodeId(n), geo).await.unwrap();
+                }
+                let nodes: Vec<NodeId> = (0..replicas as u16).map(NodeId).collect();
+                let mut ctx = ClientCtx::new(100, || 0).unwrap();
+                Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap()
+            })
+            .unwrap();
+        if crash {
+            let node = sim.random(0, replicas as u64 - 1) as usize;
+            let at = sim.now() + sim.random(0, 20_000);
+            sim.crash_node_at(node, at, CrashMode::Hang);
+        }
+        let events = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..writers + readers {
+            let id = i + 1;
+            let m = sim.client();
+            let (reg, events, mem) = (reg.clone(), events.clone(), m.clone());
+            sim.spawn(&m, async move {
+                let mut ctx = ClientCtx::new(id, || 0).unwrap();
+                let mut cache = RegCache::default();
+                for k in 1..=5u64 {
+                    mem.sleep(mem.random(0, 2_000)).await;
+                    let t0 = mem.now();
+                    if id <= writers {
+                        let meta = Meta::new(mem.random(1, 50), (id as u32) * 100 + k as u32, id);
+                        let v = [id; 16];
+                        reg.write(&mut ctx, &mem, &mut cache, meta, &v).await.unwrap();
+                        events.borrow_mut().push((id, meta, t0, mem.now(), true, false));
+                    } else if k % 2 == 0 {
+                        // The weak read: no value, no write-back; still at
+                        // least every write completed before it.
+                        let meta = reg.read_meta(&mut ctx, &mem, &mut cache).await.unwrap();
+                        events.borrow_mut().push((id, meta, t0, mem.now(), false, true));
+                    } else {
+                        let (meta, v) = reg.read(&mut ctx, &mem, &mut cache).await.unwrap();
+                        assert!(meta.is_bottom() || v.iter().all(|&b| b == meta.client()), "value of another write");
+                        events.borrow_mut().push((id, meta, t0, mem.now(), false, false));
+                    }
+                }
+            });
+        }
+        sim.run().unwrap();
+        events.borrow().clone()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// App. A's specification: validity, read-read and write-read
+        /// monotonicity, wait-freedom (every operation returns), under
+        /// random schedules and a crashed minority.
+        #[test]
+        fn reliable_max_register_specification(seed in any::<u64>(), five in any::<bool>(), w in 1u8..4, r in 1u8..4, crash in any::<bool>()) {
+            let ev = run(seed, if five { 5 } else { 3 }, w, r, crash);
+            prop_assert_eq!(ev.len(), 5 * (w + r) as usize);
+            for &(_, m, _, ret, is_write, _) in &ev {
+                if is_write || m.is_bottom() {
+                    continue;
+                }
+                // Validity: some write of m was invoked before the read returned.
+                prop_assert!(ev.iter().any(|&(_, wm, inv, _, wr, _)| wr && wm == m && inv <= ret));
+            }
+            for &(_, m, inv, _, is_write, _) in &ev {
+                if is_write {
+                    continue;
+                }
+                for &(_, m2, _, ret2, w2, weak2) in &ev {
+                    // Monotonicity: every write, and every full read, that
+                    // completed before this read began is not above it (weak
+                    // reads promise nothing to later reads).
+                    if ret2 < inv && (w2 || !weak2) {
+                        prop_assert!(m >= m2, "read {:?} after completed op of {:?}", m, m2);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Safe-Guess (SWARM §3.2, Appendix C): a linearizable, wait-free
+//! multi-writer register over a reliable max register M of
+//! `(timestamp, flag, value)` tuples and one timestamp lock per write.
+//!
+//! ```text
+//! WRITE(v):
+//!   w = (guessTs(), GUESSED, v)
+//!   in parallel: m = M.READ(); M.WRITE(w)      # one pipeline per replica
+//!   if m <= w: background M.WRITE((w.ts, VERIFIED, v)); return     # 1 RTT
+//!   if TSL[w].TRYLOCK(w.ts, WRITE): M.WRITE(((m.ts.time + 1, tid), VERIFIED, v))
+//!
+//! READ():
+//!   loop:
+//!     m = M.READ()
+//!     if m is VERIFIED: return m.value                              # 1 RTT
+//!     p = m.ts.tid
+//!     if seen[p] == m and TSL[m].TRYLOCK(m.ts, READ):
+//!       background M.WRITE((m.ts, VERIFIED, m.value)); return m.value
+//!     if seen[p] exists and seen[p] != m: return seen[p].value
+//!     seen[p] = m
+//! ```
+//!
+//! `M.READ` in the write is the weak read that the CAS of each replica's
+//! MAX returns anyway (App. A.2); the proof's cases that need read-read
+//! monotonicity there are covered because every tuple a reader returns was
+//! written back to a majority first. The lock of a write lives in its log
+//! entry ([`crate::swarm::writerlog`]), one CAS word per replica node, so a lock
+//! is only ever taken at that write's guessed timestamp.
+//!
+//! A register may hold the deletion marker [`Meta::DELETED`] of SWARM-KV
+//! (§5.3.2), which [`Register::delete`] writes: a read then returns it (it is
+//! VERIFIED), and a write that sees it takes its own timestamp lock. If a
+//! reader locked it first, the write was returned by that reader and stands,
+//! ordered before the delete; otherwise it fails with [`RegError::Deleted`]
+//! and no reader will ever return it.
+//!
+//! A read returning `seen[p]` after seeing a newer tuple from `p` relies on
+//! `p` having started a newer write, which implies the older one completed
+//! (one outstanding operation per writer, Assumption 2 of App. C).
+
+use crate::objects::tslock::{Mode, try_lock};
+use crate::substrate::clock::Clock;
+use crate::substrate::exec::cold;
+use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::value::Value;
+use crate::swarm::client::ClientCtx;
+use crate::swarm::maxreg::{RegCache, RegError, Register};
+use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta};
+use crate::swarm::writerlog::LogError;
+use crate::{Memory, RemoteAddr};
+
+/// How a write completed, for statistics (the paper's §7.8 breakdown).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WritePath {
+    /// The guessed timestamp was fresh.
+    Fast,
+    /// Stale guess; the writer locked readers out and rewrote the value.
+    Rewritten,
+    /// Stale guess, but a reader had already locked the timestamp: the
+    /// write stands as it is.
+    ReaderLocked,
+}
+
+/// Bound on read iterations (Lemma C.5: two per writer, plus one).
+const MAX_ITERATIONS: usize = 2 * (MAX_CLIENT as usize + 1) + 1;
+/// Tuples a read remembers (one per writer seen).
+const SEEN: usize = 32;
+
+/// Safe-Guess WRITE of `value` to `reg`. Returns the tuple it linearized
+/// under and which path it took.
+pub async fn write<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    cache: &mut RegCache,
+    value: &[u8],
+) -> Result<(Meta, WritePath), RegError> {
+    reg.check_value(value)?;
+    let time = ctx.guess_time()?;
+    let log_id = ctx.next_log_id(mem).await?;
+    let w = Meta::new(time, log_id, ctx.id);
+    let m = reg.write_and_read(ctx, mem, cache, w, value).await?;
+    if m == w {
+        mark_verified(mem, reg, cache, w, MarkOn::Installed);
+        return Ok((w, WritePath::Fast));
+    }
+    cold(|| slow_write(ctx, mem, reg, cache, value, w, m)).await
+}
+
+/// The write's slow path: its guess `w` was stale (the register held `m`).
+async fn slow_write<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    cache: &mut RegCache,
+    value: &[u8],
+    w: Meta,
+    m: Meta,
+) -> Result<(Meta, WritePath), RegError> {
+    if !m.is_deleted() {
+        ctx.resync(m);
+    }
+    let locks = lock_words(ctx, mem, reg, w).await?;
+    if !try_lock(mem, &locks, w.lock_ts(), Mode::Write).await.map_err(|e| no_quorum(e, reg))? {
+        return Ok((w, WritePath::ReaderLocked));
+    }
+    if m.is_deleted() {
+        // Locked before any reader could return `w`: the write never took
+        // effect, and never will. It comes after the delete (SWARM-KV §5.3.3).
+        return Err(RegError::Deleted);
+    }
+    let time2 = m.time() + 1;
+    if time2 >= MAX_TIME {
+        return Err(RegError::Client(crate::swarm::client::ClientError::TimeExhausted));
+    }
+    ctx.used_time(time2);
+    let w2 = Meta::new(time2, w.log_id(), ctx.id).verify();
+    reg.write(ctx, mem, cache, w2, value).await?;
+    Ok((w2, WritePath::Rewritten))
+}
+
+/// Safe-Guess READ of `reg`: the value and the tuple it was written with
+/// (bottom and an empty value before the first write).
+pub async fn read<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    cache: &mut RegCache,
+) -> Result<(Meta, Value<M::Buf>), RegError> {
+    let (m, value) = reg.read(ctx, mem, cache).await?;
+    if m.is_bottom() || m.verified() {
+        return Ok((m, value));
+    }
+    cold(|| read_unverified(ctx, mem, reg, cache, (m, value))).await
+}
+
+/// The rest of a READ whose first iteration found `first`, a GUESSED tuple
+/// (the rare path: its `seen` is large).
+async fn read_unverified<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    cache: &mut RegCache,
+    first: (Meta, Value<M::Buf>),
+) -> Result<(Meta, Value<M::Buf>), RegError> {
+    let mut seen: heapless::Vec<(Meta, Value<M::Buf>), SEEN> = heapless::Vec::new();
+    let _ = seen.push(first);
+    for _ in 1..MAX_ITERATIONS {
+        let (m, value) = reg.read(ctx, mem, cache).await?;
+        if m.is_bottom() || m.verified() {
+            return Ok((m, value));
+        }
+        let Some(i) = seen.iter().position(|(s, _)| s.client() == m.client()) else {
+            if seen.is_full() {
+                seen.remove(0);
+            }
+            let _ = seen.push((m, value));
+            continue;
+        };
+        if seen[i].0 != m {
+            // The writer began a newer write, so this one completed.
+            return Ok(seen.swap_remove(i));
+        }
+        if cold(|| lock_for_read(ctx, mem, reg, m)).await? {
+            mark_verified(mem, reg, cache, m, MarkOn::Every);
+            return Ok((m, value));
+        }
+        seen[i] = (m, value);
+    }
+    Err(RegError::NotWaitFree)
+}
+
+/// A reader's TRYLOCK of `m`'s timestamp (the rare path of a read).
+async fn lock_for_read<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    m: Meta,
+) -> Result<bool, RegError> {
+    let locks = lock_words(ctx, mem, reg, m).await?;
+    try_lock(mem, &locks, m.lock_ts(), Mode::Read).await.map_err(|e| no_quorum(e, reg))
+}
+
+/// Which replicas a background mark goes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MarkOn {
+    /// Those the writer's own MAX installed the tuple on (as far as it
+    /// knows): elsewhere its word cannot hold the GUESSED tuple, and the
+    /// CAS could only fail.
+    Installed,
+    /// Every replica: a reader does not know which replicas the write
+    /// reached.
+    Every,
+}
+
+/// Background M.WRITE((ts, VERIFIED, v)): one CAS per replica, seeded with
+/// the GUESSED word; the next write of this client seeds from the VERIFIED
+/// word, which is what the CAS leaves in the common case.
+fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Meta, on: MarkOn) {
+    for (r, rep) in reg.replicas.iter().enumerate() {
+        let c = &mut cache.replicas[r];
+        let mine = c.mine == m.0;
+        if mine {
+            c.mine = m.verify().0;
+        }
+        if mine || on == MarkOn::Every {
+            rep.post_verify(mem, &reg.layout, m);
+        }
+    }
+}
+
+/// The timestamp lock of the write that produced `m`: word 0 of its log
+/// entry on each replica node (created if missing, so that every process
+/// agrees on the same 2f+1 words); `None` for a node that cannot be reached.
+async fn lock_words<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    m: Meta,
+) -> Result<heapless::Vec<Option<RemoteAddr>, MAX_REPLICAS>, RegError> {
+    let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
+    let mut words = heapless::Vec::new();
+    for entry in ctx.logs.entries(mem, &nodes, m.client(), m.log_id(), Some(&mut ctx.slab)).await {
+        let word = match entry {
+            Ok(a) => a,
+            Err(LogError::Corrupt { node, .. }) => return Err(RegError::Corrupt(node)),
+            Err(_) => None,
+        };
+        let _ = words.push(word);
+    }
+    Ok(words)
+}
+
+/// A lock that reached no majority: the register is unavailable.
+fn no_quorum(e: Option<crate::MemError>, reg: &Register) -> RegError {
+    let node = reg.replicas.first().map_or(crate::NodeId(0), |r| r.node);
+    RegError::NoQuorum(e.unwrap_or(crate::MemError::new(node, crate::MemErrorKind::Unreachable)).into())
+}
+
+#[cfg(test)]
+mod tests;
