@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use swarm_backend_cxl::{CxlCluster, CxlConfig, FlushMode};
-//! use swarm_core::{Memory, NodeId, Op, RemoteAddr, exec::block_on};
+//! use swarm_core::{Memory, NodeId, Op, RemoteAddr, substrate::exec::block_on};
 //!
 //! // Three nodes as partitions of one device (or file, e.g. on tmpfs or an
 //! // fsdax mount); `open` maps it again in any process.

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig, FlushMode, Flusher};
-use swarm_core::kv::System;
+use swarm_core::systems;
 use swarm_testkit::{KvTest, kv_suite};
 
 #[test]
@@ -15,7 +15,7 @@ fn replicated_stores_are_linearizable_in_every_flush_mode() {
         if mode == FlushMode::NonCoherent && !cfg!(target_arch = "x86_64") {
             continue;
         }
-        for system in [System::SwarmKv, System::DmAbd] {
+        for system in ["swarm-kv", "dm-abd"].map(|n| systems::from_name(n).unwrap()) {
             let t = KvTest { system, seed: 21 + i as u64, ops_per_client: 500, ..KvTest::default() };
             let dir = PathBuf::from(format!("/dev/shm/swarm-cxl-kv-{}-{}-{}", system.name(), i, std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);

@@ -17,8 +17,8 @@ use swarm_backend_rdma::config::{ClientOptions, ClusterConfig, NodeSpec};
 use swarm_backend_rdma::daemon::{ServeOptions, serve};
 use swarm_backend_rdma::verbs::node::VerbsNode;
 use swarm_backend_rdma::verbs::{Device, DeviceChoice, nic::connect};
-use swarm_core::kv::System;
 use swarm_core::substrate::exec::block_on;
+use swarm_core::systems;
 use swarm_core::{Memory, NodeId, RemoteAddr};
 use swarm_testkit::{KvTest, RegisterTest, kv_suite, register_suite};
 
@@ -112,7 +112,7 @@ fn the_register_suite_passes_over_real_verbs() {
 #[test]
 #[ignore = "needs an RDMA device: run scripts/test-rdma-hardware.sh"]
 fn every_store_passes_the_kv_suite_over_real_verbs() {
-    for system in System::ALL {
+    for &system in systems::ALL {
         let t = KvTest { system, replicas: 3, seed: 12, ..KvTest::default() };
         let cluster = Cluster::start(3, t.node_size);
         let ops = kv_suite(|| connect(&cluster.config, "kv suite").unwrap(), &t)

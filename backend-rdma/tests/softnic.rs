@@ -11,8 +11,8 @@ use swarm_backend_rdma::RdmaMemory;
 use swarm_backend_rdma::nic::{Wr, WrKind};
 use swarm_backend_rdma::softnic::{Posted, SoftNic};
 use swarm_backend_shm::{Fault, ShmCluster};
-use swarm_core::kv::System;
 use swarm_core::substrate::exec::{block_on, poll_once};
+use swarm_core::systems;
 use swarm_core::{MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
 use swarm_testkit::{KvTest, RegisterTest, kv_suite, register_suite};
 
@@ -240,7 +240,7 @@ fn the_register_suite_passes_over_rdma() {
 
 #[test]
 fn every_store_passes_the_kv_suite_over_rdma() {
-    for system in System::ALL {
+    for &system in systems::ALL {
         let t = KvTest { system, replicas: 3, seed: 9, ops_per_client: 400, ..KvTest::default() };
         let cluster = ShmCluster::in_process(3, t.node_size).unwrap();
         let ops = kv_suite(|| rdma(&cluster), &t).unwrap_or_else(|e| panic!("{}: {e}", system.name()));

@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use swarm_backend_shm::ShmCluster;
-//! use swarm_core::{Memory, NodeId, RemoteAddr, exec::block_on};
+//! use swarm_core::{Memory, NodeId, RemoteAddr, substrate::exec::block_on};
 //!
 //! // One process creates the cluster, others open it.
 //! let cluster = ShmCluster::create("/dev/shm/swarm-example", 3, 1 << 20)?;

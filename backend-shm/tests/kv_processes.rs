@@ -21,10 +21,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
-use swarm_core::kv::{self, Got, KvClient, Store, StoreConfig, System};
+use swarm_core::kv::{Got, KvClient, KvSystem, StoreConfig};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::space::region::Region;
+use swarm_core::systems::{self, swarm_kv::SwarmKv};
 use swarm_core::{Memory, NodeId, RemoteAddr};
 use swarm_lincheck::{self as lincheck, History, KvOp, KvRet, Operation, Response};
 
@@ -37,16 +38,11 @@ const OPS: u64 = 3_000;
 const DEADLINE: Duration = Duration::from_secs(240);
 
 fn config() -> StoreConfig {
-    StoreConfig {
-        system: System::SwarmKv,
-        replicas: 3,
-        keys: 64,
-        max_key: 16,
-        max_value: 64,
-        writers: CLIENTS + 3,
-        cache_capacity: 64,
-        in_place: kv::InPlace::First,
-    }
+    let mut cfg = StoreConfig::new(systems::from_name("swarm-kv").unwrap(), 64);
+    cfg.max_key = 16;
+    cfg.writers = CLIENTS + 3;
+    cfg.cache_capacity = 64;
+    cfg
 }
 
 fn key(k: u64) -> Vec<u8> {
@@ -76,7 +72,7 @@ fn create(dir: &Path) -> (ShmCluster, ShmCluster) {
         for n in 0..NODES {
             Region::format(&mem, NodeId(n as u16), size, StoreConfig::CHUNK).await.unwrap();
         }
-        kv::format(&mem, &cfg).await.unwrap();
+        systems::format(&mem, &cfg, SystemClock::unix_us()).await.unwrap();
     });
     (store, clock)
 }
@@ -85,8 +81,11 @@ fn open(dir: &Path) -> (ShmCluster, ShmCluster) {
     (ShmCluster::open(dir.join("store")).unwrap(), ShmCluster::open(dir.join("clock")).unwrap())
 }
 
-fn connect(mem: ShmMemory, id: u8) -> Store<ShmMemory, SystemClock> {
-    block_on(kv::connect(mem, &config(), id, SystemClock::starting_now())).expect("connect")
+/// A SWARM-KV client on shared memory.
+type Client = <SwarmKv as KvSystem>::Client<ShmMemory, SystemClock>;
+
+fn connect(mem: ShmMemory, id: u8) -> Client {
+    block_on(SwarmKv::connect(mem, &config(), id, SystemClock::starting_now())).expect("connect")
 }
 
 /// The next tick of the shared logical clock.
@@ -138,7 +137,7 @@ fn parse(l: &str) -> Operation<KvOp, KvRet> {
 }
 
 /// Runs `op` on `s`, timed by `clock`.
-fn run(s: &mut Store<ShmMemory, SystemClock>, clock: &ShmMemory, id: u8, op: KvOp) -> String {
+fn run(s: &mut Client, clock: &ShmMemory, id: u8, op: KvOp) -> String {
     let call = tick(clock);
     let answer = match op {
         KvOp::Get(k) => match block_on(s.get(&key(k))) {

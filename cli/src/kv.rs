@@ -23,29 +23,17 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use swarm_backend_shm::{ShmCluster, ShmMemory};
-use swarm_core::kv::{self, Got, KvClient, KvError, Missing, Store, StoreConfig, System, Written};
+use swarm_backend_shm::{ShmBuf, ShmCluster, ShmMemory};
+use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, StoreConfig, System, Written};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::space::region::Region;
+use swarm_core::substrate::value::Value;
 use swarm_core::swarm::writerlog::Logs;
+use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{format_size, parse_dir, parse_size};
-
-/// Root slots of node 0 that hold the store's configuration: the shape
-/// word, the key count and the clock epoch (the last three of the region
-/// header, which the core leaves unused).
-pub const CONFIG_ROOTS: [u64; 3] = {
-    let r = swarm_core::substrate::space::roots::STORE_RECORD;
-    [r.slot, r.slot + 1, r.slot + 2]
-};
-fn root(slot: u64) -> swarm_core::substrate::space::roots::Root {
-    swarm_core::substrate::space::roots::Root { slot, words: 1, owner: "swarm kv" }
-}
-
-/// Tag in the top 16 bits of the shape word ("KV").
-const MAGIC: u64 = 0x4B56;
 
 /// `swarm kv`.
 #[derive(Args, Debug)]
@@ -94,9 +82,12 @@ pub enum KvCommand {
 /// `swarm kv init`.
 #[derive(Args, Debug)]
 pub struct InitArgs {
-    /// The store: raw, dm-abd or swarm-kv.
+    /// The store (one of `swarm bench --systems`' names: raw, dm-abd, swarm-kv, ...).
     #[arg(long, value_name = "SYSTEM", default_value = "swarm-kv", value_parser = parse_system)]
     pub system: System,
+    /// A system's own option, NAME=VALUE (e.g. swarm-kv's in-place=every); repeatable.
+    #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
+    pub options: Vec<(String, String)>,
     /// Replicas of each key (odd; at most the cluster's nodes; RAW keeps one copy).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = parse_replicas)]
     pub replicas: usize,
@@ -115,8 +106,27 @@ pub struct InitArgs {
 }
 
 fn parse_system(s: &str) -> Result<System, String> {
-    System::from_name(&s.trim().to_ascii_lowercase())
-        .ok_or_else(|| format!("'{s}' is not a system (use raw, dm-abd or swarm-kv)"))
+    systems::from_name(&s.trim().to_ascii_lowercase())
+        .ok_or_else(|| format!("'{s}' is not a system (use one of {})", systems::names()))
+}
+
+/// `NAME=VALUE`.
+fn parse_option(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s.split_once('=').ok_or_else(|| format!("'{s}' is not an option (use NAME=VALUE)"))?;
+    Ok((name.trim().to_ascii_lowercase(), value.trim().to_ascii_lowercase()))
+}
+
+/// Why `system` refused option `name=value`, with what it takes.
+fn option_error(system: System, name: &str, value: &str) -> String {
+    let opts = system.options();
+    match opts.iter().find(|c| c.name == name) {
+        Some(c) => format!("{system}'s option {name} takes {}, not '{value}'", c.values.join(", ")),
+        None if opts.is_empty() => format!("{system} has no options ('{name}' given)"),
+        None => format!(
+            "{system} has no option '{name}' (its options: {})",
+            opts.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 fn parse_id(s: &str) -> Result<u8, String> {
@@ -154,53 +164,25 @@ fn parse_max_value(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Packs what clients must agree on into the three root words.
-fn encode(cfg: &StoreConfig, epoch_us: u64) -> [u64; 3] {
-    let system = System::ALL.iter().position(|s| *s == cfg.system).unwrap_or(0) as u64;
-    let shape = MAGIC << 48
-        | system << 44
-        | (cfg.replicas as u64) << 40
-        | (cfg.writers as u64) << 32
-        | (cfg.max_key as u64) << 24
-        | cfg.max_value as u64;
-    [shape, cfg.keys, epoch_us]
-}
-
-/// Reads back what [`encode`] packed; `None` if the words hold no store.
-fn decode(words: [u64; 3]) -> Option<(StoreConfig, u64)> {
-    let [shape, keys, epoch_us] = words;
-    if shape >> 48 != MAGIC || keys == 0 || epoch_us == 0 {
-        return None;
-    }
-    let system = *System::ALL.get(((shape >> 44) & 0xf) as usize)?;
-    let cfg = StoreConfig {
-        system,
-        replicas: ((shape >> 40) & 0xf) as usize,
-        writers: ((shape >> 32) & 0xff) as u8,
-        max_key: ((shape >> 24) & 0xff) as usize,
-        max_value: (shape & 0xff_ffff) as usize,
-        keys,
-        cache_capacity: keys.clamp(1, 1 << 20) as usize,
-        in_place: Default::default(),
-    };
-    Some((cfg, epoch_us))
-}
-
 /// The cluster of `dir`, with a reason in words if it cannot be used.
 fn open_cluster(dir: &Path) -> Result<ShmCluster, String> {
     ShmCluster::open(dir).map_err(|e| format!("{e} (make a cluster with `swarm memnode create --dir ...`)"))
 }
 
-/// The store's configuration, read from node 0.
+/// The store's configuration and clock epoch, from its record.
 fn read_config(mem: &ShmMemory, dir: &Path) -> Result<(StoreConfig, u64), String> {
-    let mut words = [0u64; 3];
-    for (w, slot) in words.iter_mut().zip(CONFIG_ROOTS) {
-        *w = block_on(Region::read_root(mem, NodeId(0), root(slot)))
-            .map_err(|e| format!("{}: not a cluster of `swarm memnode create` ({e})", dir.display()))?;
+    match block_on(systems::open(mem)) {
+        Ok(r) => Ok((r.config, r.epoch_us)),
+        Err(KvError::NoStore) => {
+            Err(format!("{} holds no key-value store yet (set one up with `swarm kv --dir {0} init`)", dir.display()))
+        }
+        Err(KvError::Corrupt) => Err(format!(
+            "{}: the store's configuration record is unreadable (not a cluster of `swarm memnode create`, or \
+             corrupt)",
+            dir.display()
+        )),
+        Err(e) => Err(format!("{}: cannot read the store's configuration: {e}", dir.display())),
     }
-    decode(words).ok_or_else(|| {
-        format!("{} holds no key-value store yet (set one up with `swarm kv --dir {0} init`)", dir.display())
-    })
 }
 
 /// `swarm kv`.
@@ -228,7 +210,8 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
         return Err(format!("--id {} is not a client id of this store (1 to {})", a.id, cfg.writers));
     }
     let clock = SystemClock { epoch_us };
-    let mut store = block_on(kv::connect(mem, &cfg, a.id, clock)).map_err(|e| format!("cannot connect: {e}"))?;
+    let mut store =
+        block_on(systems::connect_any(mem, &cfg, a.id, clock)).map_err(|e| format!("cannot connect: {e}"))?;
     match &a.command {
         KvCommand::Get { key } => print!("{}", get(&mut store, key)?),
         KvCommand::Put { key, value } => print!("{}", put(&mut store, key, value)?),
@@ -242,16 +225,14 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
 /// `swarm kv init`: checks the cluster can hold the store, sets it up and
 /// records its configuration.
 fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
-    let cfg = StoreConfig {
-        system: i.system,
-        replicas: if i.system.replicated() { i.replicas } else { 1 },
-        keys: i.keys,
-        max_key: i.max_key,
-        max_value: i.max_value,
-        writers: i.writers,
-        cache_capacity: i.keys.clamp(1, 1 << 20) as usize,
-        in_place: Default::default(),
-    };
+    let mut cfg = StoreConfig::new(i.system, i.keys);
+    cfg.replicas = if i.system.replicated() { i.replicas } else { 1 };
+    cfg.max_key = i.max_key;
+    cfg.max_value = i.max_value;
+    cfg.writers = i.writers;
+    for (name, value) in &i.options {
+        cfg.set_option(name, value).map_err(|_| option_error(i.system, name, value))?;
+    }
     let nodes = mem.node_count();
     cfg.check(nodes).map_err(|e| e.to_string())?;
     if read_config(mem, dir).is_ok() {
@@ -279,7 +260,8 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
     }
     // An index too large for node 0 fails here ("the store is full"); values
     // are allocated as keys are inserted, and a full node fails that put.
-    block_on(kv::format(mem, &cfg)).map_err(|e| match e {
+    let epoch_us = SystemClock::unix_us().max(1);
+    block_on(systems::format(mem, &cfg, epoch_us)).map_err(|e| match e {
         KvError::Full => format!(
             "cannot set up the store: an index for {} keys does not fit in node 0 (use fewer --keys or a bigger \
              cluster)",
@@ -287,14 +269,6 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
         ),
         e => format!("cannot set up the store: {e}"),
     })?;
-    let epoch_us = SystemClock::unix_us().max(1);
-    for (slot, word) in CONFIG_ROOTS.into_iter().zip(encode(&cfg, epoch_us)).rev() {
-        // The shape word last: a store is there once it is.
-        let prev = block_on(Region::claim_root(mem, NodeId(0), root(slot), word)).map_err(|e| e.to_string())?;
-        if prev != 0 && prev != word {
-            return Err(format!("{}: another process is setting up a store at the same time", dir.display()));
-        }
-    }
     println!(
         "{}: {} store for {} keys (keys up to {} B, values up to {}), client ids 1 to {}",
         dir.display(),
@@ -307,8 +281,8 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// A client of a store on shared memory.
-type Client = Store<ShmMemory, SystemClock>;
+/// A client of a store on shared memory, whichever system it is.
+type Client = AnyClient<'static, Value<ShmBuf>>;
 
 /// Explains a store error to a person.
 fn kv_error(what: &str, key: &str, e: KvError) -> String {
@@ -409,21 +383,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn configurations_round_trip_through_the_root_words() {
-        for system in System::ALL {
-            let cfg = StoreConfig {
-                system,
-                replicas: 5,
-                keys: 123_456,
-                max_key: 255,
-                max_value: 65536,
-                writers: 126,
-                cache_capacity: 123_456,
-                in_place: Default::default(),
-            };
-            assert_eq!(decode(encode(&cfg, 42)), Some((cfg, 42)));
-        }
-        assert_eq!(decode([0, 0, 0]), None);
-        assert_eq!(decode([u64::MAX, 1, 1]), None);
+    fn options_are_parsed_and_named_in_errors() {
+        assert_eq!(parse_option("in-place=every"), Ok(("in-place".into(), "every".into())));
+        assert!(parse_option("in-place").unwrap_err().contains("NAME=VALUE"));
+        let swarm = systems::from_name("swarm-kv").unwrap();
+        let e = option_error(swarm, "in-place", "most");
+        assert!(e.contains("first, every"), "{e}");
+        let e = option_error(systems::from_name("raw").unwrap(), "in-place", "every");
+        assert!(e.contains("raw has no options"), "{e}");
     }
 }

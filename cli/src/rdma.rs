@@ -119,7 +119,7 @@ pub fn bench_on<M: Memory + Send>(
         for n in 0..admin.node_count() {
             clear(&admin, NodeId(n as u16), need, piece).await?;
         }
-        format_cluster(&admin, &spec.store_config(system), need).await
+        format_cluster(&admin, &spec.store_config(system), need, SystemClock::unix_us()).await
     })?;
     drop(admin);
     let pool = Mutex::new(handles);
@@ -215,6 +215,7 @@ mod tests {
     use swarm_backend_rdma::RdmaMemory;
     use swarm_backend_rdma::softnic::SoftNic;
     use swarm_backend_shm::ShmCluster;
+    use swarm_core::systems;
     use swarm_ycsb::{Distribution, Workload};
 
     #[test]
@@ -253,14 +254,14 @@ mod tests {
     #[test]
     fn systems_in_turn_on_the_same_nodes() {
         let spec = spec(Workload::A);
-        let need = System::ALL.iter().map(|&s| spec.node_bytes(s)).max().unwrap();
+        let need = systems::ALL.iter().map(|&s| spec.node_bytes(s)).max().unwrap();
         let cluster = ShmCluster::in_process(3, need).unwrap();
         // Dirty every byte, as a long-lived daemon's memory may be.
         let admin = cluster.memory();
         for n in 0..3 {
             block_on(admin.write(RemoteAddr::new(NodeId(n), 0), &vec![0xA5; need as usize])).unwrap();
         }
-        for system in System::ALL {
+        for &system in systems::ALL {
             let handles =
                 (0..=spec.handles()).map(|_| RdmaMemory::new(SoftNic::new(cluster.memory(), 1 << 20, 64))).collect();
             let progress = Arc::new(AtomicU64::new(0));

@@ -40,6 +40,8 @@ pub mod kv;
 pub mod objects;
 pub mod substrate;
 pub mod swarm;
+#[cfg(feature = "alloc")]
+pub mod systems;
 
 #[cfg(feature = "sim")]
 pub mod check;

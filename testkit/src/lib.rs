@@ -286,7 +286,7 @@ fn client<M: Memory>(
 /// What [`kv_suite`] runs.
 #[derive(Clone, Debug)]
 pub struct KvTest {
-    /// The store (replicated ones are checked for linearizability).
+    /// The store (from `swarm_core::systems::ALL`).
     pub system: swarm_core::kv::System,
     /// Replicas per key.
     pub replicas: usize,
@@ -309,7 +309,7 @@ impl Default for KvTest {
     /// nodes of 16 MiB with 256 KiB chunks.
     fn default() -> Self {
         KvTest {
-            system: swarm_core::kv::System::SwarmKv,
+            system: swarm_core::systems::from_name("swarm-kv").expect("SWARM-KV is registered"),
             replicas: 3,
             clients: 4,
             ops_per_client: 1000,
@@ -322,34 +322,35 @@ impl Default for KvTest {
 }
 
 /// The shared key-value suite: formats every node of the memory `make`
-/// gives for `t.system`, runs `t.clients` client threads doing a seeded mix
-/// of gets (40%), updates (25%), inserts (25%) and deletes (10%) of
-/// `t.keys` keys, and checks the history (for RAW, which has no
-/// concurrency control, only that every operation completes). Returns the
-/// number of operations checked, or what went wrong.
+/// gives for `t.system` (its options picked by `t.seed`), runs `t.clients`
+/// client threads doing a seeded mix of gets (40%), updates (25%), inserts
+/// (25%) and deletes (10%), and checks the history against the system's
+/// declared guarantee: every client works on `t.keys` shared keys of a
+/// linearizable store, and on a key of its own in a store that promises
+/// only that (RAW). Returns the number of operations checked, or what went
+/// wrong.
 pub fn kv_suite<M, F>(make: F, t: &KvTest) -> Result<usize, String>
 where
     M: Memory,
     F: Fn() -> M + Sync,
 {
-    use swarm_core::kv::{self, Got, KvClient, StoreConfig};
+    use swarm_core::kv::{Got, Guarantee, KvClient, StoreConfig};
+    use swarm_core::systems;
     use swarm_lincheck::{Kv, KvOp, KvRet};
-    let cfg = StoreConfig {
-        system: t.system,
-        replicas: t.replicas,
-        keys: t.keys.max(16),
-        max_key: 16,
-        max_value: 64,
-        writers: t.clients,
-        cache_capacity: 64,
-        in_place: if t.seed.is_multiple_of(2) { kv::InPlace::Every } else { kv::InPlace::First },
-    };
+    let mut cfg = StoreConfig::new(t.system, t.keys.max(16));
+    cfg.replicas = t.replicas;
+    cfg.max_key = 16;
+    cfg.writers = t.clients;
+    cfg.cache_capacity = 64;
+    cfg.seed_options(t.seed);
+    let shared = t.system.guarantee() == Guarantee::Linearizable;
     let admin = make();
     for n in 0..admin.node_count() {
         let node = NodeId(n as u16);
         block_on(Region::format(&admin, node, t.node_size, t.chunk)).map_err(|e| format!("format {node}: {e}"))?;
     }
-    block_on(kv::format(&admin, &cfg)).map_err(|e| format!("format the store: {e}"))?;
+    block_on(systems::format(&admin, &cfg, SystemClock::unix_us()))
+        .map_err(|e| format!("set up the {} store: {e}", t.system))?;
     let origin = Instant::now();
     let start = Barrier::new(t.clients as usize);
     let logs: Vec<Result<Vec<Operation<KvOp, KvRet>>, String>> = std::thread::scope(|s| {
@@ -357,14 +358,14 @@ where
             .map(|id| {
                 let (make, cfg, start) = (&make, &cfg, &start);
                 s.spawn(move || {
-                    let store = block_on(kv::connect(make(), cfg, id, SystemClock::starting_now()));
+                    let store = block_on(systems::connect_any(make(), cfg, id, SystemClock::starting_now()));
                     start.wait();
                     let mut store = store.map_err(|e| format!("client {id}: connect: {e}"))?;
                     let mut rng = Rng::new(t.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                     let mut ops = Vec::new();
                     let now = || origin.elapsed().as_nanos() as u64;
                     for seq in 1..=t.ops_per_client {
-                        let k = rng.range(0, t.keys - 1);
+                        let k = if shared { rng.range(0, t.keys - 1) } else { id as u64 - 1 };
                         let key = format!("key-{k}");
                         let v = value_of(id, seq, 24);
                         let vid = ((id as u64) << 32) | seq;
@@ -374,18 +375,9 @@ where
                             0..=7 => {
                                 let got = block_on(store.get(key.as_bytes())).map_err(failed)?;
                                 let ret = match got {
-                                    // RAW tears values under concurrent writers (no
-                                    // concurrency control, by design): not checked.
-                                    Got::Found(v) => KvRet::Found(
-                                        id_of_value(&v).or((!t.system.replicated()).then_some(u64::MAX)).ok_or_else(
-                                            || {
-                                                format!(
-                                                    "client {id}: {key} holds a value no client wrote: {:02x?}",
-                                                    &v[..]
-                                                )
-                                            },
-                                        )?,
-                                    ),
+                                    Got::Found(v) => KvRet::Found(id_of_value(&v).ok_or_else(|| {
+                                        format!("client {id}: {key} holds a value no client wrote: {:02x?}", &v[..])
+                                    })?),
                                     Got::NotFound => KvRet::NotFound,
                                     Got::Deleted => KvRet::Deleted,
                                 };
@@ -415,9 +407,6 @@ where
     let mut history = Vec::new();
     for log in logs {
         history.extend(log?);
-    }
-    if !t.system.replicated() {
-        return Ok(history.len());
     }
     match Checker::new().check(&Kv::lazy_unmap(), &history) {
         CheckResult::Linearizable => Ok(history.len()),

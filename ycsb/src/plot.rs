@@ -34,13 +34,25 @@ fn fonts() -> Result<(), String> {
     .clone()
 }
 
-/// A fixed colour per system, so that plots of different runs agree.
+/// Colours by a system's place in the registry, so that plots of
+/// different runs agree; more systems than colours share them in turn.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(90, 90, 90),
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// A fixed colour per system.
 fn color(system: System) -> RGBColor {
-    match system {
-        System::Raw => RGBColor(90, 90, 90),
-        System::DmAbd => RGBColor(31, 119, 180),
-        System::SwarmKv => RGBColor(214, 39, 40),
-    }
+    let i = swarm_core::systems::ALL.iter().position(|s| *s == system).unwrap_or(0);
+    PALETTE[i % PALETTE.len()]
 }
 
 /// Points of a step CDF: (latency µs, fraction of operations at most that).

@@ -95,7 +95,7 @@ impl Report {
     }
 
     fn raw(&self) -> Option<&SystemSummary> {
-        self.systems.iter().find(|s| s.system == System::Raw)
+        self.systems.iter().find(|s| s.system.is_floor())
     }
 
     /// Per-client-thread throughput of `r`.

@@ -23,9 +23,9 @@ use core::task::Poll;
 
 use serde_json::{Value, json};
 use swarm_core::Memory;
-use swarm_core::kv::{Got, KvClient, KvError, Store, StoreConfig, System};
-use swarm_core::substrate::clock::Clock;
+use swarm_core::kv::{Got, Handle, KvClient, KvError, StoreConfig, System};
 use swarm_core::substrate::rtt::Counted;
+use swarm_core::systems;
 
 use crate::choose::{Chooser, Gen, KeyNames, ScrambledZipfian, Zipfian};
 use crate::stats::PhaseStats;
@@ -149,27 +149,22 @@ impl RunSpec {
             return Err("the store needs at least one key".into());
         }
         self.key_names()?;
-        for system in System::ALL {
-            self.store_config(system).check(self.replicas).map_err(|e| e.to_string())?;
+        for &system in systems::ALL {
+            self.store_config(system).check(self.replicas).map_err(|e| format!("{system}: {e}"))?;
         }
         Ok(())
     }
 
     /// The shape of `system`'s store for this run.
     pub fn store_config(&self, system: System) -> StoreConfig {
-        let keys = self.keys + self.max_inserts();
-        StoreConfig {
-            system,
-            replicas: self.replicas,
-            keys,
-            max_key: self.key_size,
-            max_value: self.value_size,
-            writers: self.handles().min(MAX_HANDLES) as u8,
-            // Every client may cache every key, as the paper's clients do
-            // once warm (bounded, to keep each handle's memory in check).
-            cache_capacity: keys.clamp(1, 1 << 20) as usize,
-            in_place: Default::default(),
-        }
+        // Every client may cache every key, as the paper's clients do once
+        // warm (bounded, to keep each handle's memory in check).
+        let mut cfg = StoreConfig::new(system, self.keys + self.max_inserts());
+        cfg.replicas = self.replicas;
+        cfg.max_key = self.key_size;
+        cfg.max_value = self.value_size;
+        cfg.writers = self.handles().min(MAX_HANDLES) as u8;
+        cfg
     }
 
     /// At most how many writes the run makes, all clients together (the
@@ -241,7 +236,8 @@ pub trait Counting: KvClient {
     fn roundtrips(&self) -> u32;
 }
 
-impl<M: Memory, C: Clock> Counting for Store<Counted<M>, C> {
+/// Every client of a store over [`Counted`] memory counts.
+impl<M: Memory, K: KvClient + Handle<Mem = Counted<M>>> Counting for K {
     fn begin(&self) {
         self.mem().reset();
     }

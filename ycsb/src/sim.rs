@@ -12,10 +12,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use swarm_core::kv::{self, System, connect};
+use swarm_core::kv::{KvSystem, StoreConfig, System, Visit};
 use swarm_core::sim::{Sim, SimConfig, SimMemory};
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
+use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
@@ -89,15 +90,22 @@ impl Env for SimEnv {
 }
 
 /// Formats every node of `mem` (`node_size` bytes each) for a store of
-/// shape `cfg`: region headers, then the store.
-pub async fn format_cluster<M: Memory>(mem: &M, cfg: &kv::StoreConfig, node_size: u64) -> Result<(), String> {
+/// shape `cfg`: region headers, then the store and its record, whose clock
+/// epoch is `epoch_us` (µs since the Unix epoch; the simulator's runs use
+/// a fixed one, so that they replay byte for byte).
+pub async fn format_cluster<M: Memory>(
+    mem: &M,
+    cfg: &StoreConfig,
+    node_size: u64,
+    epoch_us: u64,
+) -> Result<(), String> {
     for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
-        Region::format(mem, node, node_size, kv::StoreConfig::CHUNK)
+        Region::format(mem, node, node_size, StoreConfig::CHUNK)
             .await
             .map_err(|e| format!("cannot format {node}: {e}"))?;
     }
-    kv::format(mem, cfg).await.map_err(|e| format!("cannot set up the {} store: {e}", cfg.system.name()))
+    systems::format(mem, cfg, epoch_us).await.map_err(|e| format!("cannot set up the {} store: {e}", cfg.system.name()))
 }
 
 /// Runs `system` in a fresh simulated cluster of `spec.replicas` nodes.
@@ -116,33 +124,10 @@ pub fn run_sim(spec: &RunSpec, system: System, progress: Option<Arc<AtomicU64>>)
     let admin = sim.client();
     let setup = cfg.clone();
     let stuck = |e| format!("{}: the simulation did not complete: {e}", system.name());
-    sim.block_on(async move { format_cluster(&admin, &setup, size).await }).map_err(stuck)??;
+    sim.block_on(async move { format_cluster(&admin, &setup, size, 1).await }).map_err(stuck)??;
     let gate = Rc::new(Gate::default());
-    let spec = Rc::new(spec.clone());
-    let base = Rc::new(chooser(&spec));
-    let cfg = Rc::new(cfg);
     let outs: Rc<RefCell<Vec<ClientOutcome>>> = Rc::default();
-    for client in 0..spec.clients {
-        let m = sim.client();
-        let env = SimEnv { mem: m.clone(), gate: gate.clone(), members: spec.clients, progress: progress.clone() };
-        let (spec, base, cfg, outs) = (spec.clone(), base.clone(), cfg.clone(), outs.clone());
-        sim.spawn(&m, async move {
-            let mut stores = Vec::with_capacity(spec.max_inflight());
-            for h in 0..spec.max_inflight() {
-                let id = (client * spec.max_inflight() + h + 1) as u8;
-                match connect(Counted::new(env.mem.clone()), &cfg, id, clock(&env.mem)).await {
-                    Ok(s) => stores.push(s),
-                    Err(e) => {
-                        env.abort();
-                        outs.borrow_mut().push(Err(Some(format!("client {id} cannot connect: {e}"))));
-                        return;
-                    }
-                }
-            }
-            let r = run_client(&spec, client, stores, &base, &env).await;
-            outs.borrow_mut().push(r);
-        });
-    }
+    systems::visit(system, Spawn { sim: &mut sim, spec, cfg, gate, outs: outs.clone(), progress });
     sim.run().map_err(stuck)?;
     let mut merged = ClientResult::default();
     let results = std::mem::take(&mut *outs.borrow_mut());
@@ -157,4 +142,46 @@ pub fn run_sim(spec: &RunSpec, system: System, progress: Option<Arc<AtomicU64>>)
         }
     }
     Ok(merged)
+}
+
+/// The client tasks of [`run_sim`], with the system's type.
+struct Spawn<'a> {
+    sim: &'a mut Sim,
+    spec: &'a RunSpec,
+    cfg: StoreConfig,
+    gate: Rc<Gate>,
+    outs: Rc<RefCell<Vec<ClientOutcome>>>,
+    progress: Option<Arc<AtomicU64>>,
+}
+
+impl Visit for Spawn<'_> {
+    type Out = ();
+
+    fn visit<S: KvSystem>(self) {
+        let Spawn { sim, spec, cfg, gate, outs, progress } = self;
+        let spec = Rc::new(spec.clone());
+        let base = Rc::new(chooser(&spec));
+        let cfg = Rc::new(cfg);
+        for client in 0..spec.clients {
+            let m = sim.client();
+            let env = SimEnv { mem: m.clone(), gate: gate.clone(), members: spec.clients, progress: progress.clone() };
+            let (spec, base, cfg, outs) = (spec.clone(), base.clone(), cfg.clone(), outs.clone());
+            sim.spawn(&m, async move {
+                let mut stores = Vec::with_capacity(spec.max_inflight());
+                for h in 0..spec.max_inflight() {
+                    let id = (client * spec.max_inflight() + h + 1) as u8;
+                    match S::connect(Counted::new(env.mem.clone()), &cfg, id, clock(&env.mem)).await {
+                        Ok(s) => stores.push(s),
+                        Err(e) => {
+                            env.abort();
+                            outs.borrow_mut().push(Err(Some(format!("client {id} cannot connect: {e}"))));
+                            return;
+                        }
+                    }
+                }
+                let r = run_client(&spec, client, stores, &base, &env).await;
+                outs.borrow_mut().push(r);
+            });
+        }
+    }
 }

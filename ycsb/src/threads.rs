@@ -13,10 +13,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use swarm_core::Memory;
-use swarm_core::kv::{System, connect};
+use swarm_core::kv::{KvSystem, StoreConfig, System, Visit};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::rtt::Counted;
+use swarm_core::systems;
 
 use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
 
@@ -118,51 +119,8 @@ pub fn run_threads<M: Memory, F: Fn() -> M + Sync>(
     progress: Option<Arc<AtomicU64>>,
 ) -> Result<ClientResult, String> {
     let cfg = spec.store_config(system);
-    let base = chooser(spec);
     let env = ThreadEnv::new(clients.len(), hook, progress);
-    let results: Vec<Result<ClientResult, Option<String>>> = thread::scope(|s| {
-        let mut handles = Vec::new();
-        for client in clients.clone() {
-            let (cfg, base, env, make) = (&cfg, &base, &env, &make);
-            let body = move || {
-                let _guard = AbortOnPanic(env);
-                // Two futures, not one: the stores are built in the first,
-                // whose poll needs a stack frame as large as a store (tens
-                // of KiB, probed page by page on every poll); polls of the
-                // measured one do not pay for that frame. (In one future,
-                // the probes made RAW's gets 0.6 µs slower on cxl.)
-                let stores = block_on(async {
-                    let mut stores = Vec::with_capacity(spec.max_inflight());
-                    for h in 0..spec.max_inflight() {
-                        let id = (client * spec.max_inflight() + h + 1) as u8;
-                        match connect(Counted::new(make()), cfg, id, clock).await {
-                            Ok(s) => stores.push(s),
-                            Err(e) => {
-                                env.abort();
-                                return Err(Some(format!("client {id} cannot connect: {e}")));
-                            }
-                        }
-                    }
-                    Ok(stores)
-                })?;
-                block_on(run_client(spec, client, stores, base, env))
-            };
-            let spawned =
-                thread::Builder::new().name(format!("client-{client}")).stack_size(STACK).spawn_scoped(s, body);
-            match spawned {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    env.abort();
-                    handles.clear();
-                    return vec![Err(Some(format!("cannot start a client thread: {e}")))];
-                }
-            }
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Some("a client thread crashed (a bug)".into()))))
-            .collect()
-    });
+    let results = systems::visit(system, Threads { spec, cfg: &cfg, clients, make: &make, clock, env: &env });
     let mut merged = ClientResult::default();
     let mut aborted = false;
     for r in results {
@@ -176,4 +134,69 @@ pub fn run_threads<M: Memory, F: Fn() -> M + Sync>(
         return Err(format!("{}: the run was aborted", system.name()));
     }
     Ok(merged)
+}
+
+/// How one client thread ended (`Err(None)`: stopped because another failed).
+type Outcome = Result<ClientResult, Option<String>>;
+
+/// The threads of [`run_threads`], with the system's type.
+struct Threads<'a, 'h, F> {
+    spec: &'a RunSpec,
+    cfg: &'a StoreConfig,
+    clients: Range<usize>,
+    make: &'a F,
+    clock: SystemClock,
+    env: &'a ThreadEnv<'h>,
+}
+
+impl<M: Memory, F: Fn() -> M + Sync> Visit for Threads<'_, '_, F> {
+    type Out = Vec<Outcome>;
+
+    fn visit<S: KvSystem>(self) -> Vec<Outcome> {
+        let Threads { spec, cfg, clients, make, clock, env } = self;
+        let base = chooser(spec);
+        thread::scope(|s| {
+            let mut handles = Vec::new();
+            for client in clients.clone() {
+                let base = &base;
+                let body = move || {
+                    let _guard = AbortOnPanic(env);
+                    // Two futures, not one: the stores are built in the first,
+                    // whose poll needs a stack frame as large as a store (tens
+                    // of KiB, probed page by page on every poll); polls of the
+                    // measured one do not pay for that frame. (In one future,
+                    // the probes made RAW's gets 0.6 µs slower on cxl.)
+                    let stores = block_on(async {
+                        let mut stores = Vec::with_capacity(spec.max_inflight());
+                        for h in 0..spec.max_inflight() {
+                            let id = (client * spec.max_inflight() + h + 1) as u8;
+                            match S::connect(Counted::new(make()), cfg, id, clock).await {
+                                Ok(s) => stores.push(s),
+                                Err(e) => {
+                                    env.abort();
+                                    return Err(Some(format!("client {id} cannot connect: {e}")));
+                                }
+                            }
+                        }
+                        Ok(stores)
+                    })?;
+                    block_on(run_client(spec, client, stores, base, env))
+                };
+                let spawned =
+                    thread::Builder::new().name(format!("client-{client}")).stack_size(STACK).spawn_scoped(s, body);
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        env.abort();
+                        handles.clear();
+                        return vec![Err(Some(format!("cannot start a client thread: {e}")))];
+                    }
+                }
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Some("a client thread crashed (a bug)".into()))))
+                .collect()
+        })
+    }
 }

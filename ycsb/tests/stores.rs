@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use swarm_backend_shm::ShmCluster;
-use swarm_core::kv::System;
+
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
+use swarm_core::systems;
 use swarm_ycsb::report::Report;
 use swarm_ycsb::runner::{RunSpec, SystemRun};
 use swarm_ycsb::sim::{format_cluster, run_sim};
@@ -38,7 +39,7 @@ fn sim_gives_the_papers_roundtrips_for_ycsb_b() {
     let s = RunSpec { clients: 1, inflight: vec![1], ops: 400, ..spec(Workload::B) };
     let progress = Arc::new(AtomicU64::new(0));
     let mut runs = Vec::new();
-    for system in System::ALL {
+    for &system in systems::ALL {
         let result = run_sim(&s, system, Some(progress.clone())).unwrap();
         assert_eq!(result.load.op(OpKind::Insert).count(), 200, "{system:?}");
         assert_eq!(result.runs.len(), 1);
@@ -57,7 +58,7 @@ fn sim_gives_the_papers_roundtrips_for_ycsb_b() {
         assert_eq!((rtt(name, "get", "rtt_p99"), rtt(name, "update", "rtt_p99")), (get, update), "{name}");
     }
     // The same seed replays the same virtual run.
-    let again = run_sim(&s, System::SwarmKv, None).unwrap();
+    let again = run_sim(&s, systems::from_name("swarm-kv").unwrap(), None).unwrap();
     let first = &runs[2].result.runs[0];
     assert_eq!(again.runs[0].window_ns(), first.window_ns());
     print!("{}", report.text());
@@ -68,19 +69,19 @@ fn sim_runs_every_workload() {
     for w in Workload::ALL {
         let s = RunSpec { keys: 100, ops: 100, inflight: vec![2], ..spec(w) };
         let mix = w.mix();
-        for system in System::ALL {
+        for &system in systems::ALL {
             let r = run_sim(&s, system, None).unwrap_or_else(|e| panic!("{w} {system:?}: {e}"));
             let m = &r.runs[0];
             assert_eq!(m.count(), 200, "{w} {system:?}");
             // Median roundtrips as in SWARM Table 2 (a read-modify-write is
             // a get and an update), the caches warmed; D's gets of keys
             // another handle just inserted miss the cache.
-            let (get, update) = if system == System::DmAbd { (2, 2) } else { (1, 1) };
+            let (get, update) = if system.name() == "dm-abd" { (2, 2) } else { (1, 1) };
             assert_eq!(m.op(OpKind::Get).rtt_quantile(0.5), get, "{w} {system:?}");
             // The tail too, but for SWARM-KV only without writes: four
             // writers on 100 Zipfian keys contend, and a contended
             // Safe-Guess read takes more roundtrips (SWARM §7.8).
-            if w != Workload::D && (system != System::SwarmKv || w == Workload::C) {
+            if w != Workload::D && (system != systems::from_name("swarm-kv").unwrap() || w == Workload::C) {
                 assert_eq!(m.op(OpKind::Get).rtt_quantile(0.99), get, "{w} {system:?}");
             }
             if mix.update > 0.0 {
@@ -100,10 +101,10 @@ fn sim_runs_every_workload() {
 #[test]
 fn threads_on_in_process_shm() {
     let s = RunSpec { clients: 2, inflight: vec![1, 2], ..spec(Workload::A) };
-    for system in System::ALL {
+    for &system in systems::ALL {
         let size = s.node_bytes(system);
         let cluster = ShmCluster::in_process(s.replicas, size).unwrap();
-        block_on(format_cluster(&cluster.memory(), &s.store_config(system), size)).unwrap();
+        block_on(format_cluster(&cluster.memory(), &s.store_config(system), size, SystemClock::unix_us())).unwrap();
         let r = run_threads(&s, system, 0..s.clients, || cluster.memory(), SystemClock::starting_now(), None, None)
             .unwrap_or_else(|e| panic!("{system:?}: {e}"));
         assert_eq!(r.load.count(), 200);

@@ -107,7 +107,7 @@ pub fn run(
     let cluster = ShmCluster::create(&dir, spec.replicas, size).map_err(|e| e.to_string())?;
     let _cleanup = Cleanup(&dir);
     cluster.prefault().map_err(|e| e.to_string())?;
-    block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size))?;
+    block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to start workers: {e}"))?;
     let epoch_us = SystemClock::starting_now().epoch_us;
     let mut workers = Vec::with_capacity(procs);
@@ -248,7 +248,7 @@ type Io = Mutex<(std::io::Stdin, std::io::Stdout)>;
 fn worker_run(job: &str, io: &Io) -> Result<ClientResult, String> {
     let job: Value = serde_json::from_str(job).map_err(|e| format!("bad job: {e}"))?;
     let spec = RunSpec::from_json(&job["spec"])?;
-    let system = job["system"].as_str().and_then(System::from_name).ok_or("bad job: no system")?;
+    let system = job["system"].as_str().and_then(swarm_core::systems::from_name).ok_or("bad job: no system")?;
     let dir = job["dir"].as_str().ok_or("bad job: no directory")?;
     let lo = job["clients"][0].as_u64().ok_or("bad job: no clients")? as usize;
     let hi = job["clients"][1].as_u64().ok_or("bad job: no clients")? as usize;

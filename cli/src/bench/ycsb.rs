@@ -36,6 +36,7 @@ use swarm_backend_shm::ShmCluster;
 use swarm_core::kv::System;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
+use swarm_core::systems;
 use swarm_ycsb::plot::write_plots;
 use swarm_ycsb::progress::Progress;
 use swarm_ycsb::report::Report;
@@ -183,11 +184,10 @@ fn parse_distribution(s: &str) -> Result<Distribution, String> {
 }
 
 fn parse_systems(s: &str) -> Result<Systems, String> {
-    let names: Vec<&str> = System::ALL.iter().map(|s| s.name()).collect();
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim) {
-        let sys = System::from_name(&part.to_ascii_lowercase())
-            .ok_or_else(|| format!("'{part}' is not a system of this build (use {})", names.join(", ")))?;
+        let sys = systems::from_name(&part.to_ascii_lowercase())
+            .ok_or_else(|| format!("'{part}' is not a system of this build (use {})", systems::names()))?;
         if !out.contains(&sys) {
             out.push(sys);
         }
@@ -306,7 +306,7 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
 /// `swarm bench`.
 pub fn run(a: &YcsbArgs) -> Result<(), String> {
     let spec = spec(a)?;
-    let systems = a.systems.as_ref().map_or_else(|| System::ALL.to_vec(), |s| s.0.clone());
+    let systems = a.systems.as_ref().map_or_else(|| systems::ALL.to_vec(), |s| s.0.clone());
     let cluster = match &a.cluster {
         Some(path) => Some(rdma::load_cluster(path, spec.replicas)?),
         None => None,
@@ -454,7 +454,7 @@ fn run_system(
                 check_memory(spec.replicas as u64 * size)?;
                 let cluster = ShmCluster::in_process(spec.replicas, size).map_err(|e| e.to_string())?;
                 cluster.prefault().map_err(|e| e.to_string())?;
-                block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size))?;
+                block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
                 run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
             }
@@ -464,7 +464,7 @@ fn run_system(
             let cluster = CxlCluster::create(&a.path, spec.replicas, size, &config).map_err(|e| e.to_string())?;
             print_warnings(&cluster);
             let out = cluster.prefault().map_err(|e| e.to_string()).and_then(|()| {
-                block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size))?;
+                block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
                 run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
             });
@@ -491,7 +491,8 @@ mod tests {
         assert_eq!(parse_inflight("1,2,4"), Ok(Inflight(vec![1, 2, 4])));
         assert!(parse_inflight("0").unwrap_err().contains("between 1 and 126"));
         assert!(parse_inflight("1,,2").is_err());
-        assert_eq!(parse_systems("swarm-kv,RAW,raw"), Ok(Systems(vec![System::SwarmKv, System::Raw])));
+        let named = |n| systems::from_name(n).unwrap();
+        assert_eq!(parse_systems("swarm-kv,RAW,raw"), Ok(Systems(vec![named("swarm-kv"), named("raw")])));
         assert!(parse_systems("swarm,raw").unwrap_err().contains("'swarm' is not a system"));
         assert_eq!(parse_workload("D"), Ok(Workload::D));
         assert!(parse_workload("e").is_err());

@@ -8,13 +8,14 @@
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
 use crate::NodeId;
 use crate::baselines::abd;
-use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::sim::{CrashMode, Sim, SimConfig};
+
+pub(crate) use super::{TICK_NS, clock, id_of, value};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::region::Region;
 use crate::swarm::client::ClientCtx;
@@ -64,39 +65,6 @@ pub(crate) fn setup(sim: &mut Sim, nodes: usize, layout: Layout) -> Register {
         Register::create(&mut ctx, &admin, &ids, layout).await.unwrap()
     })
     .unwrap()
-}
-
-/// Clock resolution of the simulated clients: 100 ns, as a TSC-based clock
-/// gives; coarser ticks make concurrent writers' guesses tie and go stale.
-pub(crate) const TICK_NS: u64 = 100;
-
-pub(crate) fn clock(mem: &SimMemory, skew_ticks: u64) -> SimClock {
-    SimClock { mem: mem.clone(), skew_ticks }
-}
-
-/// A simulated client's clock: virtual time in [`TICK_NS`] ticks, skewed.
-pub(crate) struct SimClock {
-    mem: SimMemory,
-    skew_ticks: u64,
-}
-
-impl crate::substrate::clock::Clock for SimClock {
-    fn now(&self) -> u64 {
-        self.mem.now() / TICK_NS + self.skew_ticks
-    }
-}
-
-/// The value written by `client` as its `seq`-th write: its id in the first
-/// 8 bytes, then filler up to `len` bytes (at least 8).
-pub(crate) fn value(client: u8, seq: u64, len: usize) -> Vec<u8> {
-    let id = ((client as u64) << 32) | seq;
-    let mut v = vec![(id % 251) as u8; len.max(8)];
-    v[..8].copy_from_slice(&id.to_le_bytes());
-    v
-}
-
-pub(crate) fn id_of(bytes: &[u8]) -> u64 {
-    bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
 }
 
 /// What one campaign run is made of.

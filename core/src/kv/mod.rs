@@ -1,8 +1,11 @@
 //! The key-value interface every system of the toolkit implements
 //! (SWARM-KV, RAW, DM-ABD, and the other systems as they come), so that the
-//! harness, the checks and the command line treat them alike.
+//! harness, the checks and the command line treat them alike; how a system
+//! is declared ([`KvSystem`], registered in `crate::systems`); and the
+//! parts its stores share (placement, errors, the configuration record,
+//! the replicated-register store of SWARM-KV and DM-ABD).
 //!
-//! Semantics, per key (the model [`swarm_lincheck::Kv`] checks histories
+//! Semantics, per key (the model `swarm_lincheck::Kv` checks histories
 //! against, with tombstones):
 //!
 //! | operation | key present (`v0`) | key absent | key deleted |
@@ -17,7 +20,7 @@
 //! [`Got::NotFound`], and a second delete may find the tombstone still
 //! mapped and answer [`Written`] (deletes are idempotent: telling a first
 //! delete from a concurrent second one would take consensus, not one
-//! roundtrip). [`swarm_lincheck::Kv::lazy_unmap`] is this table.
+//! roundtrip). `swarm_lincheck::Kv::lazy_unmap` is this table.
 //!
 //! An insert of an existing key is an update (SWARM §5.3.1). A client
 //! handle runs one operation at a time (`&mut self`); a thread keeps several
@@ -25,29 +28,24 @@
 //! its own client id, as the paper's coroutines do (1 to 8 per thread,
 //! §7.2): Safe-Guess needs one outstanding operation per writer id.
 
-use core::fmt;
 use core::future::Future;
 use core::ops::Deref;
 
 #[cfg(feature = "alloc")]
+pub mod any;
 mod config;
+mod error;
+pub mod place;
+pub mod record;
 #[cfg(feature = "alloc")]
-mod descriptor;
-#[cfg(feature = "alloc")]
-mod known;
-#[cfg(feature = "alloc")]
-mod raw;
-#[cfg(feature = "alloc")]
-mod replicated;
-#[cfg(feature = "alloc")]
-mod store;
-#[cfg(all(test, feature = "sim"))]
-mod tests;
+pub mod replicated;
+mod system;
 
 #[cfg(feature = "alloc")]
-pub use config::{InPlace, StoreConfig, System};
-#[cfg(feature = "alloc")]
-pub use store::{Store, connect, format};
+pub use any::AnyClient;
+pub use config::{Choice, MAX_CLIENTS, MAX_OPTIONS, MAX_VALUE, Options, StoreConfig};
+pub use error::KvError;
+pub use system::{Guarantee, Handle, KvSystem, System, SystemInfo, Visit};
 
 /// Limits on keys and values, checked before anything is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,56 +97,6 @@ pub enum Got<V> {
     Deleted,
 }
 
-/// A failed operation: bad input, or a store that cannot answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvError {
-    /// An empty key or one longer than the limit.
-    BadKey {
-        /// Bytes given.
-        len: usize,
-        /// Bytes allowed.
-        max: usize,
-    },
-    /// A value larger than the limit.
-    ValueTooLarge {
-        /// Bytes given.
-        len: usize,
-        /// Bytes allowed.
-        max: usize,
-    },
-    /// Too few memory nodes answered; the operation may or may not have
-    /// taken effect.
-    Unavailable,
-    /// The store is full (index buckets, or memory for values).
-    Full,
-    /// Remote data that cannot be right, after retries.
-    Corrupt,
-    /// The memory nodes hold no key-value store ([`format`] was not run).
-    NoStore,
-    /// The key kept changing under this client (concurrent deletes and
-    /// inserts won every retry); nothing was changed.
-    Contended,
-    /// A configuration the store cannot have (the reason is given).
-    BadConfig(&'static str),
-}
-
-impl fmt::Display for KvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KvError::BadKey { len, max } => write!(f, "keys must have 1 to {max} bytes, this one has {len}"),
-            KvError::ValueTooLarge { len, max } => write!(f, "values may have up to {max} bytes, this one has {len}"),
-            KvError::Unavailable => write!(f, "too few memory nodes answered"),
-            KvError::Full => write!(f, "the store is full"),
-            KvError::Corrupt => write!(f, "corrupt data in memory"),
-            KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),
-            KvError::Contended => write!(f, "the key kept changing under this client; gave up"),
-            KvError::BadConfig(why) => write!(f, "bad store configuration: {why}"),
-        }
-    }
-}
-
-impl core::error::Error for KvError {}
-
 /// One client of a key-value store.
 pub trait KvClient {
     /// A value read from the store.
@@ -171,6 +119,38 @@ pub trait KvClient {
 
     /// Deletes a key.
     fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>>;
+}
+
+/// A boxed client is a client: stores whose clients hold tens of KiB of
+/// state (allocator, logs) hand them out boxed, so that moving one costs a
+/// pointer.
+#[cfg(feature = "alloc")]
+impl<K: KvClient + ?Sized> KvClient for alloc::boxed::Box<K> {
+    type Value = K::Value;
+
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn limits(&self) -> Limits {
+        (**self).limits()
+    }
+
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<Written, KvError>> {
+        (**self).insert(key, value)
+    }
+
+    fn update(&mut self, key: &[u8], value: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>> {
+        (**self).update(key, value)
+    }
+
+    fn get(&mut self, key: &[u8]) -> impl Future<Output = Result<Got<Self::Value>, KvError>> {
+        (**self).get(key)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>> {
+        (**self).delete(key)
+    }
 }
 
 #[cfg(test)]

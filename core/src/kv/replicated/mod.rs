@@ -1,7 +1,10 @@
-//! SWARM-KV (SWARM §5.3) and DM-ABD: a register per key, replicated on
-//! 2f+1 memory nodes, found through the index and cached by clients. The
-//! two stores differ only in the register protocol (Safe-Guess over
-//! In-n-Out, or ABD over out-of-place objects), so one client serves both.
+//! The store of a register per key, replicated on 2f+1 memory nodes,
+//! found through the index and cached by clients (SWARM §5.3): SWARM-KV
+//! and DM-ABD, which differ only in the register protocol (Safe-Guess over
+//! In-n-Out, or ABD over out-of-place objects). The protocol is a type
+//! ([`Protocol`]) that each system's folder provides; this client, the
+//! location descriptors ([`descriptor`]) and what a client keeps of a key
+//! ([`known`]) serve both.
 //!
 //! ```text
 //! insert(k, v):  cached k: update(k, v), unless k turns out deleted
@@ -46,32 +49,128 @@
 //!   ([`super::InPlace`]).
 
 use alloc::boxed::Box;
-use alloc::vec::Vec;
+use core::future::Future;
 
-use crate::baselines::abd;
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join2;
+use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
-use crate::swarm::client::ClientCtx;
+use crate::swarm::client::{ClientCtx, ClientError};
 use crate::swarm::inout::{Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
-use crate::swarm::safeguess;
+use crate::swarm::writerlog::{self, LogError};
 use crate::{Memory, NodeId, RemoteAddr};
 
-use super::config::{StoreConfig, System};
-use super::descriptor::{self, DESCRIPTOR_BYTES};
-use super::known::{Cached, Known};
-use super::store::{INDEX_NODE, RETRIES, alloc_error, index_error, key_hash, mem_error, reg_error};
-use super::{Got, KvError, Limits, Missing, Written};
-use crate::substrate::space::region::RegionError;
-use crate::substrate::space::slab::AllocError;
+use super::config::StoreConfig;
+use super::place::{INDEX_NODE, RETRIES, node_of};
+use super::system::{Handle, KvSystem, SystemInfo};
+use super::{Got, KvClient, KvError, Limits, Missing, Written};
+use descriptor::DESCRIPTOR_BYTES;
+use known::{Cached, Known};
 
-/// One SWARM-KV or DM-ABD client.
-pub struct Replicated<M, C> {
-    io: Io<M, C>,
+pub mod descriptor;
+pub mod known;
+mod sizing;
+
+use sizing::node_bytes;
+
+/// A register protocol over a key's replicated [`Register`]: how a store
+/// of this kind reads and writes a key's value. Every protocol is a
+/// [`KvSystem`] (its store is [`Replicated`]); its folder under `systems/`
+/// declares its [`SystemInfo`] and implements this.
+pub trait Protocol: 'static {
+    /// The system's declaration.
+    const INFO: &'static SystemInfo;
+
+    /// The shape of every replica of a key in a store of `cfg`.
+    fn layout(cfg: &StoreConfig) -> Result<Layout, KvError>;
+
+    /// Reads the register: its metadata and value.
+    fn read<M: Memory, C: Clock>(
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        reg: &Register,
+        rc: &mut RegCache,
+    ) -> impl Future<Output = Result<(Meta, Value<M::Buf>), RegError>>;
+
+    /// Writes `value`.
+    fn write<M: Memory, C: Clock>(
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        reg: &Register,
+        rc: &mut RegCache,
+        value: &[u8],
+    ) -> impl Future<Output = Result<(), RegError>>;
+}
+
+/// How a register's failure reads to a store's user.
+fn reg_error(e: RegError) -> KvError {
+    match e {
+        RegError::NoQuorum(_) => KvError::Unavailable,
+        RegError::ValueTooLarge { len, max } => KvError::ValueTooLarge { len, max: max as usize },
+        RegError::Client(ClientError::Log(LogError::NoQuorum(_))) => KvError::Unavailable,
+        RegError::Client(ClientError::Log(LogError::Mem(e))) => e.into(),
+        RegError::Client(ClientError::Log(LogError::Corrupt { .. })) => KvError::NoStore,
+        RegError::Client(ClientError::BadId(_)) => KvError::BadConfig("client ids go from 1 to 126"),
+        RegError::Client(_) => KvError::Full,
+        RegError::Corrupt(_) => KvError::Corrupt,
+        RegError::NotWaitFree | RegError::Deleted => KvError::Contended,
+    }
+}
+
+impl<P: Protocol> KvSystem for P {
+    const INFO: &'static SystemInfo = P::INFO;
+
+    /// Boxed: a client holds its allocator's and logs' state (about 100 KiB).
+    type Client<M: Memory, C: Clock> = Box<Replicated<P, M, C>>;
+
+    fn check(cfg: &StoreConfig, _: usize) -> Result<(), KvError> {
+        P::layout(cfg).map(|_| ())
+    }
+
+    fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
+        node_bytes(cfg, P::layout(cfg), nodes, writes)
+    }
+
+    async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
+        format(mem, cfg).await
+    }
+
+    async fn connect<M: Memory, C: Clock>(
+        mem: M,
+        cfg: &StoreConfig,
+        id: u8,
+        clock: C,
+    ) -> Result<Box<Replicated<P, M, C>>, KvError> {
+        Replicated::open(mem, cfg, id, clock).await
+    }
+}
+
+/// Sets up a replicated store on every node of `mem`: writer logs on the
+/// nodes that have none, and the index. Running it again changes nothing.
+async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
+    for n in 0..mem.node_count() {
+        let node = NodeId(n as u16);
+        let region = Region::open(mem, node).await?;
+        let geo = sizing::log_geometry(cfg, region.size, region.chunk)?;
+        if Region::read_root(mem, node, roots::LOG_DIR).await? == 0 {
+            writerlog::format(mem, node, geo).await.map_err(|e| match e {
+                LogError::Mem(e) => e.into(),
+                LogError::Alloc(_) | LogError::Full => KvError::Full,
+                _ => KvError::Corrupt,
+            })?;
+        }
+    }
+    RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
+    Ok(())
+}
+
+/// One client of a replicated store of protocol `P`.
+pub struct Replicated<P, M, C> {
+    io: Io<P, M, C>,
     index: RaceIndex,
     cache: LocationCache<Cached>,
     /// Where an operation on a cached key works ([`Cached::load`]).
@@ -82,21 +181,24 @@ pub struct Replicated<M, C> {
     limits: Limits,
 }
 
-impl<M: Memory, C: Clock> Replicated<M, C> {
+impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
     /// Connects client `id` (its log ids reserved, the index opened).
-    pub async fn open(mem: M, cfg: &StoreConfig, id: u8, clock: C) -> Result<Self, KvError> {
+    pub async fn open(mem: M, cfg: &StoreConfig, id: u8, clock: C) -> Result<Box<Self>, KvError> {
+        if id == 0 || id > cfg.writers {
+            return Err(KvError::BadConfig("client id outside 1..=writers"));
+        }
         let mut ctx = ClientCtx::new(id, clock).map_err(|_| KvError::BadConfig("client ids go from 1 to 126"))?;
         ctx.prepare(&mem).await.map_err(|e| reg_error(RegError::Client(e)))?;
-        let index = RaceIndex::open(&mem, INDEX_NODE).await.map_err(index_error)?;
+        let index = RaceIndex::open(&mem, INDEX_NODE).await?;
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
             max_key: cfg.max_key,
             eviction: Eviction::Lru,
         });
         let nodes = mem.node_count();
-        let layout = cfg.layout()?;
-        Ok(Replicated {
-            io: Io { mem, system: cfg.system, ctx },
+        let layout = P::layout(cfg)?;
+        Ok(Box::new(Replicated {
+            io: Io { mem, ctx, protocol: core::marker::PhantomData },
             index,
             cache,
             work: Known::blank(layout),
@@ -104,19 +206,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
             replicas: cfg.replicas,
             nodes,
             limits: cfg.limits(),
-        })
-    }
-
-    pub fn mem(&self) -> &M {
-        &self.io.mem
-    }
-
-    pub fn id(&self) -> u8 {
-        self.io.ctx.id
-    }
-
-    pub fn system(&self) -> System {
-        self.io.system
+        }))
     }
 
     /// Runs `op` on the key's register: the cached one, in place (no
@@ -127,12 +217,12 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     async fn with_key<T>(
         &mut self,
         key: &[u8],
-        mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T,
+        mut op: impl AsyncFnMut(&mut Io<P, M, C>, &mut Known) -> T,
     ) -> Result<Option<(T, bool)>, KvError> {
         if let Some(out) = self.on_cached(key, &mut op).await {
             return Ok(Some((out, true)));
         }
-        let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
+        let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
         let mut k = self.describe(entry).await?;
@@ -143,16 +233,16 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
 
     /// Runs `op` on what this client knows of `key`, if it has the key in
     /// its cache (`None` otherwise), and keeps what `op` learned.
-    async fn on_cached<T>(&mut self, key: &[u8], mut op: impl AsyncFnMut(&mut Io<M, C>, &mut Known) -> T) -> Option<T> {
+    async fn on_cached<T>(
+        &mut self,
+        key: &[u8],
+        mut op: impl AsyncFnMut(&mut Io<P, M, C>, &mut Known) -> T,
+    ) -> Option<T> {
         let (_, cached) = self.cache.get(key)?;
         cached.load(&mut self.work);
         let out = op(&mut self.io, &mut self.work).await;
         cached.keep(&self.work);
         Some(out)
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     /// The key's register: cached (no roundtrip, maybe stale: the flag), or
@@ -161,7 +251,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
         if let Some((_, cached)) = self.cache.get(key) {
             return Ok(Some((cached.known(), true)));
         }
-        let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await.map_err(index_error)? else {
+        let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
         let k = self.describe(entry).await?;
@@ -172,7 +262,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     /// Reads the descriptor an index entry points to.
     async fn describe(&self, entry: Entry) -> Result<Known, KvError> {
         let at = RemoteAddr::new(INDEX_NODE, entry.location);
-        let buf = self.io.mem.read(at, DESCRIPTOR_BYTES as usize).await.map_err(mem_error)?;
+        let buf = self.io.mem.read(at, DESCRIPTOR_BYTES as usize).await?;
         let reg = descriptor::decode(&buf, self.nodes).map_err(|_| KvError::Corrupt)?;
         Ok(Known { reg, rc: RegCache::default(), entry })
     }
@@ -180,95 +270,14 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     /// Removes the key's mapping if it is still `entry`.
     async fn unmap(&mut self, key: &[u8], entry: Entry) -> Result<(), KvError> {
         self.cache.remove(key);
-        Box::pin(self.index.remove(&self.io.mem, key, Expect::Entry(entry))).await.map_err(index_error)?;
+        Box::pin(self.index.remove(&self.io.mem, key, Expect::Entry(entry))).await?;
         Ok(())
-    }
-
-    pub async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
-        self.limits.check_key(key)?;
-        for _ in 0..RETRIES {
-            let Some((read, cached)) = self.with_key(key, Io::read).await? else {
-                return Ok(Got::NotFound);
-            };
-            let (m, v) = read.map_err(reg_error)?;
-            if m.is_deleted() {
-                self.cache.remove(key);
-                if cached {
-                    continue;
-                }
-                return Ok(Got::Deleted);
-            }
-            // A mapped key's register always holds its first value: bottom
-            // means an unreadable register, not an absent key.
-            return if m.is_bottom() { Err(KvError::Corrupt) } else { Ok(Got::Found(v)) };
-        }
-        Err(KvError::Contended)
-    }
-
-    pub async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
-        self.limits.check(key, value)?;
-        for _ in 0..RETRIES {
-            let write = async |io: &mut Io<M, C>, k: &mut Known| io.write(k, value).await.map_err(|e| (e, k.entry));
-            let Some((written, _)) = self.with_key(key, write).await? else {
-                return Ok(Err(Missing::NotFound));
-            };
-            match written {
-                Ok(()) => return Ok(Ok(Written)),
-                Err((RegError::Deleted, entry)) => self.unmap(key, entry).await?,
-                Err((e, _)) => return Err(reg_error(e)),
-            }
-        }
-        Err(KvError::Contended)
-    }
-
-    /// The marker goes only on a register known to be the key's current
-    /// one at some point during the delete: a cached location is checked
-    /// first (one READ of its index slot). A marker on a stale register
-    /// could be the one that makes a concurrent insert move the key to
-    /// fresh replicas, and a retry there would then delete twice.
-    pub async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
-        self.limits.check_key(key)?;
-        for _ in 0..RETRIES {
-            let Some((mut k, cached)) = self.find(key).await? else {
-                return Ok(Err(Missing::NotFound));
-            };
-            if cached && !Box::pin(self.index.still(&self.io.mem, key, &k.entry)).await.map_err(index_error)? {
-                self.cache.remove(key);
-                continue;
-            }
-            let known = Box::pin(k.reg.delete(&mut self.io.ctx, &self.io.mem, &mut k.rc)).await.map_err(reg_error)?;
-            self.cache.remove(key);
-            self.index.remove_background(&self.io.mem, key, &k.entry).map_err(index_error)?;
-            // Known deleted before: a delete completed earlier.
-            return Ok(if known { Err(Missing::NotFound) } else { Ok(Written) });
-        }
-        Err(KvError::Contended)
-    }
-
-    pub async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
-        self.limits.check(key, value)?;
-        for _ in 0..RETRIES {
-            // A cached key: an insert of an existing key is an update.
-            if let Some(written) = self.on_cached(key, async |io, k| io.write(k, value).await).await {
-                match written {
-                    Ok(()) => return Ok(Written),
-                    Err(RegError::Deleted) => {
-                        self.cache.remove(key);
-                    }
-                    Err(e) => return Err(reg_error(e)),
-                }
-            }
-            if let Some(done) = Box::pin(self.insert_fresh(key, value)).await? {
-                return Ok(done);
-            }
-        }
-        Err(KvError::Contended)
     }
 
     /// Inserts `key` with `value` in fresh replicas; `None` to retry.
     async fn insert_fresh(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Written>, KvError> {
         let reg = self.new_register(key).await?;
-        let desc = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await.map_err(alloc_error)?;
+        let desc = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await?;
         let bytes = descriptor::encode(&reg);
         let mut rc = RegCache::default();
         let mut failed = None;
@@ -278,7 +287,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
             match join2(mem.write(desc, &bytes), first).await {
                 (Ok(()), Ok(())) => true,
                 (Err(e), _) => {
-                    failed = Some(mem_error(e));
+                    failed = Some(e.into());
                     false
                 }
                 (_, Err(e)) => {
@@ -288,7 +297,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
             }
         };
         let inserted = Box::pin(index.insert_after(&*mem, key, desc.offset, ready)).await;
-        let inserted = match inserted.map_err(index_error)? {
+        let inserted = match inserted? {
             Some(i) => i,
             None => return Err(failed.unwrap_or(KvError::Unavailable)),
         };
@@ -312,7 +321,7 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
                     Err(e) => return Err(reg_error(e)),
                 }
                 let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
-                match swung.map_err(index_error)? {
+                match swung? {
                     Change::Done { now: Some(now), .. } => {
                         self.cache.insert(key, now.location, Cached::new(mine(now)));
                         Ok(Some(Written))
@@ -328,18 +337,17 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     /// reached for a new chunk gets [`NO_REPLICA`] (if a majority can be
     /// had): a replica that every operation fails on, as on a crashed node.
     async fn new_register(&mut self, key: &[u8]) -> Result<Register, KvError> {
-        let first = (key_hash(key) % self.nodes as u64) as usize;
-        let nodes: Vec<NodeId> = (0..self.replicas).map(|i| NodeId(((first + i) % self.nodes) as u16)).collect();
         let mut replicas = heapless::Vec::new();
         let mut missing = 0;
-        for (r, node) in nodes.into_iter().enumerate() {
+        for r in 0..self.replicas {
+            let node = node_of(key, r, self.nodes);
             let base = match self.io.ctx.slab.alloc(&self.io.mem, node, self.layout.of_replica(r).size()).await {
                 Ok(a) => a.offset,
                 Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
                     missing += 1;
                     NO_REPLICA
                 }
-                Err(e) => return Err(alloc_error(e)),
+                Err(e) => return Err(e.into()),
             };
             let _ = replicas.push(Replica { node, base });
         }
@@ -350,32 +358,131 @@ impl<M: Memory, C: Clock> Replicated<M, C> {
     }
 }
 
+impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
+    type Value = Value<M::Buf>;
+
+    fn name(&self) -> &'static str {
+        P::INFO.name
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
+        self.limits.check_key(key)?;
+        for _ in 0..RETRIES {
+            let Some((read, cached)) = self.with_key(key, Io::read).await? else {
+                return Ok(Got::NotFound);
+            };
+            let (m, v) = read.map_err(reg_error)?;
+            if m.is_deleted() {
+                self.cache.remove(key);
+                if cached {
+                    continue;
+                }
+                return Ok(Got::Deleted);
+            }
+            // A mapped key's register always holds its first value: bottom
+            // means an unreadable register, not an absent key.
+            return if m.is_bottom() { Err(KvError::Corrupt) } else { Ok(Got::Found(v)) };
+        }
+        Err(KvError::Contended)
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check(key, value)?;
+        for _ in 0..RETRIES {
+            let write = async |io: &mut Io<P, M, C>, k: &mut Known| io.write(k, value).await.map_err(|e| (e, k.entry));
+            let Some((written, _)) = self.with_key(key, write).await? else {
+                return Ok(Err(Missing::NotFound));
+            };
+            match written {
+                Ok(()) => return Ok(Ok(Written)),
+                Err((RegError::Deleted, entry)) => self.unmap(key, entry).await?,
+                Err((e, _)) => return Err(reg_error(e)),
+            }
+        }
+        Err(KvError::Contended)
+    }
+
+    /// The marker goes only on a register known to be the key's current
+    /// one at some point during the delete: a cached location is checked
+    /// first (one READ of its index slot). A marker on a stale register
+    /// could be the one that makes a concurrent insert move the key to
+    /// fresh replicas, and a retry there would then delete twice.
+    async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check_key(key)?;
+        for _ in 0..RETRIES {
+            let Some((mut k, cached)) = self.find(key).await? else {
+                return Ok(Err(Missing::NotFound));
+            };
+            if cached && !Box::pin(self.index.still(&self.io.mem, key, &k.entry)).await? {
+                self.cache.remove(key);
+                continue;
+            }
+            let known = Box::pin(k.reg.delete(&mut self.io.ctx, &self.io.mem, &mut k.rc)).await.map_err(reg_error)?;
+            self.cache.remove(key);
+            self.index.remove_background(&self.io.mem, key, &k.entry)?;
+            // Known deleted before: a delete completed earlier.
+            return Ok(if known { Err(Missing::NotFound) } else { Ok(Written) });
+        }
+        Err(KvError::Contended)
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+        self.limits.check(key, value)?;
+        for _ in 0..RETRIES {
+            // A cached key: an insert of an existing key is an update.
+            if let Some(written) = self.on_cached(key, async |io, k| io.write(k, value).await).await {
+                match written {
+                    Ok(()) => return Ok(Written),
+                    Err(RegError::Deleted) => {
+                        self.cache.remove(key);
+                    }
+                    Err(e) => return Err(reg_error(e)),
+                }
+            }
+            if let Some(done) = Box::pin(self.insert_fresh(key, value)).await? {
+                return Ok(done);
+            }
+        }
+        Err(KvError::Contended)
+    }
+}
+
 /// The base of a replica that could not be allocated: beyond any node's
 /// region, so every operation on it fails its bounds check, forever (even
 /// if the node comes back).
 const NO_REPLICA: u64 = 1 << 62;
 
-/// What a client's register operations need: its memory, its protocol and
-/// its SWARM state.
-struct Io<M, C> {
+/// What a client's register operations need: its memory and its SWARM
+/// state; `P` is their protocol.
+struct Io<P, M, C> {
     mem: M,
-    system: System,
     ctx: ClientCtx<C>,
+    protocol: core::marker::PhantomData<P>,
 }
 
-impl<M: Memory, C: Clock> Io<M, C> {
+impl<P: Protocol, M: Memory, C: Clock> Io<P, M, C> {
     async fn read(&mut self, k: &mut Known) -> Result<(Meta, Value<M::Buf>), RegError> {
-        match self.system {
-            System::DmAbd => abd::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc).await,
-            _ => safeguess::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc).await,
-        }
+        P::read(&mut self.ctx, &self.mem, &k.reg, &mut k.rc).await
     }
 
     async fn write(&mut self, k: &mut Known, value: &[u8]) -> Result<(), RegError> {
-        match self.system {
-            System::DmAbd => abd::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value).await.map(|_| ()),
-            _ => safeguess::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value).await.map(|_| ()),
-        }
+        P::write(&mut self.ctx, &self.mem, &k.reg, &mut k.rc, value).await
+    }
+}
+
+impl<P: Protocol, M: Memory, C: Clock> Handle for Replicated<P, M, C> {
+    type Mem = M;
+
+    fn mem(&self) -> &M {
+        &self.io.mem
+    }
+
+    fn id(&self) -> u8 {
+        self.io.ctx.id
     }
 }
 

@@ -14,6 +14,14 @@
 
 use alloc::boxed::Box;
 
+use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
+use crate::kv::{
+    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, SystemInfo, Written,
+};
+use crate::substrate::clock::Clock;
+use crate::substrate::space::region::HEADER_SIZE;
+use crate::substrate::space::slab::class_of;
+
 use crate::baselines::raw::{RawError, RawRegister};
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
@@ -21,12 +29,52 @@ use crate::substrate::space::slab::SlabAllocator;
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId, RemoteAddr};
 
-use super::config::StoreConfig;
-use super::store::{INDEX_NODE, RETRIES, alloc_error, index_error, key_hash, mem_error};
-use super::{Got, KvError, Limits, Missing, Written};
+/// RAW: the latency floor of the SWARM paper's comparison (§7).
+pub struct Raw;
+
+impl KvSystem for Raw {
+    const INFO: &'static SystemInfo = &SystemInfo {
+        name: "raw",
+        about: "one unreplicated copy in place, no concurrency control: the latency floor (SWARM §7, Baselines)",
+        replicated: false,
+        floor: true,
+        guarantee: Guarantee::OneClientPerKey,
+        options: &[],
+    };
+
+    /// Boxed: a client holds its allocator's state (about 50 KiB).
+    type Client<M: Memory, C: Clock> = Box<RawClient<M>>;
+
+    fn check(_: &StoreConfig, _: usize) -> Result<(), KvError> {
+        Ok(())
+    }
+
+    /// One copy per key, spread over the nodes, and the index on node 0.
+    fn node_bytes(cfg: &StoreConfig, nodes: usize, _writes: u64) -> u64 {
+        let obj = |size: u64| class_of(size).map_or(size, |(_, c)| c);
+        let values = cfg.keys.div_ceil(nodes.max(1) as u64) * obj(RawRegister::size(cfg.max_value as u64));
+        let slack = cfg.writers as u64 * 6 * StoreConfig::CHUNK;
+        let total = values + cfg.index_bytes() + slack;
+        (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
+    }
+
+    async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
+        RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
+        Ok(())
+    }
+
+    async fn connect<M: Memory, C: Clock>(
+        mem: M,
+        cfg: &StoreConfig,
+        id: u8,
+        _: C,
+    ) -> Result<Box<RawClient<M>>, KvError> {
+        Ok(Box::new(RawClient::open(mem, cfg, id).await?))
+    }
+}
 
 /// One RAW client.
-pub struct Raw<M> {
+pub struct RawClient<M> {
     mem: M,
     id: u8,
     slab: SlabAllocator,
@@ -40,29 +88,20 @@ fn encode(addr: RemoteAddr) -> u64 {
     (addr.node.0 as u64) << 48 | addr.offset
 }
 
-impl<M: Memory> Raw<M> {
+impl<M: Memory> RawClient<M> {
     /// Connects client `id`.
     pub async fn open(mem: M, cfg: &StoreConfig, id: u8) -> Result<Self, KvError> {
-        let index = RaceIndex::open(&mem, INDEX_NODE).await.map_err(index_error)?;
+        if id == 0 || id > cfg.writers {
+            return Err(KvError::BadConfig("client id outside 1..=writers"));
+        }
+        let index = RaceIndex::open(&mem, INDEX_NODE).await?;
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
             max_key: cfg.max_key,
             eviction: Eviction::Lru,
         });
         let nodes = mem.node_count();
-        Ok(Raw { mem, id, slab: SlabAllocator::new(), index, cache, limits: cfg.limits(), nodes })
-    }
-
-    pub fn mem(&self) -> &M {
-        &self.mem
-    }
-
-    pub fn id(&self) -> u8 {
-        self.id
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
+        Ok(RawClient { mem, id, slab: SlabAllocator::new(), index, cache, limits: cfg.limits(), nodes })
     }
 
     /// The register a location names (checked: it comes from memory).
@@ -81,14 +120,34 @@ impl<M: Memory> Raw<M> {
         if let Some((location, _)) = self.cache.get(key) {
             return Ok(Some((location, true)));
         }
-        let found = Box::pin(self.index.lookup(&self.mem, key)).await.map_err(index_error)?;
+        let found = Box::pin(self.index.lookup(&self.mem, key)).await?;
         Ok(found.map(|e| {
             self.cache.insert(key, e.location, e);
             (e.location, false)
         }))
     }
 
-    pub async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
+    async fn write(&self, location: u64, value: &[u8]) -> Result<(), KvError> {
+        match self.register(location)?.write(&self.mem, value).await {
+            Ok(()) => Ok(()),
+            Err(RawError::Mem(e)) => Err(e.into()),
+            Err(_) => Err(KvError::Corrupt),
+        }
+    }
+}
+
+impl<M: Memory> KvClient for RawClient<M> {
+    type Value = Value<M::Buf>;
+
+    fn name(&self) -> &'static str {
+        Raw::INFO.name
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
         for _ in 0..RETRIES {
             let Some((location, cached)) = self.find(key).await? else {
@@ -102,14 +161,14 @@ impl<M: Memory> Raw<M> {
                         return Ok(Got::Deleted);
                     }
                 }
-                Err(RawError::Mem(e)) => return Err(mem_error(e)),
+                Err(RawError::Mem(e)) => return Err(e.into()),
                 Err(_) => return Err(KvError::Corrupt),
             }
         }
         Err(KvError::Contended)
     }
 
-    pub async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
         let Some((location, _)) = self.find(key).await? else {
             return Ok(Err(Missing::NotFound));
@@ -118,22 +177,14 @@ impl<M: Memory> Raw<M> {
         Ok(Ok(Written))
     }
 
-    async fn write(&self, location: u64, value: &[u8]) -> Result<(), KvError> {
-        match self.register(location)?.write(&self.mem, value).await {
-            Ok(()) => Ok(()),
-            Err(RawError::Mem(e)) => Err(mem_error(e)),
-            Err(_) => Err(KvError::Corrupt),
-        }
-    }
-
     /// The tombstone and the unmapping in parallel (one roundtrip with the
     /// entry cached; a stale entry unmaps nothing, and the copy it names was
     /// deleted already).
-    pub async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+    async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
         let mut entry = match self.cache.remove(key) {
             Some((_, entry)) => entry,
-            None => match Box::pin(self.index.lookup(&self.mem, key)).await.map_err(index_error)? {
+            None => match Box::pin(self.index.lookup(&self.mem, key)).await? {
                 Some(entry) => entry,
                 None => return Ok(Err(Missing::NotFound)),
             },
@@ -144,10 +195,10 @@ impl<M: Memory> Raw<M> {
             let unmap = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
             let (tomb, unmap) = crate::substrate::join::join2(reg.delete(mem), unmap).await;
             tomb.map_err(|e| match e {
-                RawError::Mem(e) => mem_error(e),
+                RawError::Mem(e) => e.into(),
                 _ => KvError::Corrupt,
             })?;
-            match unmap.map_err(index_error)? {
+            match unmap? {
                 Change::Done { .. } => return Ok(Ok(Written)),
                 Change::NotFound => return Ok(Err(Missing::NotFound)),
                 // A stale cached entry: the key lives elsewhere now.
@@ -159,15 +210,15 @@ impl<M: Memory> Raw<M> {
 
     /// A new copy written while the index finds a slot, then published; an
     /// existing key is updated in place instead.
-    pub async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
         if let Some((location, _)) = self.cache.get(key) {
             self.write(location, value).await?;
             return Ok(Written);
         }
-        let node = NodeId((key_hash(key) % self.nodes as u64) as u16);
+        let node = node_of(key, 0, self.nodes);
         let size = RawRegister::size(self.limits.max_value as u64);
-        let addr = self.slab.alloc(&self.mem, node, size).await.map_err(alloc_error)?;
+        let addr = self.slab.alloc(&self.mem, node, size).await?;
         let reg = RawRegister { addr, max_value: self.limits.max_value as u64 };
         let mut failed = None;
         let (mem, index) = (&self.mem, &mut self.index);
@@ -180,7 +231,7 @@ impl<M: Memory> Raw<M> {
                 }
             }
         };
-        let inserted = Box::pin(index.insert_after(mem, key, encode(addr), ready)).await.map_err(index_error)?;
+        let inserted = Box::pin(index.insert_after(mem, key, encode(addr), ready)).await?;
         let entry = match inserted {
             Some(Insert::New(e)) => e,
             Some(Insert::Exists(e)) => {
@@ -191,12 +242,24 @@ impl<M: Memory> Raw<M> {
             None => {
                 self.slab.free(addr, size);
                 return Err(match failed {
-                    Some(RawError::Mem(e)) => mem_error(e),
+                    Some(RawError::Mem(e)) => e.into(),
                     _ => KvError::Corrupt,
                 });
             }
         };
         self.cache.insert(key, entry.location, entry);
         Ok(Written)
+    }
+}
+
+impl<M: Memory> Handle for RawClient<M> {
+    type Mem = M;
+
+    fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    fn id(&self) -> u8 {
+        self.id
     }
 }

@@ -1,0 +1,291 @@
+//! Seeded campaigns of any registered key-value system in the simulator:
+//! concurrent clients insert, update, get and delete a few keys under
+//! delays, torn transfers, clock skew, crashes of a minority of nodes and
+//! of a client, and a slow node; a fresh client reads every key at the end;
+//! the history must satisfy the system's declared [`Guarantee`].
+//!
+//! What a campaign asks of a system follows its declaration:
+//! - [`Guarantee::Linearizable`]: every client may use every key, and a
+//!   minority of the nodes that hold no index crash (the index on
+//!   [`INDEX_NODE`] is a single point of failure until it is replicated);
+//! - [`Guarantee::OneClientPerKey`]: each key belongs to one client, and
+//!   no node or client crashes (such a store promises nothing then);
+//!
+//! and every declared option takes a value chosen by the seed, so that
+//! the campaigns cover each of them.
+//!
+//! A failing run prints the command that replays it:
+//! `SWARM_KV=<system> SWARM_SEED=<seed> SWARM_REPLICAS=<n> cargo test -p swarm-core --lib systems::tests::replay -- --nocapture`.
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+
+use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
+
+use super::{TICK_NS, clock, id_of, value};
+use crate::kv::place::INDEX_NODE;
+use crate::kv::{Got, Guarantee, KvClient, KvSystem, StoreConfig, System, Visit};
+use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::Region;
+use crate::{Memory, NodeId, systems};
+
+/// Bytes of each simulated node.
+pub const NODE_SIZE: u64 = 4 << 20;
+/// Allocation chunk of the simulated nodes.
+pub const CHUNK: u64 = 64 << 10;
+/// The keys a campaign uses.
+const KEYS: [&[u8]; 6] = [b"key-0", b"key-1", b"key-2", b"key-3", b"key-4", b"key-5"];
+
+/// What one campaign run is made of.
+#[derive(Clone, Copy, Debug)]
+pub struct KvCampaign {
+    /// The system.
+    pub system: System,
+    /// Nodes, and replicas of each key.
+    pub replicas: usize,
+    /// Concurrent clients.
+    pub clients: u8,
+    /// Keys they share (or, one client per key, that each owns).
+    pub keys: u64,
+    /// Operations per client.
+    pub ops: u64,
+    /// Largest clock skew between clients, ns.
+    pub max_skew_ns: u64,
+    /// Whether nodes and a client crash and a node turns slow.
+    pub faults: bool,
+}
+
+impl KvCampaign {
+    /// The run for `seed`: 2 to 5 clients on 1 to 3 keys, 12 operations
+    /// each, clocks skewed by up to 0, 2 or 30 µs (roundtrips are 1-3 µs),
+    /// and in four runs out of five a crashed minority of nodes, a client
+    /// crashing mid-operation and a slow node.
+    pub fn for_seed(system: System, replicas: usize, seed: u64) -> KvCampaign {
+        KvCampaign {
+            system,
+            replicas,
+            clients: 2 + (seed % 4) as u8,
+            keys: 1 + (seed / 4) % 3,
+            ops: 12,
+            max_skew_ns: [0, 2_000, 30_000][(seed % 3) as usize],
+            faults: !seed.is_multiple_of(5),
+        }
+    }
+
+    /// The store's shape for this run; options chosen by `seed`.
+    pub fn config(&self, seed: u64) -> StoreConfig {
+        let mut cfg = StoreConfig::new(self.system, 64);
+        cfg.replicas = self.replicas;
+        cfg.max_key = 16;
+        cfg.max_value = 256;
+        cfg.writers = self.clients + 1;
+        cfg.cache_capacity = 64;
+        cfg.seed_options(seed);
+        cfg
+    }
+
+    /// Whether every client uses every key.
+    fn shared_keys(&self) -> bool {
+        self.system.guarantee() == Guarantee::Linearizable
+    }
+}
+
+/// What a campaign found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Runs.
+    pub runs: u64,
+    /// Operations checked in all.
+    pub ops: usize,
+}
+
+/// Runs seeds `from..from + runs` of `system` on `replicas` nodes; the
+/// first failure's description (with the command that replays it), or
+/// what was checked.
+pub fn campaign(system: System, replicas: usize, from: u64, runs: u64) -> Result<Summary, String> {
+    let mut s = Summary::default();
+    for seed in from..from + runs {
+        s.ops += run(seed, &KvCampaign::for_seed(system, replicas, seed))?;
+        s.runs += 1;
+    }
+    Ok(s)
+}
+
+/// One seeded run: the number of operations checked, or what went wrong
+/// and the command that replays it.
+pub fn run(seed: u64, c: &KvCampaign) -> Result<usize, String> {
+    struct Run<'a> {
+        seed: u64,
+        c: &'a KvCampaign,
+    }
+    impl Visit for Run<'_> {
+        type Out = Result<usize, String>;
+        fn visit<S: KvSystem>(self) -> Self::Out {
+            run_typed::<S>(self.seed, self.c)
+        }
+    }
+    let replay = format!(
+        "replay: SWARM_KV={} SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib systems::tests::replay -- --nocapture",
+        c.system.name(),
+        c.replicas
+    );
+    systems::visit(c.system, Run { seed, c }).map_err(|e| format!("seed {seed}: {e}\n{replay}"))
+}
+
+type Hist = History<KvOp, KvRet>;
+
+/// Runs `op` on `s` and records it; an error of the store is a failure.
+async fn record<K: KvClient>(s: &mut K, m: &SimMemory, hist: &RefCell<Hist>, id: u8, op: KvOp) -> Result<(), String> {
+    let key = KEYS[op.key() as usize % KEYS.len()];
+    let invoked = hist.borrow_mut().invoke(id as u32, m.now(), op);
+    let ret = match op {
+        KvOp::Insert(_, v) => s.insert(key, &value_of(v)).await.map(|_| KvRet::Ok),
+        KvOp::Update(_, v) => s.update(key, &value_of(v)).await.map(|r| r.map_or(KvRet::NotFound, |_| KvRet::Ok)),
+        KvOp::Delete(_) => s.delete(key).await.map(|r| r.map_or(KvRet::NotFound, |_| KvRet::Ok)),
+        KvOp::Get(_) => s.get(key).await.map(|g| match g {
+            Got::Found(v) => KvRet::Found(id_of(&v)),
+            Got::NotFound => KvRet::NotFound,
+            Got::Deleted => KvRet::Deleted,
+        }),
+    };
+    match ret {
+        Ok(r) => {
+            hist.borrow_mut().respond(invoked, m.now(), r);
+            Ok(())
+        }
+        Err(e) => Err(format!("client {id}: {op:?}: {e}")),
+    }
+}
+
+/// The value of write `id` (client << 32 | sequence), of one of three sizes.
+fn value_of(id: u64) -> Vec<u8> {
+    value((id >> 32) as u8, id & 0xffff_ffff, 8 + (id % 3) as usize * 50)
+}
+
+/// Formats every simulated node and sets up a store of shape `cfg`,
+/// twice (the second changes nothing).
+pub fn setup(sim: &mut Sim, cfg: &StoreConfig) -> Result<(), String> {
+    let admin = sim.client();
+    let cfg = cfg.clone();
+    let nodes = admin.node_count();
+    sim.block_on(async move {
+        for n in 0..nodes {
+            Region::format(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.map_err(|e| format!("format: {e}"))?;
+        }
+        for _ in 0..2 {
+            systems::format(&admin, &cfg, 1).await.map_err(|e| format!("set up the store: {e}"))?;
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("setup: {e}"))?
+}
+
+fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
+    let mut sim = Sim::new(SimConfig {
+        seed,
+        nodes: c.replicas,
+        node_size: NODE_SIZE,
+        max_piece_gap_ns: 500,
+        ..SimConfig::default()
+    });
+    let cfg = c.config(seed);
+    setup(&mut sim, &cfg)?;
+    let hist = Rc::new(RefCell::new(Hist::new()));
+    let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
+    let start = sim.now();
+    let shared = c.shared_keys();
+    let mut clients = Vec::new();
+    for id in 1..=c.clients {
+        let mem = sim.client();
+        let skew = sim.random(0, c.max_skew_ns) / TICK_NS;
+        let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
+        let (keys, ops, clients_n) = (c.keys, c.ops, c.clients as u64);
+        sim.spawn(&mem, async move {
+            let mut s = match S::connect(Counted::new(m.clone()), &cfg, id, clock(&m, skew)).await {
+                Ok(s) => s,
+                Err(e) => return failures.borrow_mut().push(format!("client {id}: connect: {e}")),
+            };
+            for seq in 1..=ops {
+                m.sleep(m.random(0, 3_000)).await;
+                // Shared keys, or this client's own.
+                let k = if shared { m.random(0, keys - 1) } else { (id as u64 - 1) % clients_n.min(KEYS.len() as u64) };
+                let v = (id as u64) << 32 | seq;
+                let op = match m.random(0, 19) {
+                    0..=7 => KvOp::Get(k),
+                    8..=11 => KvOp::Update(k, v),
+                    12..=16 => KvOp::Insert(k, v),
+                    _ => KvOp::Delete(k),
+                };
+                if let Err(e) = record(&mut s, &m, &hist, id, op).await {
+                    return failures.borrow_mut().push(e);
+                }
+            }
+        });
+        clients.push(mem);
+    }
+    if c.faults {
+        let f = (c.replicas - 1) / 2;
+        if shared && f > 0 {
+            // A minority of the nodes that hold no index crash, a client
+            // crashes mid-operation.
+            for _ in 0..sim.random(1, f as u64) {
+                let node = sim.random(0, c.replicas as u64 - 2) as usize;
+                let node = if node >= INDEX_NODE.index() { node + 1 } else { node };
+                let mode = if sim.random(0, 1) == 0 { CrashMode::Hang } else { CrashMode::FailFast };
+                let at = start + sim.random(0, 60_000);
+                sim.crash_node_at(node, at, mode);
+            }
+            let victim = sim.random(0, clients.len() as u64 - 1) as usize;
+            let at = start + sim.random(0, 60_000);
+            sim.crash_client_at(&clients[victim], at);
+        }
+        let slow = sim.random(0, c.replicas as u64 - 1) as usize;
+        sim.slow_node_at(slow, start + sim.random(0, 30_000), 5);
+    }
+    if let Err(e) = sim.run() {
+        return Err(format!("{e} (an operation of a live client did not complete)"));
+    }
+    // Afterwards, a fresh client reads every key: no acknowledged write lost.
+    let mem = sim.client();
+    let (h, f, last) = (hist.clone(), failures.clone(), c.clients + 1);
+    let keys = if shared { c.keys } else { (c.clients as u64).min(KEYS.len() as u64) };
+    let end = sim.block_on(async move {
+        let mut s =
+            S::connect(mem.clone(), &cfg, last, clock(&mem, 0)).await.map_err(|e| format!("final client: {e}"))?;
+        for k in 0..keys {
+            if let Err(e) = record(&mut s, &mem, &h, last, KvOp::Get(k)).await {
+                f.borrow_mut().push(e);
+            }
+        }
+        Ok::<(), String>(())
+    });
+    match end {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(e) => return Err(format!("final reads: {e}")),
+    }
+    if let Some(f) = failures.borrow().first() {
+        return Err(f.clone());
+    }
+    let h = hist.borrow();
+    let verdict = lincheck::check(&lincheck::Kv::lazy_unmap(), h.operations());
+    if !verdict.is_linearizable() {
+        let mut trace = String::new();
+        for (i, op) in h.operations().iter().enumerate() {
+            trace += &format!(
+                "#{i} c{} [{} {:?}] {:?} -> {:?}\n",
+                op.client,
+                op.call,
+                op.response.as_ref().map(|r| r.at),
+                op.input,
+                op.response.as_ref().map(|r| r.output)
+            );
+        }
+        return Err(format!("history of {} ops is not linearizable: {verdict}\n{trace}", h.len()));
+    }
+    Ok(h.len())
+}

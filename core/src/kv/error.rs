@@ -1,0 +1,100 @@
+//! Why a key-value operation failed, and how the failures of the layers
+//! below (memory, regions, allocation, the index) read to a store's user.
+
+use core::fmt;
+
+use crate::MemError;
+use crate::index::IndexError;
+use crate::substrate::space::{AllocError, RegionError};
+
+/// A failed operation: bad input, or a store that cannot answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvError {
+    /// An empty key or one longer than the limit.
+    BadKey {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+    /// A value larger than the limit.
+    ValueTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+    /// Too few memory nodes answered; the operation may or may not have
+    /// taken effect.
+    Unavailable,
+    /// The store is full (index buckets, or memory for values).
+    Full,
+    /// Remote data that cannot be right, after retries.
+    Corrupt,
+    /// The memory nodes hold no key-value store ([`format`] was not run).
+    NoStore,
+    /// The key kept changing under this client (concurrent deletes and
+    /// inserts won every retry); nothing was changed.
+    Contended,
+    /// A configuration the store cannot have (the reason is given).
+    BadConfig(&'static str),
+}
+
+impl fmt::Display for KvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KvError::BadKey { len, max } => write!(f, "keys must have 1 to {max} bytes, this one has {len}"),
+            KvError::ValueTooLarge { len, max } => write!(f, "values may have up to {max} bytes, this one has {len}"),
+            KvError::Unavailable => write!(f, "too few memory nodes answered"),
+            KvError::Full => write!(f, "the store is full"),
+            KvError::Corrupt => write!(f, "corrupt data in memory"),
+            KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),
+            KvError::Contended => write!(f, "the key kept changing under this client; gave up"),
+            KvError::BadConfig(why) => write!(f, "bad store configuration: {why}"),
+        }
+    }
+}
+
+impl core::error::Error for KvError {}
+
+impl From<MemError> for KvError {
+    /// A request the node refused (out of bounds, misaligned) came from
+    /// corrupt remote data; anything else is the node's health.
+    fn from(e: MemError) -> KvError {
+        if e.is_request_error() { KvError::Corrupt } else { KvError::Unavailable }
+    }
+}
+
+impl From<RegionError> for KvError {
+    fn from(e: RegionError) -> KvError {
+        match e {
+            RegionError::Mem(e) => e.into(),
+            RegionError::Exhausted { .. } => KvError::Full,
+            RegionError::Corrupt { .. } => KvError::NoStore,
+            RegionError::BadLayout(_) => KvError::Corrupt,
+        }
+    }
+}
+
+impl From<AllocError> for KvError {
+    fn from(e: AllocError) -> KvError {
+        match e {
+            AllocError::Region(e) => e.into(),
+            AllocError::BadSize { .. } => KvError::BadConfig("values too large for the nodes' chunks"),
+            AllocError::TooManyNodes => KvError::BadConfig("at most 32 memory nodes"),
+        }
+    }
+}
+
+impl From<IndexError> for KvError {
+    fn from(e: IndexError) -> KvError {
+        match e {
+            IndexError::Mem(e) => e.into(),
+            IndexError::Region(RegionError::Exhausted { .. }) | IndexError::Full { .. } => KvError::Full,
+            IndexError::KeyTooLong { len, max } => KvError::BadKey { len, max },
+            IndexError::NoIndex { .. } => KvError::NoStore,
+            IndexError::Contended => KvError::Contended,
+            _ => KvError::Corrupt,
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! Where a key-value store puts things: the node of the index, and the
+//! nodes of a key's values.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::NodeId;
+
+/// The node that holds the index (and the replicated stores' descriptors).
+/// Until the index is replicated it is a single point of failure of every
+/// store; the campaigns crash other nodes only.
+pub const INDEX_NODE: NodeId = NodeId(0);
+
+/// How many times an operation starts again after finding a stale cached
+/// location or losing a race with a delete, before giving up.
+pub const RETRIES: usize = 8;
+
+/// The hash that places a key's values.
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxh3_64_with_seed(key, 0x5357_4b56)
+}
+
+/// The `i`-th node of `key`'s values on a cluster of `nodes` nodes: the
+/// key's first node is `hash mod nodes`, its replicas the nodes after it.
+pub fn node_of(key: &[u8], i: usize, nodes: usize) -> NodeId {
+    let first = (key_hash(key) % nodes.max(1) as u64) as usize;
+    NodeId(((first + i) % nodes.max(1)) as u16)
+}

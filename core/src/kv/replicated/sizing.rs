@@ -1,0 +1,46 @@
+//! How much memory a replicated store needs, and the writer logs it
+//! formats: what both of its systems (SWARM-KV, DM-ABD) share.
+
+use crate::swarm::inout::Layout;
+use crate::swarm::writerlog::{ENTRY_HEADER, LogGeometry};
+
+use super::descriptor::DESCRIPTOR_BYTES;
+use crate::kv::{KvError, StoreConfig};
+use crate::substrate::space::region::HEADER_SIZE;
+use crate::substrate::space::slab::class_of;
+
+/// Most log segments per client and node: with 1 MiB chunks, 8 million
+/// writes of 64 B per client, 126 thousand of 8 KiB (log entries are not
+/// recycled). Fewer on nodes with fewer chunks.
+const LOG_SEGMENTS: u64 = 1024;
+
+/// The writer logs of a node of `size` bytes in `chunk`-byte chunks.
+pub(crate) fn log_geometry(cfg: &StoreConfig, size: u64, chunk: u64) -> Result<LogGeometry, KvError> {
+    let segments = (size / chunk.max(1)).clamp(1, LOG_SEGMENTS);
+    LogGeometry::new(cfg.max_value as u64, chunk, segments)
+        .map_err(|_| KvError::BadConfig("values too large for the nodes' chunks"))
+}
+
+/// Bytes each of `nodes` memory nodes needs for `cfg.keys` keys of
+/// `layout` and `writes` writes by all clients together, region header and
+/// a quarter spare included. Node 0 also holds the index.
+pub fn node_bytes(cfg: &StoreConfig, layout: Result<Layout, KvError>, nodes: usize, writes: u64) -> u64 {
+    let nodes = nodes.max(1) as u64;
+    let obj = |size: u64| class_of(size).map_or(size, |(_, c)| c);
+    let copies = cfg.replicas.max(1) as u64;
+    let objects: u64 =
+        (0..cfg.replicas.max(1)).map(|r| layout.as_ref().map_or(0, |l| obj(l.of_replica(r).size()))).sum();
+    // Values: one object per key and copy, spread over the nodes.
+    let values = cfg.keys.div_ceil(nodes) * objects;
+    // Out-of-place copies: one log entry per write and replica.
+    let entry = (ENTRY_HEADER + cfg.max_value as u64).next_multiple_of(64);
+    let dir = log_geometry(cfg, u64::MAX, StoreConfig::CHUNK).map_or(0, |g| g.dir_bytes());
+    let logs = dir + (writes * copies).div_ceil(nodes) * entry;
+    // The index and its key blocks, and the descriptors, on node 0.
+    let index = cfg.index_bytes() + cfg.keys * DESCRIPTOR_BYTES;
+    // Each client's partly used chunks: a few size classes on each node,
+    // and a partly used log segment.
+    let slack = cfg.writers as u64 * 6 * StoreConfig::CHUNK;
+    let total = values + logs + index + slack;
+    (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
+}

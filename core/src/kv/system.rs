@@ -1,0 +1,206 @@
+//! How a key-value system is declared: once, in its own folder under
+//! `systems/`, as a type implementing [`KvSystem`], and registered in one
+//! line of `systems::registry!`. The YCSB harness, `swarm bench
+//! --systems`, `swarm kv init --system`, the backend suites and the
+//! simulator campaigns all list systems from the registry, so a new system
+//! is benchmarked and checked the moment it is registered.
+//!
+//! A declaration has two halves:
+//! - what can be known without a memory: [`SystemInfo`] (name, what it is,
+//!   whether it replicates, its consistency model, its options) and the
+//!   configuration check and sizing of [`KvSystem`]; [`System`] is a
+//!   runtime handle on them that callers pass around and compare;
+//! - what runs over a memory: [`KvSystem::format`] and
+//!   [`KvSystem::connect`], generic over the backend. Code that holds a
+//!   [`System`] reaches them through `systems::visit`, which calls a
+//!   [`Visit`] with the system's type, so that the hot path stays
+//!   statically dispatched.
+
+use core::fmt;
+use core::future::Future;
+use core::hash::{Hash, Hasher};
+
+use super::config::{Choice, StoreConfig};
+use super::{KvClient, KvError};
+use crate::Memory;
+use crate::substrate::clock::Clock;
+use crate::substrate::value::Value;
+
+/// The consistency a system promises, which the campaigns check its
+/// histories against (`swarm-lincheck`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Guarantee {
+    /// Linearizable, deleted keys unmapped in the background
+    /// (`swarm_lincheck::Kv::lazy_unmap`), through crashes of any
+    /// minority of the nodes that hold its values.
+    Linearizable,
+    /// No concurrency control (RAW): linearizable only while each key is
+    /// used by one client at a time; a node's crash loses its keys. Its
+    /// campaigns give every key one client and crash no node.
+    OneClientPerKey,
+}
+
+/// What can be known of a system without a memory.
+#[derive(Debug)]
+pub struct SystemInfo {
+    /// The name reports and flags use, lower case with dashes.
+    pub name: &'static str,
+    /// What it is, in a line, with the paper section it reproduces.
+    pub about: &'static str,
+    /// Whether values are replicated (`StoreConfig::replicas` applies).
+    pub replicated: bool,
+    /// Whether this is the latency floor the others are compared to (RAW):
+    /// reports give every figure as a ratio to it.
+    pub floor: bool,
+    /// What its histories must satisfy.
+    pub guarantee: Guarantee,
+    /// The options it takes (`StoreConfig::set_option`).
+    pub options: &'static [Choice],
+}
+
+/// One client of a system's store, beside its operations: the memory it
+/// works on (a `Counted` one tells each operation's roundtrips) and its id.
+pub trait Handle {
+    /// Its memory.
+    type Mem;
+    /// The memory this client works on.
+    fn mem(&self) -> &Self::Mem;
+    /// The client's id.
+    fn id(&self) -> u8;
+}
+
+#[cfg(feature = "alloc")]
+impl<H: Handle + ?Sized> Handle for alloc::boxed::Box<H> {
+    type Mem = H::Mem;
+
+    fn mem(&self) -> &H::Mem {
+        (**self).mem()
+    }
+
+    fn id(&self) -> u8 {
+        (**self).id()
+    }
+}
+
+/// A key-value system of the toolkit.
+pub trait KvSystem: 'static {
+    /// What can be known of it without a memory.
+    const INFO: &'static SystemInfo;
+
+    /// One client of its store over memory `M`, with clock `C`.
+    type Client<M: Memory, C: Clock>: KvClient<Value = Value<M::Buf>> + Handle<Mem = M>;
+
+    /// Checks what this system needs of a configuration that passed the
+    /// checks every store shares ([`StoreConfig::check`] calls it).
+    fn check(cfg: &StoreConfig, nodes: usize) -> Result<(), KvError>;
+
+    /// Bytes each of `nodes` nodes needs for `cfg.keys` keys and `writes`
+    /// writes by all clients together, region header and spare included.
+    fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64;
+
+    /// Sets up the store on every node of `mem`, once, by one client,
+    /// after `Region::format` of each node (with [`StoreConfig::CHUNK`]
+    /// chunks, or any size that holds a value). Running it again on a
+    /// formatted cluster changes nothing.
+    fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> impl Future<Output = Result<(), KvError>>;
+
+    /// Connects client `id` (`1..=cfg.writers`) to the store that
+    /// [`KvSystem::format`] set up.
+    fn connect<M: Memory, C: Clock>(
+        mem: M,
+        cfg: &StoreConfig,
+        id: u8,
+        clock: C,
+    ) -> impl Future<Output = Result<Self::Client<M, C>, KvError>>;
+}
+
+/// Code to run with a system's type: `systems::visit` calls
+/// [`Visit::visit`] with the type of the [`System`] it is given.
+pub trait Visit {
+    /// What the visit gives.
+    type Out;
+    /// Runs with system `S`.
+    fn visit<S: KvSystem>(self) -> Self::Out;
+}
+
+/// A registered system: its [`SystemInfo`] and the parts of its
+/// declaration that need no memory. Made by the registry
+/// (`systems::ALL`, `systems::from_name`); compared by name.
+#[derive(Clone, Copy)]
+pub struct System {
+    info: &'static SystemInfo,
+    check: fn(&StoreConfig, usize) -> Result<(), KvError>,
+    node_bytes: fn(&StoreConfig, usize, u64) -> u64,
+}
+
+impl System {
+    /// The handle of system `S` (the registry makes these).
+    #[cfg(feature = "alloc")]
+    pub(crate) const fn of<S: KvSystem>() -> System {
+        System { info: S::INFO, check: S::check, node_bytes: S::node_bytes }
+    }
+
+    /// Its declaration.
+    pub fn info(self) -> &'static SystemInfo {
+        self.info
+    }
+
+    /// Its name, lower case with dashes (`raw`, `dm-abd`, `swarm-kv`).
+    pub fn name(self) -> &'static str {
+        self.info.name
+    }
+
+    /// Whether values are replicated.
+    pub fn replicated(self) -> bool {
+        self.info.replicated
+    }
+
+    /// Whether this is the latency floor reports compare to.
+    pub fn is_floor(self) -> bool {
+        self.info.floor
+    }
+
+    /// Its consistency model.
+    pub fn guarantee(self) -> Guarantee {
+        self.info.guarantee
+    }
+
+    /// The options it declares.
+    pub fn options(self) -> &'static [Choice] {
+        self.info.options
+    }
+
+    pub(crate) fn check(self, cfg: &StoreConfig, nodes: usize) -> Result<(), KvError> {
+        (self.check)(cfg, nodes)
+    }
+
+    pub(crate) fn node_bytes(self, cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
+        (self.node_bytes)(cfg, nodes, writes)
+    }
+}
+
+impl PartialEq for System {
+    fn eq(&self, other: &System) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for System {}
+
+impl Hash for System {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.name().hash(h)
+    }
+}
+
+impl fmt::Debug for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,150 @@
+//! The systems of the toolkit, one folder each, and the registry that lists
+//! them: the one place a system is registered.
+//!
+//! | system | folder | what |
+//! |---|---|---|
+//! | `raw` | [`raw`] | one unreplicated copy, the latency floor (SWARM §7) |
+//! | `dm-abd` | [`dm_abd`] | ABD over 2f+1 nodes (SWARM §2.3, §7) |
+//! | `swarm-kv` | [`swarm_kv`] | Safe-Guess per key over 2f+1 nodes (SWARM §5) |
+//!
+//! # Adding a system
+//!
+//! Write its folder here: a type implementing [`KvSystem`] (its
+//! [`SystemInfo`], configuration check, sizing, `format` and `connect`),
+//! and add that type to the `registry!` line below. The harness (`swarm
+//! bench --systems`), `swarm kv init --system`, the backend suites and the
+//! simulator campaigns list systems from [`ALL`] and reach their code
+//! through [`visit`]; `registry_walk` tests in `backend-shm` run the
+//! key-value suite and a campaign for every entry.
+
+use alloc::boxed::Box;
+use core::future::Future;
+use core::pin::Pin;
+
+use crate::kv::record::{self, Found, Record};
+use crate::kv::{AnyClient, KvError, KvSystem, StoreConfig, System, Visit};
+use crate::substrate::clock::Clock;
+use crate::substrate::value::Value;
+use crate::{Memory, NodeId};
+
+pub mod dm_abd;
+pub mod raw;
+pub mod swarm_kv;
+
+#[cfg(all(test, feature = "sim"))]
+mod tests;
+
+/// Declares the registered systems: [`ALL`] and [`visit`].
+macro_rules! registry {
+    ($($system:ty),+ $(,)?) => {
+        /// Every registered system, in the order reports list them.
+        pub const ALL: &[System] = &[$(System::of::<$system>()),+];
+
+        /// Runs `v` with the type of `system`.
+        pub fn visit<V: Visit>(system: System, v: V) -> V::Out {
+            $(if system == System::of::<$system>() {
+                return v.visit::<$system>();
+            })+
+            // `System` values are made by this registry only.
+            unreachable!("{system} is not registered")
+        }
+    };
+}
+
+registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv];
+
+/// The system called `name`.
+pub fn from_name(name: &str) -> Option<System> {
+    ALL.iter().copied().find(|s| s.name() == name)
+}
+
+/// The names of every system, comma-separated (for messages).
+pub fn names() -> alloc::string::String {
+    ALL.iter().map(|s| s.name()).collect::<alloc::vec::Vec<_>>().join(", ")
+}
+
+/// A boxed future of a visit (its type depends on the system).
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Sets up a store of shape `cfg` on the formatted nodes of `mem` (see
+/// [`KvSystem::format`]) and records its configuration and the clients'
+/// clock epoch (`epoch_us`, µs since the Unix epoch) on every node
+/// ([`crate::kv::record`]), so that [`open`] finds it. On nodes that hold a
+/// store already: nothing changes if it has the same configuration, and
+/// otherwise the error says so.
+pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig, epoch_us: u64) -> Result<(), KvError> {
+    cfg.check(mem.node_count())?;
+    let same = |r: &Record| StoreConfig { cache_capacity: cfg.cache_capacity, ..r.config.clone() } == *cfg;
+    if let Found::Record(r) = record::read(mem, NodeId(0), from_name).await?
+        && !same(&r)
+    {
+        return Err(KvError::BadConfig("the nodes hold a store of another configuration"));
+    }
+    struct Setup<'a, M> {
+        mem: &'a M,
+        cfg: &'a StoreConfig,
+    }
+    impl<'a, M: Memory> Visit for Setup<'a, M> {
+        type Out = Boxed<'a, Result<(), KvError>>;
+        fn visit<S: KvSystem>(self) -> Self::Out {
+            Box::pin(S::format(self.mem, self.cfg))
+        }
+    }
+    visit(cfg.system, Setup { mem, cfg }).await?;
+    let mine = Record { config: cfg.clone(), epoch_us };
+    for n in 0..mem.node_count() {
+        let node = NodeId(n as u16);
+        if !record::write(mem, node, &mine).await? {
+            match record::read(mem, node, from_name).await? {
+                Found::Record(r) if same(&r) => {}
+                Found::Claimed => return Err(KvError::BadConfig("another process is setting up a store here")),
+                _ => return Err(KvError::BadConfig("the nodes hold a store of another configuration")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The configuration of the store on `mem`, from the first node whose
+/// record can be read (node 0 unless it is down). The cache capacity is
+/// the caller's to choose (it starts as [`StoreConfig::new`]'s).
+pub async fn open<M: Memory>(mem: &M) -> Result<Record, KvError> {
+    let mut last = KvError::NoStore;
+    for n in 0..mem.node_count() {
+        match record::read(mem, NodeId(n as u16), from_name).await {
+            Ok(Found::Record(r)) => {
+                r.config.check(mem.node_count())?;
+                return Ok(r);
+            }
+            Ok(Found::Empty | Found::Claimed) => return Err(KvError::NoStore),
+            Err(e @ KvError::Unavailable) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// Connects client `id` of the store of shape `cfg`, whichever system it
+/// is, behind one client type (each operation's future boxed: for callers
+/// off the measured path; the harness uses [`visit`]).
+pub async fn connect_any<'a, M: Memory + 'a, C: Clock + 'a>(
+    mem: M,
+    cfg: &StoreConfig,
+    id: u8,
+    clock: C,
+) -> Result<AnyClient<'a, Value<M::Buf>>, KvError> {
+    struct Connect<'c, 'a, M, C> {
+        mem: M,
+        cfg: &'c StoreConfig,
+        id: u8,
+        clock: C,
+        client: core::marker::PhantomData<&'a ()>,
+    }
+    impl<'c, 'a: 'c, M: Memory + 'a, C: Clock + 'a> Visit for Connect<'c, 'a, M, C> {
+        type Out = Boxed<'c, Result<AnyClient<'a, Value<M::Buf>>, KvError>>;
+        fn visit<S: KvSystem>(self) -> Self::Out {
+            Box::pin(async move { Ok(AnyClient::new(S::connect(self.mem, self.cfg, self.id, self.clock).await?)) })
+        }
+    }
+    visit(cfg.system, Connect { mem, cfg, id, clock, client: core::marker::PhantomData }).await
+}
