@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use swarm_backend_shm::{MAX_NODES, Persistence, ShmCluster, Words};
+use swarm_mapped::{MAX_NODES, MappedError, Nodes, Persistence, Words};
 
 use crate::flush::{FlushMode, Flusher};
 use crate::map::{self, BackingKind, PAGE, Target};
@@ -99,7 +99,7 @@ struct Backing {
 /// handle.
 #[derive(Clone)]
 pub struct CxlCluster {
-    shm: ShmCluster,
+    nodes: Nodes,
     mode: FlushMode,
     backings: Arc<[Backing]>,
 }
@@ -266,12 +266,12 @@ impl CxlCluster {
 
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
-        self.shm.node_count()
+        self.nodes.node_count()
     }
 
     /// Bytes per node: valid offsets are `0..node_size()`.
     pub fn node_size(&self) -> u64 {
-        self.shm.node_size()
+        self.nodes.node_size()
     }
 
     /// The flush mode of the handles this cluster makes.
@@ -314,11 +314,13 @@ impl CxlCluster {
     }
 
     /// Faults every node's pages in, in this process (see
-    /// [`ShmCluster::prefault`]); nothing for memory that is not a plain
-    /// file or device mapping.
+    /// [`Nodes::prefault`]); nothing for memory that is not a plain file
+    /// or device mapping.
     pub fn prefault(&self) -> Result<(), CxlError> {
-        self.shm.prefault().map_err(|e| match e {
-            swarm_backend_shm::ShmError::Io { path, what, source } => CxlError::io(&path, what, source),
+        self.nodes.prefault().map_err(|e| match e {
+            MappedError::Io { node: Some(i), what, source } => {
+                CxlError::io(Path::new(&format!("<node {i}>")), what, source)
+            }
             e => CxlError::Config(e.to_string()),
         })
     }
@@ -333,14 +335,14 @@ impl CxlCluster {
     /// A new client handle with the given flusher (another mode or
     /// write-back instruction, e.g. to compare them).
     pub fn memory_with(&self, flusher: Flusher) -> CxlMemory {
-        self.shm.memory().with_persistence(flusher)
+        self.nodes.memory().with_persistence(flusher)
     }
 
-    /// The cluster as the shared-memory backend sees it: fault injection
-    /// ([`ShmCluster::set_fault`], seen by this process's handles), and
-    /// handles with other persistence hooks.
-    pub fn shm(&self) -> &ShmCluster {
-        &self.shm
+    /// The nodes, as every backend over mapped memory sees them: fault
+    /// injection ([`Nodes::set_fault`], seen by this process's handles),
+    /// and handles with other persistence hooks.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
     }
 
     /// Writes every page of every file back to its storage (`msync`): what
@@ -506,6 +508,6 @@ fn assemble(
         }
         backings.push(Backing { info: BackingInfo { path, kind, first_node: i * per_path, nodes: per_path }, words });
     }
-    let shm = ShmCluster::from_words(nodes).map_err(|e| CxlError::Config(e.to_string()))?;
-    Ok(CxlCluster { shm, mode, backings: backings.into() })
+    let nodes = Nodes::from_words(nodes).map_err(|e| CxlError::Config(e.to_string()))?;
+    Ok(CxlCluster { nodes, mode, backings: backings.into() })
 }

@@ -1,6 +1,6 @@
 //! The flush and fence layer: cache-line write-back, invalidation and store
 //! fences, chosen at run time, counted per handle, and plugged into the
-//! shared-memory backend's operations as its [`Persistence`] hooks.
+//! operations of `swarm-mapped`'s handle as its [`Persistence`] hooks.
 //!
 //! # Instructions (x86_64)
 //!
@@ -27,7 +27,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use swarm_backend_shm::Persistence;
+use swarm_mapped::Persistence;
 
 use crate::CxlError;
 

@@ -28,9 +28,11 @@
 //! # What is specific to this backend
 //!
 //! Everything else (bounds checks, atomic word access, latency and fault
-//! injection, read buffers) is `swarm-backend-shm`'s: a [`CxlMemory`] *is*
-//! a [`ShmMemory`](swarm_backend_shm::ShmMemory) whose
-//! [`Persistence`](swarm_backend_shm::Persistence) hooks are a [`Flusher`].
+//! injection, read buffers) is `swarm-mapped`'s, as for the shared-memory
+//! backend: a [`CxlMemory`] *is* a
+//! [`MappedMemory`](swarm_mapped::MappedMemory) whose
+//! [`Persistence`](swarm_mapped::Persistence) hooks are a [`Flusher`], over
+//! the [`Nodes`](swarm_mapped::Nodes) that [`CxlCluster::nodes`] returns.
 //! This crate adds:
 //!
 //! - **Mapping** (see [`BackingKind`]): device-dax character devices
@@ -82,10 +84,10 @@ pub use error::CxlError;
 pub use flush::{CpuFlush, FlushInstr, FlushMode, FlushStats, Flusher};
 pub use map::{BackingKind, PAGE};
 
-/// A client's handle on a [`CxlCluster`]: the shared-memory backend's
-/// handle with a [`Flusher`] as its persistence hooks. Its flush counters
-/// are `mem.persistence().stats()`.
-pub type CxlMemory = swarm_backend_shm::ShmMemory<Flusher>;
+/// A client's handle on a [`CxlCluster`]: the handle of every backend over
+/// mapped memory with a [`Flusher`] as its persistence hooks. Its flush
+/// counters are `mem.persistence().stats()`.
+pub type CxlMemory = swarm_mapped::MappedMemory<Flusher>;
 
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use swarm_backend_shm::Words;
+use swarm_mapped::Words;
 
 use crate::CxlError;
 
@@ -218,7 +218,7 @@ mod sync_map {
     use std::fs::File;
 
     use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
-    use swarm_backend_shm::RawMapping;
+    use swarm_mapped::RawMapping;
 
     /// A `MAP_SYNC` mapping, unmapped on drop.
     pub(crate) struct SyncMap {

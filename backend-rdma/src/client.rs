@@ -30,10 +30,10 @@ use core::cell::RefCell;
 use core::future::Future;
 use std::time::{Duration, Instant};
 
-use swarm_backend_shm::ShmBuf;
 use swarm_core::substrate::exec::yield_now;
 use swarm_core::substrate::memory::{OpOutput, check_pipeline};
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, Outputs, RemoteAddr};
+use swarm_mapped::MappedBuf;
 
 use crate::arena::{Arena, Chunk, MIN_CHUNK};
 use crate::nic::{Nic, PostError, Wc, Wr, WrKind, completion_error, post_error, status};
@@ -282,7 +282,7 @@ impl<N: Nic> RdmaMemory<N> {
     }
 
     /// Takes a finished chain's outputs and frees its slot.
-    fn finish(&self, slot: u32, node: NodeId, ops: &[Op<'_>]) -> Result<Outputs<ShmBuf>, MemError> {
+    fn finish(&self, slot: u32, node: NodeId, ops: &[Op<'_>]) -> Result<Outputs<MappedBuf>, MemError> {
         let mut guard = self.state.borrow_mut();
         let s = &mut *guard;
         let sl = &mut s.slots[slot as usize];
@@ -301,11 +301,11 @@ impl<N: Nic> RdmaMemory<N> {
         &self,
         ops: &[Op<'_>],
         pieces_of: impl Fn(usize) -> I,
-    ) -> Outputs<ShmBuf> {
+    ) -> Outputs<MappedBuf> {
         let mut out = Outputs::new();
         for (i, op) in ops.iter().enumerate() {
             let o = match *op {
-                Op::Read { len, .. } => OpOutput::Read(ShmBuf::filled(len, |buf| {
+                Op::Read { len, .. } => OpOutput::Read(MappedBuf::filled(len, |buf| {
                     let mut at = 0;
                     for p in pieces_of(i) {
                         let n = p.len as usize;
@@ -333,7 +333,7 @@ impl<N: Nic> RdmaMemory<N> {
     }
 
     /// Runs `ops` on `node` as one chain and waits for its completion.
-    async fn run(&self, node: NodeId, ops: &[Op<'_>]) -> Result<Outputs<ShmBuf>, MemError> {
+    async fn run(&self, node: NodeId, ops: &[Op<'_>]) -> Result<Outputs<MappedBuf>, MemError> {
         self.check(node, ops)?;
         let deadline = Instant::now() + self.timeout;
         let timed_out = || MemError::new(node, MemErrorKind::TimedOut);
@@ -452,15 +452,15 @@ fn pieces(len: usize, largest: usize) -> usize {
 }
 
 impl<N: Nic> Memory for RdmaMemory<N> {
-    type Buf = ShmBuf;
+    type Buf = MappedBuf;
 
     fn node_count(&self) -> usize {
         self.nic.node_count()
     }
 
-    async fn read(&self, addr: RemoteAddr, len: usize) -> Result<ShmBuf, MemError> {
+    async fn read(&self, addr: RemoteAddr, len: usize) -> Result<MappedBuf, MemError> {
         let mut out = self.run(addr.node, &[Op::Read { offset: addr.offset, len }]).await?;
-        Ok(out.pop().and_then(OpOutput::into_read).unwrap_or_else(|| ShmBuf::filled(0, |_| ())))
+        Ok(out.pop().and_then(OpOutput::into_read).unwrap_or_else(|| MappedBuf::filled(0, |_| ())))
     }
 
     async fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), MemError> {
@@ -472,7 +472,7 @@ impl<N: Nic> Memory for RdmaMemory<N> {
         Ok(out.first().and_then(OpOutput::cas).unwrap_or(0))
     }
 
-    fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<ShmBuf>, MemError>> {
+    fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<MappedBuf>, MemError>> {
         self.run(node, ops)
     }
 

@@ -10,8 +10,13 @@
 //!   holds each client's queue pair while it is connected.
 //! - [`config::ClusterConfig`] is the cluster file (TOML) that lists the
 //!   memory nodes, shared by `swarm bench --backend rdma` and any client.
-//! - [`softnic::SoftNic`] puts the [`Nic`] interface over shared memory, so
+//! - [`softnic::SoftNic`] puts the [`Nic`] interface over memory nodes in
+//!   this process (a `swarm-mapped` handle, with its fault injection), so
 //!   everything above runs and is tested without hardware.
+//! - Read results are `swarm-mapped`'s pooled read buffers
+//!   ([`swarm_mapped::MappedBuf`]), filled from the registered arena when
+//!   their completion arrives: the buffers of the shared-memory and CXL
+//!   backends too.
 //! - With the `verbs` feature, `verbs` drives real hardware through
 //!   rdma-core; without it, [`verbs_unavailable`] says how to build it.
 //!

@@ -1,5 +1,7 @@
-//! A NIC in software: the [`Nic`] interface over a shared-memory cluster,
-//! so that the RDMA client runs, and is tested, without hardware.
+//! A NIC in software: the [`Nic`] interface over memory nodes in this
+//! process's memory (a [`MappedMemory`] handle on `swarm-mapped`'s nodes,
+//! such as a shared-memory cluster's), so that the RDMA client runs, and is
+//! tested, without hardware.
 //!
 //! It behaves like a reliable-connected queue pair in the ways the client
 //! depends on, and no better:
@@ -22,9 +24,9 @@
 use core::cell::RefCell;
 use std::collections::VecDeque;
 
-use swarm_backend_shm::{Fault, ShmMemory};
 use swarm_core::substrate::exec::block_on;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput};
+use swarm_mapped::{Fault, MappedMemory};
 
 use crate::nic::{Nic, PostError, Wc, Wr, WrKind, status};
 
@@ -39,9 +41,9 @@ pub struct Posted {
     pub signaled: u64,
 }
 
-/// A software NIC over the nodes of a shared-memory cluster.
+/// A software NIC over mapped memory nodes.
 pub struct SoftNic {
-    mem: ShmMemory,
+    mem: MappedMemory,
     arena: RefCell<Vec<u8>>,
     depth: usize,
     delay: u64,
@@ -72,8 +74,8 @@ struct Pending {
 
 impl SoftNic {
     /// A NIC with an arena of `arena` bytes and send queues of `depth`
-    /// requests, to the nodes of `mem`'s cluster.
-    pub fn new(mem: ShmMemory, arena: u32, depth: usize) -> SoftNic {
+    /// requests, to the nodes `mem` reaches.
+    pub fn new(mem: MappedMemory, arena: u32, depth: usize) -> SoftNic {
         let nodes = mem.node_count();
         let state = SoftState { broken: vec![false; nodes], ..SoftState::default() };
         SoftNic { mem, arena: RefCell::new(vec![0; arena as usize]), depth, delay: 1, state: RefCell::new(state) }
@@ -117,7 +119,7 @@ impl SoftNic {
             return s.held.push((node, chain));
         }
         if !s.broken[n] {
-            match self.mem.cluster().fault(node) {
+            match self.mem.nodes().fault(node) {
                 Some(Fault::Stalled) => return s.held.push((node, chain)),
                 Some(Fault::Failed) | None => {
                     s.broken[n] = true;
@@ -174,7 +176,7 @@ impl SoftNic {
             }
             WrKind::Cas { expected, new } => Op::Cas { offset: wr.remote, expected, new },
         };
-        // A healthy shm node applies the request at the first poll and
+        // A healthy mapped node applies the request at the first poll and
         // completes at the second.
         let out = block_on(self.mem.pipeline(node, core::slice::from_ref(&op)))?;
         Ok(match out.into_iter().next() {
@@ -198,7 +200,7 @@ impl Nic for SoftNic {
     }
 
     fn node_size(&self, _node: NodeId) -> u64 {
-        self.mem.cluster().node_size()
+        self.mem.nodes().node_size()
     }
 
     fn arena_size(&self) -> u32 {

@@ -10,15 +10,15 @@ use proptest::prelude::*;
 use swarm_backend_rdma::RdmaMemory;
 use swarm_backend_rdma::nic::{Wr, WrKind};
 use swarm_backend_rdma::softnic::{Posted, SoftNic};
-use swarm_backend_shm::{Fault, ShmCluster};
 use swarm_core::substrate::exec::{block_on, poll_once};
 use swarm_core::systems;
 use swarm_core::{MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
+use swarm_mapped::{Fault, Nodes};
 use swarm_testkit::{KvTest, RegisterTest, kv_suite, register_suite};
 
 const N0: NodeId = NodeId(0);
 
-fn rdma(cluster: &ShmCluster) -> RdmaMemory<SoftNic> {
+fn rdma(cluster: &Nodes) -> RdmaMemory<SoftNic> {
     RdmaMemory::new(SoftNic::new(cluster.memory(), 4 << 20, 64))
 }
 
@@ -28,7 +28,7 @@ fn at(offset: u64) -> RemoteAddr {
 
 #[test]
 fn reads_writes_and_cas_do_what_shared_memory_does() {
-    let cluster = ShmCluster::in_process(2, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(2, 1 << 16).unwrap();
     let m = rdma(&cluster);
     block_on(m.write(at(100), b"hello, rdma")).unwrap();
     assert_eq!(&*block_on(m.read(at(100), 11)).unwrap(), b"hello, rdma");
@@ -43,7 +43,7 @@ fn reads_writes_and_cas_do_what_shared_memory_does() {
 
 #[test]
 fn a_pipeline_is_one_doorbell_with_only_its_last_request_signaled() {
-    let cluster = ShmCluster::in_process(1, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(1, 1 << 16).unwrap();
     let m = rdma(&cluster);
     let ops = [Op::Write { offset: 64, data: &[1; 32] }, Op::Cas { offset: 0, expected: 0, new: 5 }];
     let out = block_on(m.pipeline(N0, &ops)).unwrap();
@@ -56,7 +56,7 @@ fn a_pipeline_is_one_doorbell_with_only_its_last_request_signaled() {
 
 #[test]
 fn requests_after_a_read_or_an_atomic_are_fenced_and_writes_before_a_cas_are_not() {
-    let cluster = ShmCluster::in_process(1, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(1, 1 << 16).unwrap();
     let m = rdma(&cluster);
     let fences = |ops: &[Op<'_>]| {
         block_on(m.pipeline(N0, ops)).unwrap();
@@ -75,7 +75,7 @@ fn requests_after_a_read_or_an_atomic_are_fenced_and_writes_before_a_cas_are_not
 
 #[test]
 fn long_transfers_are_split_into_requests_of_one_chunk_and_reassembled() {
-    let cluster = ShmCluster::in_process(1, 8 << 20).unwrap();
+    let cluster = Nodes::anonymous(1, 8 << 20).unwrap();
     let m = rdma(&cluster);
     let data: Vec<u8> = (0..(3 << 20) + 100).map(|i| (i * 7 % 251) as u8).collect();
     block_on(m.write(at(4096), &data)).unwrap();
@@ -95,7 +95,7 @@ fn bad_requests_are_refused_before_anything_is_posted() {
     fn kind<T: std::fmt::Debug>(r: Result<T, swarm_core::MemError>) -> MemErrorKind {
         r.unwrap_err().kind
     }
-    let cluster = ShmCluster::in_process(2, 1 << 12).unwrap();
+    let cluster = Nodes::anonymous(2, 1 << 12).unwrap();
     let m = rdma(&cluster);
     assert_eq!(kind(block_on(m.read(RemoteAddr { node: NodeId(2), offset: 0 }, 8))), MemErrorKind::NoSuchNode);
     assert!(matches!(kind(block_on(m.read(at(4090), 8))), MemErrorKind::OutOfBounds { .. }));
@@ -108,7 +108,7 @@ fn bad_requests_are_refused_before_anything_is_posted() {
 
 #[test]
 fn a_dropped_operation_keeps_its_buffer_until_the_completion_arrives() {
-    let cluster = ShmCluster::in_process(1, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(1, 1 << 16).unwrap();
     block_on(cluster.memory().write(at(0), &[0xaa; 64])).unwrap();
     let m = RdmaMemory::new(SoftNic::new(cluster.memory(), 4 << 20, 64).with_delay(3));
     {
@@ -126,7 +126,7 @@ fn a_dropped_operation_keeps_its_buffer_until_the_completion_arrives() {
 
 #[test]
 fn a_stalled_node_times_out_and_its_late_completion_is_reaped() {
-    let cluster = ShmCluster::in_process(2, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(2, 1 << 16).unwrap();
     let m = rdma(&cluster).with_timeout(Duration::from_millis(20));
     cluster.set_fault(N0, Fault::Stalled).unwrap();
     let e = block_on(m.write(at(0), &[1; 8])).unwrap_err();
@@ -142,7 +142,7 @@ fn a_stalled_node_times_out_and_its_late_completion_is_reaped() {
 
 #[test]
 fn a_failed_node_is_unreachable_for_good_and_the_others_are_not() {
-    let cluster = ShmCluster::in_process(2, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(2, 1 << 16).unwrap();
     let m = rdma(&cluster);
     cluster.set_fault(N0, Fault::Failed).unwrap();
     let ops = [Op::Write { offset: 64, data: &[1; 8] }, Op::Cas { offset: 0, expected: 0, new: 1 }];
@@ -157,7 +157,7 @@ fn a_failed_node_is_unreachable_for_good_and_the_others_are_not() {
 
 #[test]
 fn a_partly_posted_chain_keeps_its_buffers_and_fails_its_queue_pair() {
-    let cluster = ShmCluster::in_process(2, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(2, 1 << 16).unwrap();
     let m = rdma(&cluster);
     let ops = [
         Op::Write { offset: 64, data: &[1; 8] },
@@ -185,7 +185,7 @@ fn a_partly_posted_chain_keeps_its_buffers_and_fails_its_queue_pair() {
 
 #[test]
 fn a_full_queue_pair_makes_operations_wait_not_fail() {
-    let cluster = ShmCluster::in_process(1, 1 << 16).unwrap();
+    let cluster = Nodes::anonymous(1, 1 << 16).unwrap();
     let m = RdmaMemory::new(SoftNic::new(cluster.memory(), 4 << 20, 4).with_delay(2));
     for i in 0..16u64 {
         m.post_background(N0, &[Op::Write { offset: i * 8, data: &i.to_le_bytes() }]);
@@ -202,7 +202,7 @@ fn a_full_queue_pair_makes_operations_wait_not_fail() {
 
 #[test]
 fn a_small_arena_serves_transfers_by_waiting_for_room() {
-    let cluster = ShmCluster::in_process(1, 1 << 20).unwrap();
+    let cluster = Nodes::anonymous(1, 1 << 20).unwrap();
     // 16 KiB of buffers: pieces of at most 4 KiB.
     let m = RdmaMemory::new(SoftNic::new(cluster.memory(), 16 << 10, 64).with_delay(2));
     let data: Vec<u8> = (0..16_000u32).map(|i| i as u8).collect();
@@ -233,7 +233,7 @@ fn a_small_arena_serves_transfers_by_waiting_for_room() {
 fn the_register_suite_passes_over_rdma() {
     let nodes = [NodeId(0), NodeId(1), NodeId(2)];
     let t = RegisterTest { seed: 5, ..RegisterTest::default() };
-    let cluster = ShmCluster::in_process(nodes.len(), t.node_size).unwrap();
+    let cluster = Nodes::anonymous(nodes.len(), t.node_size).unwrap();
     let report = register_suite(|| rdma(&cluster), &nodes, &t).unwrap();
     println!("rdma over the software NIC: {report}");
 }
@@ -242,7 +242,7 @@ fn the_register_suite_passes_over_rdma() {
 fn every_store_passes_the_kv_suite_over_rdma() {
     for &system in systems::ALL {
         let t = KvTest { system, replicas: 3, seed: 9, ops_per_client: 400, ..KvTest::default() };
-        let cluster = ShmCluster::in_process(3, t.node_size).unwrap();
+        let cluster = Nodes::anonymous(3, t.node_size).unwrap();
         let ops = kv_suite(|| rdma(&cluster), &t).unwrap_or_else(|e| panic!("{}: {e}", system.name()));
         println!("{} over rdma: {ops} operations checked", system.name());
     }
@@ -284,16 +284,16 @@ proptest! {
         pipelines in proptest::collection::vec(proptest::collection::vec(model_op(), 0..6), 1..20),
         delay in 1u64..4,
     ) {
-        let (a, b) = (ShmCluster::in_process(1, 1024).unwrap(), ShmCluster::in_process(1, 1024).unwrap());
+        let (a, b) = (Nodes::anonymous(1, 1024).unwrap(), Nodes::anonymous(1, 1024).unwrap());
         let m = RdmaMemory::new(SoftNic::new(a.memory(), 1 << 16, 16).with_delay(delay));
-        let shm = b.memory();
+        let direct = b.memory();
         for p in &pipelines {
             let ops: Vec<Op<'_>> = p.iter().map(ModelOp::op).collect();
             let got = block_on(m.pipeline(N0, &ops));
-            let want = block_on(shm.pipeline(N0, &ops));
+            let want = block_on(direct.pipeline(N0, &ops));
             prop_assert_eq!(got, want);
         }
-        prop_assert_eq!(block_on(m.read(at(0), 1024)).unwrap(), block_on(shm.read(at(0), 1024)).unwrap());
+        prop_assert_eq!(block_on(m.read(at(0), 1024)).unwrap(), block_on(direct.read(at(0), 1024)).unwrap());
         prop_assert_eq!((m.in_flight(), m.chunks_held()), (0, 0));
     }
 }

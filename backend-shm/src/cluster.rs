@@ -1,10 +1,11 @@
 //! A cluster: the memory of all nodes, mapped once per process and shared by
-//! its threads; clients reach it through [`ShmMemory`] handles.
+//! its threads (a [`Nodes`] set), and where it lives; clients reach it
+//! through [`ShmMemory`] handles.
 //!
 //! A shared cluster is a private directory (mode 0700), normally under
 //! `/dev/shm` so that its memory is RAM, holding one file per node (mode
 //! 0600) and a small control file (shape and fault state, see
-//! [`crate::control`]):
+//! [`swarm_mapped::Control`]):
 //!
 //! ```text
 //! DIR/control
@@ -24,34 +25,22 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use swarm_core::{MemError, MemErrorKind, NodeId};
+use swarm_core::{MemError, NodeId};
+use swarm_mapped::{Fault, Nodes};
 
-use crate::atomic::{AtomicU64, Words};
-use crate::control::{Control, Fault};
 use crate::{ShmError, ShmMemory};
 
-/// The most nodes a cluster may have.
-pub const MAX_NODES: usize = 1024;
-/// The most bytes a node may have (1 TiB; tmpfs files are sparse, but a
-/// larger size is almost certainly a garbled number).
-pub const MAX_NODE_SIZE: u64 = 1 << 40;
 /// Node files are whole pages: their size must be a multiple of this.
 pub const PAGE_SIZE: u64 = 4096;
 
 /// The memory nodes of one cluster, shared by the threads of a process.
 ///
-/// Cloning is cheap (one reference count); the mappings go away when the
+/// Cloning is cheap (two reference counts); the mappings go away when the
 /// last clone and the last [`ShmMemory`] made from it are dropped.
 #[derive(Clone)]
 pub struct ShmCluster {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    nodes: Box<[Words]>,
-    node_size: u64,
-    control: Control,
-    dir: Option<PathBuf>,
+    nodes: Nodes,
+    dir: Option<Arc<Path>>,
 }
 
 impl ShmCluster {
@@ -59,83 +48,55 @@ impl ShmCluster {
     /// memory private to this process: for tests and single-process
     /// benchmarks. `node_size` must be a positive multiple of 8. The memory
     /// is in transparent huge pages where the kernel allows
-    /// ([`crate::Words::anonymous`]): a first touch makes 2 MiB resident, so
-    /// large nodes used sparsely take more memory than their use.
+    /// ([`Nodes::anonymous`]): a first touch makes 2 MiB resident, so large
+    /// nodes used sparsely take more memory than their use.
     pub fn in_process(nodes: usize, node_size: u64) -> Result<ShmCluster, ShmError> {
-        let bytes = check_config(nodes, node_size, 8)?;
-        let anon = |bytes| Words::anonymous(bytes).map_err(|e| ShmError::io("<anonymous>", "map anonymous memory", e));
-        let words = (0..nodes).map(|_| anon(bytes)).collect::<Result<Box<[Words]>, _>>()?;
-        let control = Control::new(anon(crate::control::control_bytes(nodes))?);
-        control.init(nodes, node_size);
-        Ok(ShmCluster { inner: Arc::new(Inner { nodes: words, node_size, control, dir: None }) })
-    }
-
-    /// A cluster over memory that the caller mapped, `nodes[i]` being node
-    /// `i`: the backend's handles, checks, latency, fault injection and
-    /// persistence hooks over memory it does not map itself (DAX devices, a
-    /// CXL pool cut into nodes; see `swarm-backend-cxl`). Every node must
-    /// have the same size, a positive multiple of 64 bytes. The fault state
-    /// lives in memory private to this process, so an injected fault is
-    /// seen by its threads only.
-    pub fn from_words(nodes: Vec<Words>) -> Result<ShmCluster, ShmError> {
-        let node_size = nodes.first().map_or(0, |w| w.bytes() as u64);
-        check_config(nodes.len(), node_size, 64)?;
-        if let Some((i, w)) = nodes.iter().enumerate().find(|(_, w)| w.bytes() as u64 != node_size) {
-            return Err(ShmError::Config(format!("node {i} has {} bytes, node 0 has {node_size}", w.bytes())));
-        }
-        let control = Control::new(
-            Words::anonymous(crate::control::control_bytes(nodes.len()))
-                .map_err(|e| ShmError::io("<anonymous>", "map anonymous memory", e))?,
-        );
-        control.init(nodes.len(), node_size);
-        Ok(ShmCluster { inner: Arc::new(Inner { nodes: nodes.into(), node_size, control, dir: None }) })
+        Ok(ShmCluster { nodes: Nodes::anonymous(nodes, node_size)?, dir: None })
     }
 
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
-        self.inner.nodes.len()
+        self.nodes.node_count()
     }
 
     /// Bytes per node: valid offsets are `0..node_size()`.
     pub fn node_size(&self) -> u64 {
-        self.inner.node_size
+        self.nodes.node_size()
     }
 
     /// The directory of a shared cluster; `None` in-process.
     pub fn dir(&self) -> Option<&Path> {
-        self.inner.dir.as_deref()
+        self.dir.as_deref()
+    }
+
+    /// The nodes, as every backend over mapped memory sees them.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
     }
 
     /// A new client handle with no injected latency and a 1 s timeout.
     pub fn memory(&self) -> ShmMemory {
-        ShmMemory::new(self.clone())
+        self.nodes.memory()
     }
 
     /// The fault state of `node`; `None` if there is no such node.
     pub fn fault(&self, node: NodeId) -> Option<Fault> {
-        (node.index() < self.node_count()).then(|| self.inner.control.fault(node.index()))
+        self.nodes.fault(node)
     }
 
     /// Fails, stalls or heals `node`, for every thread and every process
     /// using the cluster; operations posted from then on see it.
     pub fn set_fault(&self, node: NodeId, fault: Fault) -> Result<(), MemError> {
-        if node.index() >= self.node_count() {
-            return Err(MemError::new(node, MemErrorKind::NoSuchNode));
-        }
-        self.inner.control.set_fault(node.index(), fault);
-        Ok(())
+        self.nodes.set_fault(node, fault)
     }
 
-    /// Faults every node's pages in, in this process ([`Words::prefault`]):
+    /// Faults every node's pages in, in this process ([`Nodes::prefault`]):
     /// what a benchmark does before it measures, so that first touches of
     /// fresh memory (page faults, several µs each) are not charged to
     /// operations, as they are not on pinned RDMA memory. Each process
     /// sharing a cluster has its own page tables and prefaults for itself.
     pub fn prefault(&self) -> Result<(), ShmError> {
-        for (i, w) in self.inner.nodes.iter().enumerate() {
-            w.prefault().map_err(|e| ShmError::io(self.node_label(i), "prefault", e))?;
-        }
-        Ok(())
+        self.nodes.prefault().map_err(|e| ShmError::mapped(e, |i| self.node_label(i)))
     }
 
     /// How errors name node `i`: its file, or its number in-process.
@@ -144,12 +105,7 @@ impl ShmCluster {
         if let Some(dir) = self.dir() {
             return files::node_path(dir, i);
         }
-        PathBuf::from(format!("<node {i}>"))
-    }
-
-    /// The words of `node`, or `None` if there is no such node.
-    pub(crate) fn words(&self, node: NodeId) -> Option<&[AtomicU64]> {
-        self.inner.nodes.get(node.index()).map(Words::as_slice)
+        crate::error::in_process_node(i)
     }
 }
 
@@ -158,8 +114,9 @@ mod files {
     use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 
+    use swarm_mapped::{Control, MAX_NODES, Words, check_config, control_bytes};
+
     use super::*;
-    use crate::control::control_bytes;
 
     const CONTROL: &str = "control";
 
@@ -190,12 +147,10 @@ mod files {
                 fs::set_permissions(dir, Permissions::from_mode(0o700))
                     .map_err(|e| ShmError::io(dir, "set permissions", e))?;
                 let words =
-                    (0..nodes).map(|i| new_file(&node_path(dir, i), bytes)).collect::<Result<Box<[Words]>, _>>()?;
+                    (0..nodes).map(|i| new_file(&node_path(dir, i), bytes)).collect::<Result<Vec<Words>, _>>()?;
                 let control = Control::new(new_file(&dir.join(CONTROL), control_bytes(nodes))?);
                 control.init(nodes, node_size);
-                Ok(ShmCluster {
-                    inner: Arc::new(Inner { nodes: words, node_size, control, dir: Some(dir.to_path_buf()) }),
-                })
+                assemble(dir, words, control)
             })();
             if made.is_err() {
                 let _ = ShmCluster::remove(dir);
@@ -224,6 +179,7 @@ mod files {
             let control = Control::new(map_existing(&control_path, control_len)?);
             let (nodes, node_size) = control.validate().map_err(|r| ShmError::invalid(&control_path, r))?;
             let bytes = check_config(nodes, node_size, PAGE_SIZE)
+                .map_err(ShmError::from)
                 .map_err(|e| ShmError::invalid(&control_path, format!("records an impossible shape ({e})")))?;
             let words = (0..nodes)
                 .map(|i| {
@@ -237,8 +193,8 @@ mod files {
                     }
                     map_existing(&path, bytes)
                 })
-                .collect::<Result<Box<[Words]>, _>>()?;
-            Ok(ShmCluster { inner: Arc::new(Inner { nodes: words, node_size, control, dir: Some(dir.to_path_buf()) }) })
+                .collect::<Result<Vec<Words>, _>>()?;
+            assemble(dir, words, control)
         }
 
         /// Deletes the cluster in `dir`: its files, then the directory.
@@ -268,6 +224,12 @@ mod files {
             }
             fs::remove_dir(dir).map_err(|e| ShmError::io(dir, "remove directory", e))
         }
+    }
+
+    /// The cluster in `dir` over its mapped node files and control file.
+    fn assemble(dir: &Path, words: Vec<Words>, control: Control) -> Result<ShmCluster, ShmError> {
+        let nodes = Nodes::from_parts(words, control).map_err(|e| ShmError::mapped(e, |i| node_path(dir, i)))?;
+        Ok(ShmCluster { nodes, dir: Some(dir.into()) })
     }
 
     /// Creates the file `path` (mode 0600, `bytes` long, zero-filled) and maps it.
@@ -319,17 +281,4 @@ mod files {
             assert!(!is_ours("node-") && !is_ours("node-1x") && !is_ours("controls") && !is_ours("data"));
         }
     }
-}
-
-/// Checks a cluster's shape; returns the node size in bytes as a `usize`.
-fn check_config(nodes: usize, node_size: u64, grain: u64) -> Result<usize, ShmError> {
-    if !(1..=MAX_NODES).contains(&nodes) {
-        return Err(ShmError::Config(format!("{nodes} nodes; a cluster has 1 to {MAX_NODES}")));
-    }
-    if node_size == 0 || !node_size.is_multiple_of(grain) || node_size > MAX_NODE_SIZE {
-        return Err(ShmError::Config(format!(
-            "node size {node_size}; it must be a positive multiple of {grain} bytes, at most {MAX_NODE_SIZE}"
-        )));
-    }
-    usize::try_from(node_size).map_err(|_| ShmError::Config(format!("node size {node_size} exceeds the address space")))
 }

@@ -5,6 +5,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use swarm_mapped::MappedError;
+
 /// Why a cluster could not be created, opened or removed.
 #[derive(Debug)]
 pub enum ShmError {
@@ -31,6 +33,7 @@ pub enum ShmError {
 }
 
 impl ShmError {
+    #[cfg_attr(loom, allow(dead_code))] // used by files, which loom mode lacks
     pub(crate) fn io(path: impl Into<PathBuf>, what: &'static str, source: io::Error) -> ShmError {
         ShmError::Io { path: path.into(), what, source }
     }
@@ -38,6 +41,30 @@ impl ShmError {
     #[cfg_attr(loom, allow(dead_code))] // used by opening files, which loom mode lacks
     pub(crate) fn invalid(path: impl Into<PathBuf>, reason: impl Into<String>) -> ShmError {
         ShmError::Invalid { path: path.into(), reason: reason.into() }
+    }
+
+    /// The node set's error `e`, naming node `i` by `label(i)` (its file),
+    /// and the control block, which it only fails to map in-process, as
+    /// anonymous memory.
+    pub(crate) fn mapped(e: MappedError, label: impl FnOnce(usize) -> PathBuf) -> ShmError {
+        match e {
+            MappedError::Config(what) => ShmError::Config(what),
+            MappedError::Io { node, what, source } => {
+                ShmError::Io { path: node.map_or_else(|| PathBuf::from("<anonymous>"), label), what, source }
+            }
+        }
+    }
+}
+
+/// How errors name node `i` of an in-process cluster.
+pub(crate) fn in_process_node(i: usize) -> PathBuf {
+    PathBuf::from(format!("<node {i}>"))
+}
+
+/// Errors of in-process nodes, and shape checks.
+impl From<MappedError> for ShmError {
+    fn from(e: MappedError) -> ShmError {
+        ShmError::mapped(e, in_process_node)
     }
 }
 

@@ -25,52 +25,45 @@
 //!   by threads, and fault injection ([`Fault`]) seen by all processes.
 //! - [`ShmMemory`]: a client's handle, optionally with an injected roundtrip
 //!   latency; its read buffers are [`ShmBuf`]s.
-//! - For other backends over mapped memory (`swarm-backend-cxl`): the word
-//!   layer ([`Words`], [`RawMapping`]), clusters over memory mapped
-//!   elsewhere ([`ShmCluster::from_words`]) and the [`Persistence`] hooks a
-//!   handle runs around its accesses ([`ShmMemory::with_persistence`]).
 //!
-//! All memory is accessed as atomic 64-bit words, so processes racing on the
-//! same bytes is defined behaviour, and a request is bounds-checked before it
-//! touches memory: a garbled offset or length is an error, never a panic or
-//! an access outside the mapping. Reads and writes are not atomic as a whole
-//! (each word is); a partially covered word is updated by a CAS loop so that
-//! writers of its other bytes are not clobbered.
-//!
-//! Memory ordering (argued in `src/bytes.rs`): writes begin with a release
-//! fence and end with a `SeqCst` fence, reads end with an acquire fence, CAS
-//! is `SeqCst`. Hence whoever observes any word an operation stored sees, in
-//! its following operations, everything the storing client did before (an
-//! ordered pipeline's write is visible to anyone who sees its CAS), and a
-//! completed operation is visible to every operation that starts after it.
+//! This crate is about where the memory lives: files in a private
+//! directory, with their permissions and a control file beside them, or
+//! anonymous memory. Everything done with the memory once mapped (the atomic
+//! word layer, bounds checks, byte copies and their memory ordering, read
+//! buffers, latency, time-outs and fault injection, persistence hooks) is
+//! `swarm-mapped`'s, shared with the other backends over mapped memory
+//! (`swarm-backend-cxl`, and `swarm-backend-rdma`'s software NIC): a
+//! [`ShmCluster`] wraps a [`Nodes`] set, [`ShmMemory`] is
+//! [`swarm_mapped::MappedMemory`] and [`ShmBuf`] is
+//! [`swarm_mapped::MappedBuf`]. Their names, and the word layer's, are
+//! re-exported here so that users of this backend need no other crate.
 //!
 //! Under `--cfg loom` the words are loom atomics and only
 //! [`ShmCluster::in_process`] exists, so loom can model-check code running
 //! over this backend (see the `swarm-loom-tests` crate).
 
 #![warn(missing_docs)]
-// The only `unsafe` is in the atomic layer (mapping files, viewing a mapping
-// as atomic words), where it is allowed and argued.
+// No `unsafe` here: the only `unsafe` (mapping files, viewing a mapping as
+// atomic words) is in `swarm-mapped`'s atomic layer, where it is argued.
 #![deny(unsafe_code)]
 
-mod atomic;
-mod buf;
-mod bytes;
 mod cluster;
-mod control;
 mod error;
-mod memory;
-pub mod persist;
 
-#[cfg(not(loom))]
-pub use atomic::RawMapping;
-pub use atomic::{WORD, Words};
-pub use buf::ShmBuf;
-pub use cluster::{MAX_NODE_SIZE, MAX_NODES, PAGE_SIZE, ShmCluster};
-pub use control::Fault;
+pub use cluster::{PAGE_SIZE, ShmCluster};
 pub use error::ShmError;
-pub use memory::{DEFAULT_TIMEOUT, ShmMemory};
-pub use persist::{Coherent, Persistence};
+#[cfg(not(loom))]
+pub use swarm_mapped::RawMapping;
+pub use swarm_mapped::{
+    Coherent, DEFAULT_TIMEOUT, Fault, MAX_NODE_SIZE, MAX_NODES, Nodes, Persistence, WORD, Words, persist,
+};
+
+/// A client's handle on a [`ShmCluster`]: the [`swarm_core::Memory`] of
+/// this backend, with persistence hooks `P` (none by default).
+pub type ShmMemory<P = Coherent> = swarm_mapped::MappedMemory<P>;
+
+/// Bytes read from a memory node; [`swarm_core::Memory::Buf`] of this backend.
+pub type ShmBuf = swarm_mapped::MappedBuf;
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -1,10 +1,12 @@
-//! The control block: what a cluster is (its shape) and which of its nodes
-//! are failed or stalled (fault injection).
+//! The control block: what a node set is (its shape) and which of its
+//! nodes are failed or stalled (fault injection).
 //!
-//! In a shared cluster it is the file `control` beside the node files, mapped
-//! by every process, so a fault injected by one process is seen by all the
-//! others at their next operation. In-process it is anonymous memory shared
-//! by the threads. Like node memory, it is only accessed through atomics.
+//! `swarm-backend-shm` keeps it in the file `control` beside the node
+//! files of a shared cluster, mapped by every process, so a fault injected
+//! by one process is seen by all the others at their next operation (and
+//! [`validate`](Control::validate)s it when opening the cluster). Otherwise
+//! it is anonymous memory shared by the threads of one process. Like node
+//! memory, it is only accessed through atomics.
 //!
 //! ```text
 //! word 0     magic "SWARMSHM" (stored last when creating: a cluster whose
@@ -65,27 +67,30 @@ impl Fault {
     }
 }
 
-/// Bytes of the control block of a cluster of `nodes` nodes: whole pages
+/// Bytes of the control block of a node set of `nodes` nodes: whole pages
 /// (whole words under loom).
-pub(crate) fn control_bytes(nodes: usize) -> usize {
+pub fn control_bytes(nodes: usize) -> usize {
     ((FAULTS_AT + nodes) * WORD).div_ceil(CONTROL_GRAIN) * CONTROL_GRAIN
 }
 
-/// A mapped control block.
-pub(crate) struct Control {
+/// A mapped control block: a header (magic, layout version, node count and
+/// size) and one fault-state word per node, only accessed through atomics.
+/// `swarm-backend-shm` maps it from a file that every process of a cluster
+/// shares; otherwise it is anonymous memory of one process.
+pub struct Control {
     words: Words,
 }
 
 impl Control {
     /// Wraps `words`, which must hold at least [`control_bytes`] for the node
     /// count it will be initialised with or validated against.
-    pub(crate) fn new(words: Words) -> Control {
+    pub fn new(words: Words) -> Control {
         Control { words }
     }
 
     /// Writes a fresh header (all nodes healthy); the magic goes last, with
     /// release ordering, so whoever sees it sees the rest.
-    pub(crate) fn init(&self, nodes: usize, node_size: u64) {
+    pub fn init(&self, nodes: usize, node_size: u64) {
         let w = self.words.as_slice();
         w[VERSION_AT].store(VERSION, Relaxed);
         w[NODES_AT].store(nodes as u64, Relaxed);
@@ -98,8 +103,7 @@ impl Control {
 
     /// Validates the header; returns the node count and bytes per node.
     /// Every value is checked before use (the file is input, not a promise).
-    #[cfg_attr(loom, allow(dead_code))] // used by opening files, which loom mode lacks
-    pub(crate) fn validate(&self) -> Result<(usize, u64), String> {
+    pub fn validate(&self) -> Result<(usize, u64), String> {
         let w = self.words.as_slice();
         if w.len() < FAULTS_AT {
             return Err(format!("control block of {} bytes is too short", self.words.bytes()));
@@ -115,7 +119,7 @@ impl Control {
         let size = w[SIZE_AT].load(Relaxed);
         let nodes = usize::try_from(nodes)
             .ok()
-            .filter(|&n| (1..=crate::cluster::MAX_NODES).contains(&n))
+            .filter(|&n| (1..=crate::MAX_NODES).contains(&n))
             .ok_or_else(|| format!("impossible node count {nodes}"))?;
         if control_bytes(nodes) != self.words.bytes() {
             return Err(format!(
@@ -126,6 +130,11 @@ impl Control {
             ));
         }
         Ok((nodes, size))
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.words.bytes()
     }
 
     /// The fault state of node `i` (`i` must be a valid node index).

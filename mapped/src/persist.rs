@@ -2,14 +2,14 @@
 //! for its effects to reach a durability or visibility domain that the CPU
 //! caches are not part of.
 //!
-//! On shared memory (this backend) nothing: the caches are coherent and
-//! nothing outlives the machine, so the handle's default is [`Coherent`],
-//! whose hooks are empty and compile away. A backend over persistent or
-//! non-coherent memory (`swarm-backend-cxl`: DAX devices, CXL pools) plugs in
-//! an implementation that writes cache lines back and fences them, and
-//! reuses everything else of this crate (bounds checks, latency and fault
-//! injection, the word layer) through
-//! [`ShmMemory::with_persistence`](crate::ShmMemory::with_persistence).
+//! On shared memory (`swarm-backend-shm`) nothing: the caches are coherent
+//! and nothing outlives the machine, so the handle's default is
+//! [`Coherent`], whose hooks are empty and compile away. A backend over
+//! persistent or non-coherent memory (`swarm-backend-cxl`: DAX devices, CXL
+//! pools) plugs in an implementation that writes cache lines back and
+//! fences them, and reuses everything else of this crate (bounds checks,
+//! latency and fault injection, the word layer) through
+//! [`MappedMemory::with_persistence`](crate::MappedMemory::with_persistence).
 //!
 //! # When the hooks run
 //!
@@ -35,7 +35,7 @@ use crate::atomic::AtomicU64;
 /// Hooks that make a memory's contents durable or visible beyond this
 /// host's caches; see the [module documentation](self) for when each runs.
 ///
-/// Implementations are per client handle (each [`crate::ShmMemory`] owns
+/// Implementations are per client handle (each [`crate::MappedMemory`] owns
 /// one), so they may keep statistics. Offsets and lengths given to the
 /// hooks were bounds-checked against `words`; a hook must not panic.
 pub trait Persistence: Send + Sync {
@@ -61,7 +61,7 @@ pub trait Persistence: Send + Sync {
 }
 
 /// Coherent, volatile memory: no hooks (the default of
-/// [`crate::ShmMemory`]).
+/// [`crate::MappedMemory`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Coherent;
 
@@ -75,7 +75,7 @@ mod tests {
     use swarm_core::{Memory, NodeId, Op, RemoteAddr};
 
     use super::*;
-    use crate::ShmCluster;
+    use crate::Nodes;
 
     /// Records the hooks it sees.
     #[derive(Default)]
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn hooks_run_in_pipeline_order_and_drain_before_a_cas() {
-        let mem = ShmCluster::in_process(1, 4096).unwrap().memory().with_persistence(Recorder::default());
+        let mem = Nodes::anonymous(1, 4096).unwrap().memory().with_persistence(Recorder::default());
         let ops = [
             Op::Write { offset: 8, data: &[1; 16] },
             Op::Write { offset: 128, data: &[2; 64] },

@@ -1,6 +1,6 @@
 //! Read buffers, recycled so that the fast path allocates nothing.
 //!
-//! A [`ShmBuf`] owns a `Vec<u8>`; when dropped it gives the vector back to a
+//! A [`MappedBuf`] owns a `Vec<u8>`; when dropped it gives the vector back to a
 //! small pool of the thread that drops it, and the next read on that thread
 //! takes it from there. A thread-local pool (rather than one per handle)
 //! keeps both handles and buffers `Send` without any locking, and since
@@ -19,19 +19,21 @@ thread_local! {
     static FREE: RefCell<heapless::Vec<Vec<u8>, POOL>> = const { RefCell::new(heapless::Vec::new()) };
 }
 
-/// Bytes read from a memory node; [`swarm_core::Memory::Buf`] of this backend.
-pub struct ShmBuf {
+/// Bytes read from a memory node: the [`swarm_core::Memory::Buf`] of
+/// [`crate::MappedMemory`], and of `swarm-backend-rdma`'s client (which
+/// fills it with [`filled`](MappedBuf::filled)).
+pub struct MappedBuf {
     data: Vec<u8>,
 }
 
-impl ShmBuf {
+impl MappedBuf {
     /// An empty buffer with room for `len` bytes, recycled when possible.
-    pub(crate) fn with_capacity(len: usize) -> ShmBuf {
+    pub(crate) fn with_capacity(len: usize) -> MappedBuf {
         let recycled = FREE.try_with(|f| f.borrow_mut().pop()).ok().flatten();
         let mut data = recycled.unwrap_or_default();
         data.clear();
         data.reserve(len);
-        ShmBuf { data }
+        MappedBuf { data }
     }
 
     /// The vector, for the read to fill.
@@ -42,15 +44,15 @@ impl ShmBuf {
     /// A recycled buffer of `len` bytes that `fill` writes: for backends
     /// (RDMA) whose hardware reads into memory of their own, copied out on
     /// completion.
-    pub fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> ShmBuf {
-        let mut b = ShmBuf::with_capacity(len);
+    pub fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> MappedBuf {
+        let mut b = MappedBuf::with_capacity(len);
         b.data.resize(len, 0);
         fill(&mut b.data);
         b
     }
 }
 
-impl Deref for ShmBuf {
+impl Deref for MappedBuf {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
@@ -58,27 +60,27 @@ impl Deref for ShmBuf {
     }
 }
 
-impl AsRef<[u8]> for ShmBuf {
+impl AsRef<[u8]> for MappedBuf {
     fn as_ref(&self) -> &[u8] {
         &self.data
     }
 }
 
-impl fmt::Debug for ShmBuf {
+impl fmt::Debug for MappedBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ShmBuf").field(&self.data).finish()
+        f.debug_tuple("MappedBuf").field(&self.data).finish()
     }
 }
 
-impl PartialEq for ShmBuf {
-    fn eq(&self, other: &ShmBuf) -> bool {
+impl PartialEq for MappedBuf {
+    fn eq(&self, other: &MappedBuf) -> bool {
         self.data == other.data
     }
 }
 
-impl Eq for ShmBuf {}
+impl Eq for MappedBuf {}
 
-impl Drop for ShmBuf {
+impl Drop for MappedBuf {
     fn drop(&mut self) {
         if self.data.capacity() == 0 || self.data.capacity() > MAX_POOLED {
             return;
@@ -96,18 +98,18 @@ mod tests {
 
     #[test]
     fn buffers_are_recycled_on_the_same_thread() {
-        let mut a = ShmBuf::with_capacity(64);
+        let mut a = MappedBuf::with_capacity(64);
         a.vec_mut().extend_from_slice(&[1; 64]);
         let ptr = a.as_ptr();
         drop(a);
-        let b = ShmBuf::with_capacity(32);
+        let b = MappedBuf::with_capacity(32);
         assert_eq!(b.as_ptr(), ptr, "the dropped buffer's vector is reused");
         assert!(b.is_empty(), "a recycled buffer starts empty");
     }
 
     #[test]
     fn huge_buffers_are_not_kept() {
-        drop(ShmBuf::with_capacity(MAX_POOLED + 1));
+        drop(MappedBuf::with_capacity(MAX_POOLED + 1));
         let kept = FREE.with(|f| f.borrow().iter().any(|v| v.capacity() > MAX_POOLED));
         assert!(!kept);
     }

@@ -1,5 +1,6 @@
-//! [`ShmMemory`]: one client's handle on a cluster, implementing the core's
-//! [`Memory`] interface, with optional injected latency and fault injection.
+//! [`MappedMemory`]: one client's handle on a node set, implementing the
+//! core's [`Memory`] interface, with optional injected latency and fault
+//! injection.
 //!
 //! # Life of an operation
 //!
@@ -27,7 +28,7 @@
 //! Separate operations are not ordered (only a pipeline is, as [`Memory`]
 //! says).
 //!
-//! Fault injection ([`crate::Fault`], set on the cluster): a failed node's
+//! Fault injection ([`crate::Fault`], set on the [`Nodes`]): a failed node's
 //! operations fail at once with `Unreachable`; a stalled node's operations
 //! wait unapplied until the handle's timeout and then fail with `TimedOut`,
 //! unless the stall ends first. The node's state is consulted when an
@@ -49,35 +50,37 @@ use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, 
 
 use crate::atomic::AtomicU64;
 use crate::persist::{Coherent, Persistence};
-use crate::{Fault, ShmBuf, ShmCluster, bytes};
+use crate::{Fault, MappedBuf, Nodes, bytes};
 
 /// Default for how long an operation on a stalled node waits.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A client's handle on a [`ShmCluster`]: the backend's [`Memory`].
+/// A client's handle on [`Nodes`]: the [`Memory`] of every backend over
+/// mapped memory (`swarm-backend-shm`'s `ShmMemory`, `swarm-backend-cxl`'s
+/// `CxlMemory`).
 ///
-/// Make one per client thread (they are cheap: a reference to the cluster,
+/// Make one per client thread (they are cheap: a reference to the nodes,
 /// two durations and the persistence hooks `P`, by default none). Handles
 /// and buffers are `Send`.
 #[derive(Clone)]
-pub struct ShmMemory<P = Coherent> {
-    cluster: ShmCluster,
+pub struct MappedMemory<P = Coherent> {
+    nodes: Nodes,
     latency: Duration,
     timeout: Duration,
     persist: P,
 }
 
-impl ShmMemory {
-    pub(crate) fn new(cluster: ShmCluster) -> ShmMemory {
-        ShmMemory { cluster, latency: Duration::ZERO, timeout: DEFAULT_TIMEOUT, persist: Coherent }
+impl MappedMemory {
+    pub(crate) fn new(nodes: Nodes) -> MappedMemory {
+        MappedMemory { nodes, latency: Duration::ZERO, timeout: DEFAULT_TIMEOUT, persist: Coherent }
     }
 }
 
-impl<P: Persistence> ShmMemory<P> {
+impl<P: Persistence> MappedMemory<P> {
     /// The same handle with persistence hooks `persist` instead of its own
     /// (see [`crate::persist`]).
-    pub fn with_persistence<Q: Persistence>(self, persist: Q) -> ShmMemory<Q> {
-        ShmMemory { cluster: self.cluster, latency: self.latency, timeout: self.timeout, persist }
+    pub fn with_persistence<Q: Persistence>(self, persist: Q) -> MappedMemory<Q> {
+        MappedMemory { nodes: self.nodes, latency: self.latency, timeout: self.timeout, persist }
     }
 
     /// The handle's persistence hooks (and whatever statistics they keep).
@@ -109,15 +112,15 @@ impl<P: Persistence> ShmMemory<P> {
         self.timeout
     }
 
-    /// The cluster this handle reaches.
-    pub fn cluster(&self) -> &ShmCluster {
-        &self.cluster
+    /// The nodes this handle reaches (their fault state, their shape).
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
     }
 
     /// The node's words, after checking the request against its size.
     fn checked(&self, node: NodeId, check: impl FnOnce(u64) -> Result<(), MemError>) -> Result<&[AtomicU64], MemError> {
-        let words = self.cluster.words(node).ok_or(MemError::new(node, MemErrorKind::NoSuchNode))?;
-        check(self.cluster.node_size())?;
+        let words = self.nodes.words(node).ok_or(MemError::new(node, MemErrorKind::NoSuchNode))?;
+        check(self.nodes.node_size())?;
         Ok(words)
     }
 
@@ -134,7 +137,7 @@ impl<P: Persistence> ShmMemory<P> {
         let words = self.checked(node, check)?;
         // A healthy node (the common case) admits at once, without a
         // future of its own to poll.
-        if self.cluster.fault(node) != Some(Fault::Healthy) {
+        if self.nodes.fault(node) != Some(Fault::Healthy) {
             self.admit(node).await?;
         }
         // The node starts on its memory now (see `bytes::prefetch`).
@@ -159,7 +162,7 @@ impl<P: Persistence> ShmMemory<P> {
     async fn admit(&self, node: NodeId) -> Result<(), MemError> {
         let mut give_up = None;
         loop {
-            match self.cluster.fault(node) {
+            match self.nodes.fault(node) {
                 Some(Fault::Healthy) => return Ok(()),
                 Some(Fault::Failed) => return Err(MemError::new(node, MemErrorKind::Unreachable)),
                 None => return Err(MemError::new(node, MemErrorKind::NoSuchNode)),
@@ -203,7 +206,7 @@ impl<'a, T, F: FnOnce(&'a [AtomicU64]) -> T> Drop for Posted<'a, T, F> {
 }
 
 /// Applies the checked `ops` in order and returns their outputs.
-fn apply_pipeline<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>]) -> Outputs<ShmBuf> {
+fn apply_pipeline<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>]) -> Outputs<MappedBuf> {
     let mut outs = Outputs::new();
     // Cannot fail: `check_pipeline` allowed at most `MAX_PIPELINE` operations.
     apply_ops(p, words, ops, |out| {
@@ -215,7 +218,7 @@ fn apply_pipeline<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>]) ->
 /// Applies the checked `ops` in order, with the persistence hooks where
 /// [`crate::persist`] says, handing each output to `each` (a background
 /// post drops them without collecting them).
-fn apply_ops<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>], mut each: impl FnMut(OpOutput<ShmBuf>)) {
+fn apply_ops<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>], mut each: impl FnMut(OpOutput<MappedBuf>)) {
     // Whether something was written back and not yet drained.
     let mut dirty = false;
     for op in ops {
@@ -243,9 +246,9 @@ fn apply_ops<P: Persistence>(p: &P, words: &[AtomicU64], ops: &[Op<'_>], mut eac
 }
 
 /// A read, after its hook.
-fn read_buf<P: Persistence>(p: &P, words: &[AtomicU64], offset: u64, len: usize) -> ShmBuf {
+fn read_buf<P: Persistence>(p: &P, words: &[AtomicU64], offset: u64, len: usize) -> MappedBuf {
     p.before_read(words, offset, len);
-    let mut buf = ShmBuf::with_capacity(len);
+    let mut buf = MappedBuf::with_capacity(len);
     bytes::read(words, offset, len, buf.vec_mut());
     buf
 }
@@ -312,14 +315,14 @@ pub(crate) fn waits_here(last: Instant, now: Instant, deadline: Instant) -> bool
     deadline.saturating_duration_since(now) <= period.min(SPIN_AT_MOST)
 }
 
-impl<P: Persistence> Memory for ShmMemory<P> {
-    type Buf = ShmBuf;
+impl<P: Persistence> Memory for MappedMemory<P> {
+    type Buf = MappedBuf;
 
     fn node_count(&self) -> usize {
-        self.cluster.node_count()
+        self.nodes.node_count()
     }
 
-    fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<ShmBuf, MemError>> {
+    fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<MappedBuf, MemError>> {
         self.run(
             addr.node,
             move |size| swarm_core::substrate::addr::check_range(addr.node, addr.offset, len, size),
@@ -350,7 +353,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         )
     }
 
-    fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<ShmBuf>, MemError>> {
+    fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<MappedBuf>, MemError>> {
         self.run(
             node,
             move |size| check_pipeline(node, ops, size),
@@ -368,7 +371,7 @@ impl<P: Persistence> Memory for ShmMemory<P> {
         // Applied now, without waiting for the latency; dropped on any error,
         // and by a failed or stalled node.
         if let Ok(words) = self.checked(node, |size| check_pipeline(node, ops, size))
-            && self.cluster.fault(node) == Some(Fault::Healthy)
+            && self.nodes.fault(node) == Some(Fault::Healthy)
         {
             apply_ops(&self.persist, words, ops, drop);
         }

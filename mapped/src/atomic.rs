@@ -1,5 +1,5 @@
-//! The atomic layer: the one place where the backend decides what its words
-//! are made of.
+//! The atomic layer: the one place that decides what the words of memory
+//! nodes are made of, for every backend over mapped memory.
 //!
 //! Memory is only ever touched as a slice of [`AtomicU64`] ([`Words::as_slice`]):
 //! another process may write any byte of a shared mapping at any time, so a
@@ -10,8 +10,8 @@
 //! - Normally the words live in a page-aligned mapping: a `memmap2` mapping
 //!   of a file (shared between processes) or of anonymous memory (one
 //!   process), or a mapping made elsewhere and handed over as a
-//!   [`RawMapping`] (other backends map DAX devices and `MAP_SYNC` files
-//!   that way). A [`Words`] may be a view of part of a mapping
+//!   [`RawMapping`] (`swarm-backend-cxl` maps DAX devices and `MAP_SYNC`
+//!   files that way). A [`Words`] may be a view of part of a mapping
 //!   ([`Words::slice`]), so that several memory nodes can share one.
 //! - Under `--cfg loom` they are a boxed slice of `loom` atomics, so that loom
 //!   can explore the interleavings of the code above; only in-process memory
