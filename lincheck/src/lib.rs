@@ -93,6 +93,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod counter;
 mod history;
 mod key;
 mod kv;
@@ -107,6 +108,7 @@ use alloc::vec::Vec;
 use core::fmt::Debug;
 use core::hash::Hash;
 
+pub use counter::{Counter, CounterOp, CounterRet};
 pub use history::{History, OpId, Operation, Response};
 pub use kv::{KeyState, Kv, KvOp, KvRet};
 pub use register::{Register, RegisterOp, RegisterRet};

@@ -125,15 +125,16 @@ impl<P: Persistence> MappedMemory<P> {
     }
 
     /// Runs one posted operation: checks it, waits out a stall, applies it
-    /// and completes after the injected latency.
+    /// and completes `latency` after it was posted.
     async fn run<T>(
         &self,
         node: NodeId,
+        latency: Duration,
         check: impl FnOnce(u64) -> Result<(), MemError>,
         lines: impl FnOnce(&[AtomicU64]),
         apply: impl FnOnce(&[AtomicU64]) -> T,
     ) -> Result<T, MemError> {
-        let posted = (!self.latency.is_zero()).then(Instant::now);
+        let posted = (!latency.is_zero()).then(Instant::now);
         let words = self.checked(node, check)?;
         // A healthy node (the common case) admits at once, without a
         // future of its own to poll.
@@ -151,10 +152,26 @@ impl<P: Persistence> MappedMemory<P> {
         let out = posted_op.apply();
         if let Some(posted) = posted {
             // An absurd latency that overflows the clock never completes.
-            let deadline = posted.checked_add(self.latency);
+            let deadline = posted.checked_add(latency);
             spin_until(deadline).await;
         }
         Ok(out)
+    }
+
+    /// A read that completes `latency` after it was posted.
+    fn read_after(
+        &self,
+        addr: RemoteAddr,
+        len: usize,
+        latency: Duration,
+    ) -> impl Future<Output = Result<MappedBuf, MemError>> {
+        self.run(
+            addr.node,
+            latency,
+            move |size| swarm_core::substrate::addr::check_range(addr.node, addr.offset, len, size),
+            move |words| bytes::prefetch(words, addr.offset, len),
+            move |words| read_buf(&self.persist, words, addr.offset, len),
+        )
     }
 
     /// Waits until `node` may be accessed: at once if healthy, an error if
@@ -323,17 +340,13 @@ impl<P: Persistence> Memory for MappedMemory<P> {
     }
 
     fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<MappedBuf, MemError>> {
-        self.run(
-            addr.node,
-            move |size| swarm_core::substrate::addr::check_range(addr.node, addr.offset, len, size),
-            move |words| bytes::prefetch(words, addr.offset, len),
-            move |words| read_buf(&self.persist, words, addr.offset, len),
-        )
+        self.read_after(addr, len, self.latency)
     }
 
     fn write(&self, addr: RemoteAddr, data: &[u8]) -> impl Future<Output = Result<(), MemError>> {
         self.run(
             addr.node,
+            self.latency,
             move |size| swarm_core::substrate::addr::check_range(addr.node, addr.offset, data.len(), size),
             move |words| bytes::prefetch(words, addr.offset, data.len()),
             move |words| write(&self.persist, words, addr.offset, data),
@@ -343,6 +356,7 @@ impl<P: Persistence> Memory for MappedMemory<P> {
     fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> impl Future<Output = Result<u64, MemError>> {
         self.run(
             addr.node,
+            self.latency,
             move |size| swarm_core::substrate::addr::check_word(addr.node, addr.offset, size),
             move |words| bytes::prefetch(words, addr.offset, 8),
             move |words| {
@@ -356,6 +370,7 @@ impl<P: Persistence> Memory for MappedMemory<P> {
     fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<MappedBuf>, MemError>> {
         self.run(
             node,
+            self.latency,
             move |size| check_pipeline(node, ops, size),
             move |words| {
                 for op in ops {
@@ -375,5 +390,11 @@ impl<P: Persistence> Memory for MappedMemory<P> {
         {
             apply_ops(&self.persist, words, ops, drop);
         }
+    }
+
+    /// A read without the injected latency: messages to this client land in
+    /// its inbox (see [`Memory::read_inbox`]), which it polls locally.
+    fn read_inbox(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<MappedBuf, MemError>> {
+        self.read_after(addr, len, Duration::ZERO)
     }
 }

@@ -4,6 +4,8 @@
 //! `swarm-lincheck`. A failing run prints the command that replays it.
 //!
 //! - [`kv`]: any registered key-value system ([`crate::systems`]);
+//! - [`rpc`]: clients and a server beside memory that crashes, stalls and
+//!   restarts ([`crate::substrate::msg`]);
 //! - `register`: one replicated register (Safe-Guess or ABD), for those
 //!   protocols' own tests.
 
@@ -15,6 +17,7 @@ use crate::sim::SimMemory;
 pub mod kv;
 #[cfg(test)]
 pub(crate) mod register;
+pub mod rpc;
 
 /// Clock resolution of the simulated clients: 100 ns, as a TSC-based clock
 /// gives; coarser ticks make concurrent writers' guesses tie and go stale.
@@ -34,6 +37,10 @@ pub struct SimClock {
 impl crate::substrate::clock::Clock for SimClock {
     fn now(&self) -> u64 {
         self.mem.now() / TICK_NS + self.skew_ticks
+    }
+
+    fn tick_ns(&self) -> u64 {
+        TICK_NS
     }
 }
 

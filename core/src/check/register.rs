@@ -3,7 +3,7 @@
 //! clock skew, every history checked for linearizability.
 //!
 //! A failing run prints the command that replays it, e.g.
-//! `SWARM_PROTOCOL=safeguess SWARM_SEED=<seed> SWARM_REPLICAS=<n> cargo test -p swarm-core --lib campaign::replay -- --nocapture`
+//! `SWARM_PROTOCOL=safeguess SWARM_SEED=<seed> SWARM_REPLICAS=<n> cargo test -p swarm-core --lib check::register::replay -- --nocapture`
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -107,7 +107,7 @@ type Hist = History<RegisterOp, RegisterRet>;
 /// One seeded run; `Err` carries a description and the replay command.
 pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> {
     let replay = format!(
-        "replay: SWARM_PROTOCOL={} SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib campaign::replay -- --nocapture",
+        "replay: SWARM_PROTOCOL={} SWARM_SEED={seed} SWARM_REPLICAS={} cargo test -p swarm-core --lib check::register::replay -- --nocapture",
         c.protocol.name(),
         c.replicas
     );

@@ -31,7 +31,7 @@ pub enum KvError {
     Full,
     /// Remote data that cannot be right, after retries.
     Corrupt,
-    /// The memory nodes hold no key-value store ([`format`] was not run).
+    /// The memory nodes hold no key-value store (`systems::format` was not run).
     NoStore,
     /// The key kept changing under this client (concurrent deletes and
     /// inserts won every retry); nothing was changed.

@@ -23,7 +23,15 @@ use core::hash::{Hash, Hasher};
 use super::config::{Choice, StoreConfig};
 use super::{KvClient, KvError};
 use crate::Memory;
+#[cfg(feature = "alloc")]
+use crate::NodeId;
 use crate::substrate::clock::Clock;
+#[cfg(feature = "alloc")]
+use crate::substrate::msg::{
+    MsgError,
+    area::Geometry,
+    server::{self, Bare, Shell, Stats},
+};
 use crate::substrate::value::Value;
 
 /// The consistency a system promises, which the campaigns check its
@@ -112,6 +120,22 @@ pub trait KvSystem: 'static {
         id: u8,
         clock: C,
     ) -> impl Future<Output = Result<Self::Client<M, C>, KvError>>;
+
+    /// Serves this system's server role beside memory node `node` until
+    /// `shell` says stop ([`crate::substrate::msg::server`]): an allocator,
+    /// a coordinator, a metadata server. A system that needs no CPU beside
+    /// memory keeps the default: the bare server, which answers pings and
+    /// its statistics, so that `swarm serve` works on every store.
+    #[cfg(feature = "alloc")]
+    fn serve<M: Memory, H: Shell>(
+        mem: M,
+        node: NodeId,
+        cfg: &StoreConfig,
+        shell: &H,
+    ) -> impl Future<Output = Result<Stats, MsgError>> {
+        let _ = cfg;
+        server::serve(mem, node, Geometry::default(), Bare, shell)
+    }
 }
 
 /// Code to run with a system's type: `systems::visit` calls

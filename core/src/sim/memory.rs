@@ -46,9 +46,9 @@ impl SimMemory {
         self.world.borrow_mut().rng.range(lo, hi)
     }
 
-    async fn exec(&self, node: NodeId, ops: &[Op<'_>]) -> OpResult {
+    async fn exec(&self, node: NodeId, ops: &[Op<'_>], local: bool) -> OpResult {
         let slot = Slot::new();
-        self.world.borrow_mut().post(self.client, node, ops, Some(slot.clone()))?;
+        self.world.borrow_mut().post(self.client, node, ops, Some(slot.clone()), local)?;
         wait(&slot).await
     }
 }
@@ -79,24 +79,31 @@ impl Memory for SimMemory {
     }
 
     async fn read(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, MemError> {
-        let out = only(addr.node, self.exec(addr.node, &[Op::Read { offset: addr.offset, len }]).await?)?;
+        let out = only(addr.node, self.exec(addr.node, &[Op::Read { offset: addr.offset, len }], false).await?)?;
         Ok(out.into_read().unwrap_or_default())
     }
 
     async fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), MemError> {
-        self.exec(addr.node, &[Op::Write { offset: addr.offset, data }]).await.map(|_| ())
+        self.exec(addr.node, &[Op::Write { offset: addr.offset, data }], false).await.map(|_| ())
     }
 
     async fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, MemError> {
-        let out = only(addr.node, self.exec(addr.node, &[Op::Cas { offset: addr.offset, expected, new }]).await?)?;
+        let out =
+            only(addr.node, self.exec(addr.node, &[Op::Cas { offset: addr.offset, expected, new }], false).await?)?;
         Ok(out.cas().unwrap_or(expected ^ 1))
     }
 
     fn pipeline(&self, node: NodeId, ops: &[Op<'_>]) -> impl Future<Output = Result<Outputs<Vec<u8>>, MemError>> {
-        self.exec(node, ops)
+        self.exec(node, ops, false)
     }
 
     fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
-        let _ = self.world.borrow_mut().post(self.client, node, ops, None);
+        let _ = self.world.borrow_mut().post(self.client, node, ops, None, false);
+    }
+
+    /// A local access: [`crate::sim::SimConfig::local_latency_ns`], no tail.
+    async fn read_inbox(&self, addr: RemoteAddr, len: usize) -> Result<Vec<u8>, MemError> {
+        let out = only(addr.node, self.exec(addr.node, &[Op::Read { offset: addr.offset, len }], true).await?)?;
+        Ok(out.into_read().unwrap_or_default())
     }
 }

@@ -14,7 +14,9 @@
 //! - node crashes ([`CrashMode`]: fail fast, or hang until the timeout) and
 //!   slow nodes;
 //! - client crashes: the client's tasks are dropped mid-operation, and its
-//!   transfers in flight are cut short at a random point.
+//!   transfers in flight are cut short at a random point;
+//! - slow and stalled clients (a server on a loaded CPU, a paused process),
+//!   and local accesses (a receiver polling its inbox, `local_latency_ns`).
 //!
 //! The executor polls tasks when they are woken and otherwise advances the
 //! clock to the next event. A run ends when every task finished or crashed;
@@ -24,6 +26,7 @@
 
 mod memory;
 mod rng;
+mod shell;
 mod world;
 
 use alloc::boxed::Box;
@@ -40,6 +43,7 @@ use core::task::{Context, Poll, Waker};
 
 pub use memory::SimMemory;
 pub use rng::Rng;
+pub use shell::ServerShell;
 pub use world::{CrashMode, TraceEntry};
 use world::{Event, World};
 
@@ -69,6 +73,9 @@ pub struct SimConfig {
     /// client and node). Off, separate posts may overtake each other, which
     /// is more adversarial: protocols must only rely on ordered pipelines.
     pub fifo_per_queue: bool,
+    /// Roundtrip of a local access: a receiver polling its own inbox
+    /// (`Memory::read_inbox`), ns.
+    pub local_latency_ns: u64,
     /// How long a client waits on a hung node before [`crate::MemErrorKind::TimedOut`], ns.
     pub timeout_ns: u64,
     /// Virtual time after which a run is declared a livelock, ns.
@@ -89,6 +96,7 @@ impl Default for SimConfig {
             tail_one_in: 20,
             tail_factor: 10,
             fifo_per_queue: false,
+            local_latency_ns: 100,
             timeout_ns: 50_000,
             time_limit_ns: 10_000_000_000,
             keep_trace: false,
@@ -215,6 +223,20 @@ impl Sim {
         self.world.borrow_mut().schedule(at, Event::CrashClient { client: client.client });
     }
 
+    /// Makes every operation of `client` `factor` times slower from `at` on
+    /// (a server whose CPU is loaded).
+    pub fn slow_client_at(&mut self, client: &SimMemory, at: u64, factor: u64) {
+        self.world.borrow_mut().schedule(at, Event::SlowClient { client: client.client, factor });
+    }
+
+    /// Stalls `client` from `at` for `ns`: its tasks are not polled
+    /// meanwhile (a paused process); its operations in flight still land.
+    pub fn stall_client_at(&mut self, client: &SimMemory, at: u64, ns: u64) {
+        self.world
+            .borrow_mut()
+            .schedule(at, Event::StallClient { client: client.client, until: at.saturating_add(ns) });
+    }
+
     /// Virtual time, ns.
     pub fn now(&self) -> u64 {
         self.world.borrow().now
@@ -299,6 +321,10 @@ impl Sim {
             progress = false;
             for i in 0..self.tasks.len() {
                 let Some(task) = self.tasks[i].as_mut() else { continue };
+                if task.client.is_some_and(|c| self.world.borrow().stalled.contains_key(&c)) {
+                    // Polled when the stall ends (its wake-up is kept).
+                    continue;
+                }
                 if !task.woken.0.swap(false, Ordering::Relaxed) {
                     continue;
                 }

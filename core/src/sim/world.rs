@@ -90,6 +90,9 @@ pub(crate) enum Event {
     CrashNode { node: usize, mode: CrashMode },
     SlowNode { node: usize, factor: u64 },
     CrashClient { client: u32 },
+    SlowClient { client: u32, factor: u64 },
+    StallClient { client: u32, until: u64 },
+    Unstall { client: u32 },
 }
 
 struct NodeState {
@@ -131,6 +134,12 @@ pub(crate) struct World {
     pub(crate) crashed_clients: Vec<u32>,
     /// Latest scheduled piece per (client, node), for `fifo_per_queue`.
     queues: BTreeMap<(u32, usize), u64>,
+    /// Clients made slower (a server on a loaded CPU): factor on their
+    /// operations' latency.
+    slow_clients: BTreeMap<u32, u64>,
+    /// Clients stalled (a paused process), until when: the executor does
+    /// not poll their tasks meanwhile.
+    pub(crate) stalled: BTreeMap<u32, u64>,
 }
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -153,6 +162,8 @@ impl World {
             events_done: 0,
             crashed_clients: Vec::new(),
             queues: BTreeMap::new(),
+            slow_clients: BTreeMap::new(),
+            stalled: BTreeMap::new(),
         }
     }
 
@@ -169,11 +180,17 @@ impl World {
         self.events.first_key_value().map(|(&(t, _), _)| t)
     }
 
-    fn one_way(&mut self, node: usize) -> u64 {
+    /// The one-way delay of an operation of `client` to `node`: across the
+    /// network, or a `local` access (a receiver polling its own inbox).
+    fn one_way(&mut self, client: u32, node: usize, local: bool) -> u64 {
+        let slow = self.slow_clients.get(&client).copied().unwrap_or(1);
+        if local {
+            return (self.cfg.local_latency_ns / 2).max(1) * slow;
+        }
         let (lo, hi) = (self.cfg.min_latency_ns / 2, self.cfg.max_latency_ns / 2);
         let tail =
             if self.cfg.tail_one_in > 0 && self.rng.chance(1, self.cfg.tail_one_in) { self.cfg.tail_factor } else { 1 };
-        self.rng.range(lo, hi) * self.nodes[node].slow * tail.max(1)
+        self.rng.range(lo, hi) * self.nodes[node].slow * tail.max(1) * slow
     }
 
     fn record(&mut self, e: TraceEntry) {
@@ -187,13 +204,15 @@ impl World {
 
     /// Posts a group of operations; its response fills `slot` (none for
     /// background posts). Requests that are wrong in themselves (bad node,
-    /// out of bounds) fail at once, before anything is sent.
+    /// out of bounds) fail at once, before anything is sent. A `local` group
+    /// is a read of the client's own inbox: local latency, no tail.
     pub(crate) fn post(
         &mut self,
         client: u32,
         node: NodeId,
         ops: &[Op<'_>],
         slot: Option<Rc<RefCell<Slot<OpResult>>>>,
+        local: bool,
     ) -> Result<(), MemError> {
         let n = node.index();
         if n >= self.nodes.len() {
@@ -229,7 +248,7 @@ impl World {
             group.ops.push(owned);
             group.outputs.push(out);
         }
-        let mut t = self.now + self.one_way(n);
+        let mut t = self.now + self.one_way(client, n, local);
         if self.cfg.fifo_per_queue {
             let last = self.queues.entry((client, n)).or_insert(0);
             t = t.max(*last + 1);
@@ -247,7 +266,7 @@ impl World {
             }
             t += self.rng.range(0, self.cfg.max_piece_gap_ns);
         }
-        let back = self.one_way(n);
+        let back = self.one_way(client, n, local);
         self.schedule(t + back, Event::Respond { group: id });
         Ok(())
     }
@@ -282,6 +301,18 @@ impl World {
             Event::CrashNode { node, mode } => self.nodes[node].down = Some(mode),
             Event::SlowNode { node, factor } => self.nodes[node].slow = factor.max(1),
             Event::CrashClient { client } => self.crash_client(client),
+            Event::SlowClient { client, factor } => {
+                self.slow_clients.insert(client, factor.max(1));
+            }
+            Event::StallClient { client, until } => {
+                self.stalled.insert(client, until);
+                self.schedule(until, Event::Unstall { client });
+            }
+            Event::Unstall { client } => {
+                if self.stalled.get(&client).is_some_and(|&u| u <= self.now) {
+                    self.stalled.remove(&client);
+                }
+            }
         }
         Some(())
     }

@@ -13,6 +13,12 @@ pub trait Clock {
     /// The current time in ticks (protocols say how many bits of ticks
     /// they encode and what happens past them).
     fn now(&self) -> u64;
+
+    /// Nanoseconds per tick (a microsecond unless said otherwise), for
+    /// time-outs given in time rather than ticks.
+    fn tick_ns(&self) -> u64 {
+        1_000
+    }
 }
 
 impl<F: Fn() -> u64> Clock for F {

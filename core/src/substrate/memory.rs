@@ -13,6 +13,10 @@
 //!   must not delay the operation that started it and may be lost if the
 //!   client crashes.
 //!
+//! - [`Memory::read_inbox`] reads a ring that the caller receives messages
+//!   in (see [`crate::substrate::msg`]); [`Memory::note_served`] tells
+//!   roundtrip accounting what a server did for the caller.
+//!
 //! Operations are futures that post their work on first poll. Read buffers
 //! belong to the backend ([`Memory::Buf`]); a backend whose hardware may still
 //! write into a buffer after a future is dropped keeps that buffer until the
@@ -156,6 +160,27 @@ pub trait Memory {
     /// applied eventually unless the node or this client fails; their
     /// results and errors are discarded.
     fn post_background(&self, node: NodeId, ops: &[Op<'_>]);
+
+    /// Reads `len` bytes at `addr` of a ring that the caller receives
+    /// messages in, or of a word a receiver advances for it (FaRM §3). In
+    /// FaRM's messaging that memory is the receiver's own, so polling it
+    /// costs no network roundtrip: a sender's write carried the message
+    /// there. Backends that can place it so (shared memory: no injected
+    /// latency; the simulator: a local access) do; the others read (RDMA: a
+    /// READ of the ring on the server's node, the substrate's clients having
+    /// no registered memory of their own yet). Roundtrip accounting does
+    /// not count it: the message's transfer is counted where it was sent.
+    fn read_inbox(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<Self::Buf, MemError>> {
+        self.read(addr, len)
+    }
+
+    /// A server answered a request of this caller after `ops` memory
+    /// operations of its own: roundtrip accounting reports them apart from
+    /// the caller's roundtrips ([`crate::substrate::rtt::Counted::served`]).
+    /// Nothing by default.
+    fn note_served(&self, ops: u32) {
+        let _ = ops;
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
@@ -183,6 +208,14 @@ impl<M: Memory + ?Sized> Memory for &M {
 
     fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
         (**self).post_background(node, ops)
+    }
+
+    fn read_inbox(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<Self::Buf, MemError>> {
+        (**self).read_inbox(addr, len)
+    }
+
+    fn note_served(&self, ops: u32) {
+        (**self).note_served(ops)
     }
 }
 

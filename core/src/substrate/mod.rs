@@ -3,7 +3,7 @@
 //! issue operations to several nodes at once and continue at a majority,
 //! exact roundtrip accounting, clocks, the layout and allocation of a
 //! node's memory ([`space`]) and messages to servers that run beside memory
-//! ([`msg`]).
+//! (`msg`, with `alloc`).
 
 pub mod addr;
 pub mod clock;
@@ -11,6 +11,8 @@ pub mod error;
 pub mod exec;
 pub mod join;
 pub mod memory;
+#[cfg(feature = "alloc")]
+pub mod msg;
 pub mod quorum;
 pub mod rtt;
 pub mod space;

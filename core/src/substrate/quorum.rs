@@ -128,7 +128,7 @@ where
 /// Each reply goes to `on_reply(i, result)` as it arrives (replica `i`);
 /// the tally says which were started and which answered.
 ///
-/// (A plain function returning [`gather`]'s future, not an `async fn`: on
+/// (A plain function returning `gather`'s future, not an `async fn`: on
 /// every common path, a level of future less to poll.)
 pub fn quorum_first<F, T, E>(
     n: usize,

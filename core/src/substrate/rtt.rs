@@ -10,6 +10,11 @@
 //! counts once, and background posts and dropped (late) operations do not
 //! count at all: the result is the length of the longest chain of
 //! memory operations the caller waited for, one after the other.
+//!
+//! A message exchange with a server (`crate::substrate::msg::rpc`) counts
+//! as one roundtrip: the request's write is counted, the polls of the
+//! caller's inbox ([`Memory::read_inbox`]) are not; the server's own memory
+//! operations for the request are reported apart ([`Counted::served`]).
 
 use core::cell::Cell;
 use core::future::Future;
@@ -23,12 +28,13 @@ pub struct Counted<M> {
     mem: M,
     level: Cell<u32>,
     ops: Cell<u32>,
+    served: Cell<u32>,
 }
 
 impl<M: Memory> Counted<M> {
     /// Starts counting from zero on `mem`.
     pub fn new(mem: M) -> Self {
-        Self { mem, level: Cell::new(0), ops: Cell::new(0) }
+        Self { mem, level: Cell::new(0), ops: Cell::new(0), served: Cell::new(0) }
     }
 
     /// Sequential roundtrips so far.
@@ -41,10 +47,17 @@ impl<M: Memory> Counted<M> {
         self.ops.get()
     }
 
+    /// Memory operations that servers did for this caller's requests so far
+    /// (as they reported them, [`Memory::note_served`]).
+    pub fn served(&self) -> u32 {
+        self.served.get()
+    }
+
     /// Starts again from zero, for the next logical operation.
     pub fn reset(&self) {
         self.level.set(0);
         self.ops.set(0);
+        self.served.set(0);
     }
 
     /// The wrapped memory.
@@ -112,5 +125,14 @@ impl<M: Memory> Memory for Counted<M> {
     fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
         self.ops.set(self.ops.get() + 1);
         self.mem.post_background(node, ops)
+    }
+
+    fn read_inbox(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<Self::Buf, MemError>> {
+        self.mem.read_inbox(addr, len)
+    }
+
+    fn note_served(&self, ops: u32) {
+        self.served.set(self.served.get().saturating_add(ops));
+        self.mem.note_served(ops)
     }
 }

@@ -136,7 +136,7 @@ impl<C: Clock> ClientCtx<C> {
 
     /// A fresh log id, reserving a batch on a majority of the cluster's
     /// nodes when the current batch is used up (one or two roundtrips every
-    /// [`ID_BATCH`] writes).
+    /// [`ID_BATCH`](crate::swarm::writerlog::ID_BATCH) writes).
     pub async fn next_log_id<M: Memory>(&mut self, mem: &M) -> Result<u32, ClientError> {
         if self.next_id == self.end_id {
             let nodes: heapless::Vec<NodeId, { crate::substrate::quorum::MAX_REPLICAS }> =

@@ -10,7 +10,7 @@
 //! or lock the write's timestamp.
 //!
 //! A log grows by segments of one region chunk each. Each node has a log
-//! directory, found through root slot [`roots::LOG_DIR`](crate::substrate::space::roots::LOG_DIR):
+//! directory, found through root slot [`roots::LOG_DIR`]:
 //!
 //! ```text
 //! header   magic | entry size | segments per client | entries per segment

@@ -21,9 +21,13 @@ use alloc::boxed::Box;
 use core::future::Future;
 use core::pin::Pin;
 
+#[cfg(doc)]
+use crate::kv::SystemInfo;
 use crate::kv::record::{self, Found, Record};
 use crate::kv::{AnyClient, KvError, KvSystem, StoreConfig, System, Visit};
 use crate::substrate::clock::Clock;
+use crate::substrate::msg::MsgError;
+use crate::substrate::msg::server::{Shell, Stats};
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
@@ -122,6 +126,25 @@ pub async fn open<M: Memory>(mem: &M) -> Result<Record, KvError> {
         }
     }
     Err(last)
+}
+
+/// Serves the server role of `cfg`'s system beside node `node` until
+/// `shell` says stop ([`KvSystem::serve`]; the bare server for systems
+/// without one).
+pub async fn serve<M: Memory, H: Shell>(mem: M, node: NodeId, cfg: &StoreConfig, shell: &H) -> Result<Stats, MsgError> {
+    struct Serve<'a, M, H> {
+        mem: M,
+        node: NodeId,
+        cfg: &'a StoreConfig,
+        shell: &'a H,
+    }
+    impl<'a, M: Memory + 'a, H: Shell> Visit for Serve<'a, M, H> {
+        type Out = Boxed<'a, Result<Stats, MsgError>>;
+        fn visit<S: KvSystem>(self) -> Self::Out {
+            Box::pin(S::serve(self.mem, self.node, self.cfg, self.shell))
+        }
+    }
+    visit(cfg.system, Serve { mem, node, cfg, shell }).await
 }
 
 /// Connects client `id` of the store of shape `cfg`, whichever system it

@@ -3,8 +3,8 @@
 //! and DM-ABD, which differ only in the register protocol (Safe-Guess over
 //! In-n-Out, or ABD over out-of-place objects). The protocol is a type
 //! ([`Protocol`]) that each system's folder provides; this client, the
-//! location descriptors ([`descriptor`]) and what a client keeps of a key
-//! ([`known`]) serve both.
+//! location descriptors (`descriptor`) and what a client keeps of a key
+//! (`known`) serve both.
 //!
 //! ```text
 //! insert(k, v):  cached k: update(k, v), unless k turns out deleted
@@ -46,7 +46,7 @@
 //!   majority (the key's first replicas, unless this client saw their node
 //!   fail) and widen on failure ([`crate::substrate::quorum::quorum_first`]), and by
 //!   default only the first replica keeps an in-place copy
-//!   ([`super::InPlace`]).
+//!   (SWARM-KV's option `in-place`).
 
 use alloc::boxed::Box;
 use core::future::Future;
@@ -71,8 +71,8 @@ use super::{Got, KvClient, KvError, Limits, Missing, Written};
 use descriptor::DESCRIPTOR_BYTES;
 use known::{Cached, Known};
 
-pub mod descriptor;
-pub mod known;
+pub(crate) mod descriptor;
+mod known;
 mod sizing;
 
 use sizing::node_bytes;

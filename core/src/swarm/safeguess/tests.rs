@@ -3,7 +3,7 @@
 //! linearizable.
 //!
 //! A failing campaign run prints the command that replays it
-//! (`campaign::replay`).
+//! (`check::register::replay`).
 
 use alloc::vec;
 use alloc::vec::Vec;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The broken protocol variants that the checks are proven to catch. Each
+# mutant lives in the code behind `--cfg swarm_mutant="NAME"` (grep for it);
+# this script builds the workspace with it and runs the tests that must
+# fail on it, and passes only if every one of them fails for the stated
+# reason. It prints each mutant's first failing seed (or the failing
+# check), so that a report can say how quickly each is caught.
+#
+#   scripts/mutants.sh            # every mutant
+#   scripts/mutants.sh rpc-resend # one
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# name | extra RUSTFLAGS | what must appear in the output | test command
+MUTANTS=(
+  "ring-unchecked|--cfg loom|a torn or foreign message was delivered|cargo test -p swarm-loom-tests --release --test ring"
+  "ring-unchecked||answered|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
+  "rpc-resend||not linearizable for a counter|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
+)
+
+only=${1:-}
+failed=0
+for entry in "${MUTANTS[@]}"; do
+  IFS='|' read -r name flags marker cmd <<<"$entry"
+  if [ -n "$only" ] && [ "$only" != "$name" ]; then continue; fi
+  printf '\n=== mutant %s (%s)\n' "$name" "${flags:-simulator}"
+  log=$(mktemp)
+  set +e
+  RUSTFLAGS="$flags --cfg swarm_mutant=\"$name\"" CARGO_TARGET_DIR=target/mutants $cmd >"$log" 2>&1
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ] && grep -q -- "$marker" "$log"; then
+    caught=$(grep -m1 -oE 'seed [0-9]+' "$log" || true)
+    echo "caught: ${caught:-by the model checker} ($marker)"
+  else
+    echo "NOT CAUGHT: '$cmd' exited $rc without '$marker'; its output ends:"
+    tail -n 20 "$log"
+    failed=1
+  fi
+  rm -f "$log"
+done
+exit "$failed"
