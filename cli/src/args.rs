@@ -57,6 +57,11 @@ pub enum Command {
     /// Get, put and delete keys of a store on a shm cluster, or open a
     /// small shell on it.
     Kv(crate::kv::KvArgs),
+    /// Serve beside a memory node (the store's server role, or pings and
+    /// counters) until SIGINT or SIGTERM.
+    Serve(crate::serve::ServerArgs),
+    /// Call the server beside a memory node: ping it, or read its counters.
+    Rpc(crate::serve::RpcArgs),
     /// A worker process of `swarm bench --processes` (internal).
     #[command(hide = true)]
     YcsbWorker,

@@ -11,13 +11,13 @@
 //! ```
 //!
 //! `memnode create` formats regions and writer logs; `kv init` sets up the
-//! store itself ([`swarm_core::kv::format`]: the index, and logs where
-//! missing) and records its configuration (system, replicas, sizes, the
-//! clients' clock epoch) in three root slots of node 0 ([`CONFIG_ROOTS`]),
-//! so that every later command, in any process, connects with the same
-//! shape. Each process connects as client `--id` (default 1): two
-//! processes running at once need different ids (Safe-Guess has one
-//! outstanding operation per writer id).
+//! store of any registered system ([`swarm_core::systems::format`]: its
+//! structures, and a record of its configuration, options and the clients'
+//! clock epoch on every node), so that every later command, in any process,
+//! connects with the same shape ([`swarm_core::systems::open`]). Each
+//! process connects as client `--id` (default 1): two processes running at
+//! once need different ids (Safe-Guess has one outstanding operation per
+//! writer id).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};

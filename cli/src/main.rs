@@ -12,6 +12,8 @@
 //! - `swarm bench-register`: a Safe-Guess register benchmark on the same
 //!   backends.
 //! - `swarm kv`: get, put, delete and a small shell on a shm cluster.
+//! - `swarm serve`: a server beside a memory node (the store's server role,
+//!   or pings and counters), until SIGINT or SIGTERM; `swarm rpc` calls it.
 //!
 //! Every failure, from a mistyped flag to a cluster that cannot be opened,
 //! ends as one `error: ...` line on stderr and a non-zero exit status (2 for
@@ -24,6 +26,7 @@ mod kv;
 mod memnode;
 mod rdma;
 mod report;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -47,6 +50,8 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::ycsb::run(&a),
         Command::BenchRegister(a) => bench::run(&a),
         Command::Kv(a) => kv::run(&a),
+        Command::Serve(a) => serve::serve(&a),
+        Command::Rpc(a) => serve::rpc(&a),
         Command::YcsbWorker => bench::procs::worker(),
     };
     match result {

@@ -74,7 +74,7 @@ pub async fn format_nodes<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeo
 }
 
 /// The directory of a shm command (`--dir`, and no `--path`).
-fn shm_dir(p: &Place) -> Result<&Path, String> {
+pub fn shm_dir(p: &Place) -> Result<&Path, String> {
     if !p.path.is_empty() {
         return Err("--path applies to --backend cxl; shm clusters are directories (--dir)".into());
     }

@@ -74,6 +74,14 @@ pub fn load_cluster(path: &Path, replicas: usize) -> Result<ClusterConfig, Strin
     Ok(config)
 }
 
+/// A handle on every memory node of the cluster file at `path`, for one
+/// client named `label` (`swarm serve --cluster`).
+pub fn connect_one(path: &Path, label: &str) -> Result<impl Memory + use<>, String> {
+    let config = ClusterConfig::load(path)?;
+    let _ = label;
+    verbs::connect(&config, 1)?.pop().ok_or_else(|| format!("{}: no memory nodes", path.display()))
+}
+
 /// Runs `system` on the memory nodes of `config`: checks that each is
 /// large enough, connects a handle per client and operation in flight (and
 /// one to set up), clears and formats the nodes, and measures. Whatever
@@ -102,7 +110,7 @@ pub fn bench(
     bench_on(handles, spec, system, need, piece, progress)
 }
 
-/// [`bench`] on connected handles, whatever memory they reach (tests use
+/// [`bench()`] on connected handles, whatever memory they reach (tests use
 /// the software NIC): the last handle clears the first `need` bytes of
 /// every node, `piece` bytes a write, and formats them; the others become
 /// the clients.

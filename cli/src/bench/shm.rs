@@ -1,5 +1,5 @@
 //! The benchmark on shared memory: one OS thread per client, each with its
-//! own [`ShmMemory`] handle, driven by [`block_on`]; latency on the wall
+//! own [`ShmMemory`](swarm_backend_shm::ShmMemory) handle, driven by [`block_on`]; latency on the wall
 //! clock. The threaded runner ([`run_threads`]) and the check of an existing
 //! cluster ([`check_room`]) serve every backend with real memory (cxl too).
 //!
