@@ -194,15 +194,18 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
     }
     let (cfg, epoch_us) = read_config(&mem, &a.dir)?;
     if let KvCommand::Info = a.command {
+        let options: Vec<String> =
+            cfg.system.options().iter().map(|c| format!("{}={}", c.name, cfg.option(c.name).unwrap_or("?"))).collect();
         println!(
-            "{}: {} with {} replica(s), up to {} keys of at most {} B, values of at most {}, client ids 1 to {}",
+            "{}: {} with {} replica(s), up to {} keys of at most {} B, values of at most {}, client ids 1 to {}{}",
             a.dir.display(),
             cfg.system.name(),
             if cfg.system.replicated() { cfg.replicas } else { 1 },
             cfg.keys,
             cfg.max_key,
             format_size(cfg.max_value as u64),
-            cfg.writers
+            cfg.writers,
+            if options.is_empty() { String::new() } else { format!(", options {}", options.join(" ")) }
         );
         return Ok(());
     }

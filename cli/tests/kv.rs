@@ -19,10 +19,15 @@ fn a_person_at_a_terminal() {
     let dir = cluster("kv");
     let d = dir.arg();
     assert!(fails(&["kv", "--dir", d, "get", "k"], 1).contains("holds no key-value store yet"));
+    let e = fails(&["kv", "--dir", d, "init", "--system", "swarm-kv", "--option", "in-place=most"], 1);
+    assert!(e.contains("swarm-kv's option in-place takes first, every, not 'most'"), "{e}");
+    let e = fails(&["kv", "--dir", d, "init", "--system", "raw", "--option", "in-place=every"], 1);
+    assert!(e.contains("raw has no options"), "{e}");
     let out = ok(&["kv", "--dir", d, "init", "--system", "swarm-kv", "--keys", "1000", "--max-value", "256"]);
     assert!(out.contains("swarm-kv store for 1000 keys"), "{out}");
     assert!(fails(&["kv", "--dir", d, "init"], 1).contains("already holds a key-value store"));
-    assert!(ok(&["kv", "--dir", d, "info"]).contains("swarm-kv with 3 replica(s)"));
+    let info = ok(&["kv", "--dir", d, "info"]);
+    assert!(info.contains("swarm-kv with 3 replica(s)") && info.contains("options in-place=first"), "{info}");
     assert_eq!(ok(&["kv", "--dir", d, "put", "greeting", "hello world"]), "OK\n");
     assert_eq!(ok(&["kv", "--dir", d, "--id", "2", "get", "greeting"]), "hello world\n");
     assert_eq!(ok(&["kv", "--dir", d, "put", "greeting", "bye"]), "OK\n");
