@@ -45,7 +45,7 @@ mod system;
 pub use any::AnyClient;
 pub use config::{Choice, MAX_CLIENTS, MAX_OPTIONS, MAX_VALUE, Options, StoreConfig};
 pub use error::KvError;
-pub use system::{Guarantee, Handle, KvSystem, System, SystemInfo, Visit};
+pub use system::{Guarantee, Handle, KvSystem, Roundtrips, System, SystemInfo, Visit};
 
 /// Limits on keys and values, checked before anything is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

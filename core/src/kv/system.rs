@@ -48,6 +48,22 @@ pub enum Guarantee {
     OneClientPerKey,
 }
 
+/// Sequential roundtrips of a system's operations when a client works
+/// alone on a key whose location it has cached: the figures the papers
+/// compare (SWARM Table 2, Clover Table 1), which the registry's tests
+/// check and reports can quote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Roundtrips {
+    /// A get.
+    pub get: u32,
+    /// An update.
+    pub update: u32,
+    /// An insert of a new key.
+    pub insert: u32,
+    /// A delete.
+    pub delete: u32,
+}
+
 /// What can be known of a system without a memory.
 #[derive(Debug)]
 pub struct SystemInfo {
@@ -62,6 +78,8 @@ pub struct SystemInfo {
     pub floor: bool,
     /// What its histories must satisfy.
     pub guarantee: Guarantee,
+    /// Its operations' roundtrips in the common case.
+    pub roundtrips: Roundtrips,
     /// The options it takes (`StoreConfig::set_option`).
     pub options: &'static [Choice],
 }

@@ -7,7 +7,7 @@
 use crate::Memory;
 use crate::baselines::abd;
 use crate::kv::replicated::Protocol;
-use crate::kv::{Guarantee, KvError, StoreConfig, SystemInfo};
+use crate::kv::{Guarantee, KvError, Roundtrips, StoreConfig, SystemInfo};
 use crate::substrate::clock::Clock;
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
@@ -25,6 +25,7 @@ impl Protocol for DmAbd {
         replicated: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
+        roundtrips: Roundtrips { get: 2, update: 2, insert: 2, delete: 2 },
         options: &[],
     };
 

@@ -16,7 +16,7 @@ use alloc::boxed::Box;
 
 use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
 use crate::kv::{
-    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, SystemInfo, Written,
+    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Written,
 };
 use crate::substrate::clock::Clock;
 use crate::substrate::space::region::HEADER_SIZE;
@@ -39,6 +39,7 @@ impl KvSystem for Raw {
         replicated: false,
         floor: true,
         guarantee: Guarantee::OneClientPerKey,
+        roundtrips: Roundtrips { get: 1, update: 1, insert: 2, delete: 1 },
         options: &[],
     };
 

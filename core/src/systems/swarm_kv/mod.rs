@@ -7,7 +7,7 @@
 
 use crate::Memory;
 use crate::kv::replicated::Protocol;
-use crate::kv::{Choice, Guarantee, KvError, StoreConfig, SystemInfo};
+use crate::kv::{Choice, Guarantee, KvError, Roundtrips, StoreConfig, SystemInfo};
 use crate::substrate::clock::Clock;
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
@@ -57,6 +57,7 @@ impl Protocol for SwarmKv {
         replicated: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
+        roundtrips: Roundtrips { get: 1, update: 1, insert: 2, delete: 2 },
         options: OPTIONS,
     };
 
