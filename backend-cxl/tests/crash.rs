@@ -326,10 +326,10 @@ fn check_metadata(mem: &CxlMemory, regs: &[Register], max_client: u8, attempted:
                 let ctx = format!("round {round}: key {k}, {} word {w} {m:?}", rep.node);
                 assert!((1..=max_client).contains(&m.client()), "{ctx}: names a client that never ran");
                 assert!(m.time() > 0 && m.time() < now, "{ctx}: impossible time");
-                let entry = block_on(logs.entry(mem, rep.node, m.client(), m.log_id(), None))
+                let (entry, _) = block_on(logs.locate(mem, rep.node, m))
                     .unwrap_or_else(|e| panic!("{ctx}: log entry: {e}"))
                     .unwrap_or_else(|| panic!("{ctx}: names a log entry that does not exist"));
-                let v = block_on(rep_of(rep).read_out_of_place(mem, &layout, entry, VALUE as u64))
+                let (_, v) = block_on(rep_of(rep).read_out_of_place(mem, &layout, entry, VALUE as u64, m))
                     .unwrap_or_else(|e| panic!("{ctx}: out-of-place copy: {e}"));
                 let id = id_of_value(&v).unwrap_or_else(|| panic!("{ctx}: its log entry holds a torn value"));
                 assert!(

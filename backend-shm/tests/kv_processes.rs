@@ -21,9 +21,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
-use swarm_core::kv::{Got, KvClient, KvSystem, StoreConfig};
+use swarm_core::kv::{Got, KvClient, KvSystem, StoreConfig, Who};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::systems::{self, swarm_kv::SwarmKv};
 use swarm_core::{Memory, NodeId, RemoteAddr};
@@ -84,8 +85,14 @@ fn open(dir: &Path) -> (ShmCluster, ShmCluster) {
 /// A SWARM-KV client on shared memory.
 type Client = <SwarmKv as KvSystem>::Client<ShmMemory, SystemClock>;
 
+/// Client `id`, with the store's clock and a lease on its id.
 fn connect(mem: ShmMemory, id: u8) -> Client {
-    block_on(SwarmKv::connect(mem, &config(), id, SystemClock::starting_now())).expect("connect")
+    block_on(async {
+        let clock = SystemClock { epoch_us: systems::open(&mem).await?.epoch_us };
+        let held = systems::claim(&mem, &config(), &clock, Want::Id(id), std::process::id()).await?;
+        SwarmKv::connect(mem, &config(), Who::Lease(held), clock).await
+    })
+    .expect("connect")
 }
 
 /// The next tick of the shared logical clock.

@@ -29,7 +29,7 @@ use swarm_core::swarm::inout::{Layout, Replica, ReplicaCache};
 use swarm_core::swarm::maxreg::{RegCache, Register};
 use swarm_core::swarm::meta::Meta;
 use swarm_core::swarm::safeguess;
-use swarm_core::swarm::writerlog::{self, LogGeometry};
+use swarm_core::swarm::writerlog::{self, EntryHeader, LogCopy, LogGeometry};
 use swarm_core::{NodeId, RemoteAddr};
 
 const NODES: usize = 3;
@@ -65,11 +65,12 @@ fn nodes() -> Vec<NodeId> {
     (0..NODES).map(|n| NodeId(n as u16)).collect()
 }
 
-/// The next tuple this client writes (fresh time, fresh log id).
-fn next_meta(ctx: &mut ClientCtx<Clock>, mem: &ShmMemory) -> Meta {
-    let time = ctx.guess_time().expect("time");
-    let log_id = block_on(ctx.next_log_id(mem)).expect("log id");
-    Meta::new(time, log_id, ctx.id)
+/// The next tuple this client writes (fresh time, its next log entry), and
+/// that entry with the header of `value`.
+fn next_meta(ctx: &mut ClientCtx<Clock>, mem: &ShmMemory, value: &[u8]) -> (Meta, LogCopy) {
+    let (time, place) = block_on(ctx.next_write(mem, Meta::BOTTOM)).expect("next write");
+    let meta = Meta::new(time, place.slot, ctx.id);
+    (meta, LogCopy { place, header: EntryHeader::of(meta, value) })
 }
 
 fn inout(c: &mut Criterion) {
@@ -84,12 +85,13 @@ fn inout(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("write", |b| {
         b.iter(|| {
-            let meta = next_meta(&mut ctx, &mem);
-            let entry = block_on(ctx.logs.entry(&mem, node, ctx.id, meta.log_id(), Some(&mut ctx.slab)))
+            let (meta, copy) = next_meta(&mut ctx, &mem, &value);
+            let entry = block_on(ctx.logs.entries(&mem, &[node], ctx.id, copy.place, Some(&mut ctx.slab)))[0]
                 .expect("entry")
                 .expect("segment");
             let reply =
-                block_on(replica.write(&mem, &layout, entry, cache.mine, meta, black_box(&value))).expect("write");
+                block_on(replica.write(&mem, &layout, entry, cache.mine, meta, &copy.header, black_box(&value)))
+                    .expect("write");
             cache.mine = meta.0.max(reply.seen.0);
         })
     });
@@ -142,8 +144,8 @@ fn max_register(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("write", |b| {
         b.iter(|| {
-            let meta = next_meta(&mut ctx, &mem);
-            block_on(reg.write(&mut ctx, &mem, &mut cache, meta, black_box(&value))).expect("write")
+            let (meta, copy) = next_meta(&mut ctx, &mem, &value);
+            block_on(reg.write(&mut ctx, &mem, &mut cache, meta, &copy, black_box(&value))).expect("write")
         })
     });
     g.bench_function("read", |b| b.iter(|| black_box(block_on(reg.read(&mut ctx, &mem, &mut cache)).expect("read").0)));

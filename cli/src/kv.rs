@@ -15,18 +15,23 @@
 //! structures, and a record of its configuration, options and the clients'
 //! clock epoch on every node), so that every later command, in any process,
 //! connects with the same shape ([`swarm_core::systems::open`]). Each
-//! process connects as client `--id` (default 1): two processes running at
-//! once need different ids (Safe-Guess has one outstanding operation per
-//! writer id).
+//! process claims a free client id from the store's lease table
+//! ([`swarm_core::substrate::lease`]), renews its lease while it works and
+//! gives the id back when it exits, with its log where the next holder goes
+//! on; a process that is killed keeps its id until its lease expires
+//! (`init --lease`, 10 s by default, plus 3 s for clocks that differ).
+//! `--id N` asks for one id, and fails, naming when it frees, if a live
+//! process holds it.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use swarm_backend_shm::{ShmBuf, ShmCluster, ShmMemory};
-use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, StoreConfig, System, Written};
+use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, StoreConfig, System, Who, Written};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::substrate::value::Value;
 use swarm_core::swarm::writerlog::Logs;
@@ -42,10 +47,10 @@ pub struct KvArgs {
     /// for /dev/shm/swarm-NAME.
     #[arg(long, value_name = "DIR", value_parser = parse_dir)]
     pub dir: PathBuf,
-    /// This process's client id, from 1 to the store's writers (processes
-    /// running at the same time need different ids).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_id)]
-    pub id: u8,
+    /// The client id to claim, from 1 to the store's writers (by default
+    /// the lowest free one): held by one live process at a time.
+    #[arg(long, value_name = "N", value_parser = parse_id)]
+    pub id: Option<u8>,
     /// What to do.
     #[command(subcommand)]
     pub command: KvCommand,
@@ -100,9 +105,23 @@ pub struct InitArgs {
     /// Largest value, bytes (every key reserves room for one per replica).
     #[arg(long, value_name = "BYTES", default_value = "1K", value_parser = parse_max_value)]
     pub max_value: usize,
-    /// Client ids that may be used (1..=N).
+    /// Client ids that may be used (1..=N): processes using the store at
+    /// the same time.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = parse_id)]
     pub writers: u8,
+    /// How long a client id stays leased without renewal (a killed
+    /// process's id frees this long after its last renewal, plus 3 s), e.g.
+    /// 10s, 500ms.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_lease)]
+    pub lease: u32,
+}
+
+fn parse_lease(s: &str) -> Result<u32, String> {
+    use swarm_core::kv::config::{MAX_LEASE_MS, MIN_LEASE_MS};
+    match swarm_units::parse_duration_ms(s)? {
+        n if (MIN_LEASE_MS as u64..=MAX_LEASE_MS as u64).contains(&n) => Ok(n as u32),
+        _ => Err(format!("leases last from {MIN_LEASE_MS} ms to one hour, not {s}")),
+    }
 }
 
 fn parse_system(s: &str) -> Result<System, String> {
@@ -197,7 +216,8 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
         let options: Vec<String> =
             cfg.system.options().iter().map(|c| format!("{}={}", c.name, cfg.option(c.name).unwrap_or("?"))).collect();
         println!(
-            "{}: {} with {} replica(s), up to {} keys of at most {} B, values of at most {}, client ids 1 to {}{}",
+            "{}: {} with {} replica(s), up to {} keys of at most {} B, values of at most {}, client ids 1 to {} \
+             (leased for {} ms){}",
             a.dir.display(),
             cfg.system.name(),
             if cfg.system.replicated() { cfg.replicas } else { 1 },
@@ -205,24 +225,33 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
             cfg.max_key,
             format_size(cfg.max_value as u64),
             cfg.writers,
+            cfg.lease_ms,
             if options.is_empty() { String::new() } else { format!(", options {}", options.join(" ")) }
         );
         return Ok(());
     }
-    if a.id > cfg.writers {
-        return Err(format!("--id {} is not a client id of this store (1 to {})", a.id, cfg.writers));
-    }
+    let want = match a.id {
+        Some(id) if id > cfg.writers => {
+            return Err(format!("--id {id} is not a client id of this store (1 to {})", cfg.writers));
+        }
+        Some(id) => Want::Id(id),
+        None => Want::Any,
+    };
     let clock = SystemClock { epoch_us };
-    let mut store =
-        block_on(systems::connect_any(mem, &cfg, a.id, clock)).map_err(|e| format!("cannot connect: {e}"))?;
-    match &a.command {
-        KvCommand::Get { key } => print!("{}", get(&mut store, key)?),
-        KvCommand::Put { key, value } => print!("{}", put(&mut store, key, value)?),
-        KvCommand::Delete { key } => print!("{}", delete(&mut store, key)?),
-        KvCommand::Shell => shell(&mut store)?,
-        KvCommand::Init(_) | KvCommand::Info => {}
-    }
-    Ok(())
+    let held = block_on(systems::claim(&mem, &cfg, &clock, want, std::process::id()))
+        .map_err(|e| format!("cannot claim a client id: {e}"))?;
+    let mut store = block_on(systems::connect_any(mem, &cfg, Who::Lease(held), clock))
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let done = match &a.command {
+        KvCommand::Get { key } => get(&mut store, key).map(|out| print!("{out}")),
+        KvCommand::Put { key, value } => put(&mut store, key, value).map(|out| print!("{out}")),
+        KvCommand::Delete { key } => delete(&mut store, key).map(|out| print!("{out}")),
+        KvCommand::Shell => shell(&mut store),
+        KvCommand::Init(_) | KvCommand::Info => Ok(()),
+    };
+    // The id goes back whether the command succeeded or not.
+    let closed = block_on(store.close()).map_err(|e| format!("cannot give the client id back: {e}"));
+    done.and(closed)
 }
 
 /// `swarm kv init`: checks the cluster can hold the store, sets it up and
@@ -233,6 +262,7 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
     cfg.max_key = i.max_key;
     cfg.max_value = i.max_value;
     cfg.writers = i.writers;
+    cfg.lease_ms = i.lease;
     for (name, value) in &i.options {
         cfg.set_option(name, value).map_err(|_| option_error(i.system, name, value))?;
     }

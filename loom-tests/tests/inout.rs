@@ -20,7 +20,7 @@ mod checks {
     use swarm_core::substrate::space::slab::SlabAllocator;
     use swarm_core::swarm::inout::{Layout, Replica, inplace_hash};
     use swarm_core::swarm::meta::Meta;
-    use swarm_core::swarm::writerlog::{self, LogGeometry, Logs};
+    use swarm_core::swarm::writerlog::{self, EntryHeader, LogGeometry, Logs, Place};
     use swarm_core::{Memory, NodeId, RemoteAddr};
     use swarm_loom_tests::{InPlace, explore_bounded, on_big_stack, read_in_place, spawn_big};
 
@@ -42,7 +42,8 @@ mod checks {
 
     const WRITER: u8 = 1;
     const READER: u8 = 2;
-    /// The write done before the race, in the writer's log entry 0.
+    /// The write done before the race, in slot 0 of the writer's first log
+    /// segment (which starts at time 1).
     const M0: Meta = Meta::new(1, 0, WRITER);
     const V0: [u8; 16] = [0x11; 16];
     /// The racing write: same length, different bytes in both words, larger
@@ -70,10 +71,12 @@ mod checks {
             let object = RemoteAddr::new(NODE, replica.base);
             mem.write(object, &vec![0; layout.size() as usize]).await.unwrap();
             let mut logs = Logs::new();
-            let mut entry =
-                async |log_id| logs.entry(mem, NODE, WRITER, log_id, Some(&mut slab)).await.unwrap().unwrap();
-            let (e0, e1) = (entry(M0.log_id()).await, entry(M1.log_id()).await);
-            let out = replica.write(mem, &layout, e0, 0, M0, &V0).await.unwrap().outcome;
+            let mut entry = async |m: Meta| {
+                let place = Place { segment: 0, slot: m.slot(), start: 1 };
+                logs.entries(mem, &[NODE], WRITER, place, Some(&mut slab)).await[0].unwrap().unwrap()
+            };
+            let (e0, e1) = (entry(M0).await, entry(M1).await);
+            let out = replica.write(mem, &layout, e0, 0, M0, &EntryHeader::of(M0, &V0), &V0).await.unwrap().outcome;
             assert_eq!(out, MaxOutcome::Installed { prev: 0 });
             (replica, e1)
         })
@@ -104,10 +107,10 @@ mod checks {
             }
             let meta = reply.meta;
             let mut logs = Logs::new();
-            let entry = logs.entry(mem, NODE, meta.client(), meta.log_id(), None).await.unwrap();
-            let entry = entry.expect("the metadata names an existing log entry");
+            let found = logs.locate(mem, NODE, meta).await.unwrap();
+            let (entry, _) = found.expect("the metadata names an existing log entry");
             let max = logs.geometry(mem, NODE).await.unwrap().max_value();
-            let v = replica.read_out_of_place(mem, &layout, entry, max).await.unwrap();
+            let (_, v) = replica.read_out_of_place(mem, &layout, entry, max, meta).await.unwrap();
             (meta, v.to_vec(), Path::OutOfPlace)
         })
     }
@@ -134,7 +137,9 @@ mod checks {
                 let (replica, e1) = setup(&cluster.memory());
                 let mem = cluster.memory();
                 let writer = loom::thread::spawn(move || {
-                    let out = block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &V1)).unwrap().outcome;
+                    let out = block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &EntryHeader::of(M1, &V1), &V1))
+                        .unwrap()
+                        .outcome;
                     assert_eq!(
                         out,
                         MaxOutcome::Installed { prev: M0.0 },
@@ -196,7 +201,7 @@ mod checks {
                 let (replica, e1) = setup(&cluster.memory());
                 let mem = cluster.memory();
                 let writer = loom::thread::spawn(move || {
-                    block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &V1)).unwrap();
+                    block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &EntryHeader::of(M1, &V1), &V1)).unwrap();
                 });
                 let snapshot = block_on(read_in_place(&cluster.memory(), replica, &layout())).unwrap();
                 let InPlace { meta, hash, value } = snapshot;

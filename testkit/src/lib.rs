@@ -334,7 +334,8 @@ where
     M: Memory,
     F: Fn() -> M + Sync,
 {
-    use swarm_core::kv::{Got, Guarantee, KvClient, StoreConfig};
+    use swarm_core::kv::{Got, Guarantee, KvClient, StoreConfig, Who};
+    use swarm_core::substrate::lease::Want;
     use swarm_core::systems;
     use swarm_lincheck::{Kv, KvOp, KvRet};
     let mut cfg = StoreConfig::new(t.system, t.keys.max(16));
@@ -349,7 +350,8 @@ where
         let node = NodeId(n as u16);
         block_on(Region::format(&admin, node, t.node_size, t.chunk)).map_err(|e| format!("format {node}: {e}"))?;
     }
-    block_on(systems::format(&admin, &cfg, SystemClock::unix_us()))
+    let clock = SystemClock::starting_now();
+    block_on(systems::format(&admin, &cfg, clock.epoch_us))
         .map_err(|e| format!("set up the {} store: {e}", t.system))?;
     let origin = Instant::now();
     let start = Barrier::new(t.clients as usize);
@@ -358,7 +360,12 @@ where
             .map(|id| {
                 let (make, cfg, start) = (&make, &cfg, &start);
                 s.spawn(move || {
-                    let store = block_on(systems::connect_any(make(), cfg, id, SystemClock::starting_now()));
+                    // Each client claims a leased id, as every process does.
+                    let mem = make();
+                    let store = block_on(async {
+                        let held = systems::claim(&mem, cfg, &clock, Want::Any, id as u32).await?;
+                        systems::connect_any(mem, cfg, Who::Lease(held), clock).await
+                    });
                     start.wait();
                     let mut store = store.map_err(|e| format!("client {id}: connect: {e}"))?;
                     let mut rng = Rng::new(t.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -398,6 +405,7 @@ where
                         };
                         ops.push(Operation::completed(id as u32, call, now(), input, output));
                     }
+                    block_on(store.close()).map_err(|e| format!("client {id}: close: {e}"))?;
                     Ok(ops)
                 })
             })

@@ -601,6 +601,10 @@ async fn client_phases<S: Counting, E: Env>(
             return Err(None);
         }
     }
+    // The ids go back to the store, each log where its next holder goes on.
+    for slot in &mut slots {
+        slot.store.close().await.map_err(|e| Some(format!("client {client}: close: {e}")))?;
+    }
     Ok(ClientResult { load, runs })
 }
 

@@ -12,8 +12,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use swarm_core::kv::{KvSystem, StoreConfig, System, Visit};
+use swarm_core::kv::{KvSystem, StoreConfig, System, Visit, Who};
 use swarm_core::sim::{Sim, SimConfig, SimMemory};
+use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::systems;
@@ -169,12 +170,18 @@ impl Visit for Spawn<'_> {
             sim.spawn(&m, async move {
                 let mut stores = Vec::with_capacity(spec.max_inflight());
                 for h in 0..spec.max_inflight() {
-                    let id = (client * spec.max_inflight() + h + 1) as u8;
-                    match S::connect(Counted::new(env.mem.clone()), &cfg, id, clock(&env.mem)).await {
+                    // Each handle claims a leased id, as any process does.
+                    let handle = (client * spec.max_inflight() + h) as u32;
+                    let clk = clock(&env.mem);
+                    let connected = match systems::claim(&env.mem, &cfg, &clk, Want::Any, handle).await {
+                        Ok(held) => S::connect(Counted::new(env.mem.clone()), &cfg, Who::Lease(held), clk).await,
+                        Err(e) => Err(e),
+                    };
+                    match connected {
                         Ok(s) => stores.push(s),
                         Err(e) => {
                             env.abort();
-                            outs.borrow_mut().push(Err(Some(format!("client {id} cannot connect: {e}"))));
+                            outs.borrow_mut().push(Err(Some(format!("client handle {handle} cannot connect: {e}"))));
                             return;
                         }
                     }

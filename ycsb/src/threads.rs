@@ -13,9 +13,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use swarm_core::Memory;
-use swarm_core::kv::{KvSystem, StoreConfig, System, Visit};
+use swarm_core::kv::{KvSystem, StoreConfig, System, Visit, Who};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
+use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::systems;
 
@@ -169,12 +170,19 @@ impl<M: Memory, F: Fn() -> M + Sync> Visit for Threads<'_, '_, F> {
                     let stores = block_on(async {
                         let mut stores = Vec::with_capacity(spec.max_inflight());
                         for h in 0..spec.max_inflight() {
-                            let id = (client * spec.max_inflight() + h + 1) as u8;
-                            match S::connect(Counted::new(make()), cfg, id, clock).await {
+                            // Each handle claims a leased id, as any process does.
+                            let handle = (client * spec.max_inflight() + h) as u32;
+                            let nonce = std::process::id() << 12 ^ handle;
+                            let mem = make();
+                            let connected = match systems::claim(&mem, cfg, &clock, Want::Any, nonce).await {
+                                Ok(held) => S::connect(Counted::new(mem), cfg, Who::Lease(held), clock).await,
+                                Err(e) => Err(e),
+                            };
+                            match connected {
                                 Ok(s) => stores.push(s),
                                 Err(e) => {
                                     env.abort();
-                                    return Err(Some(format!("client {id} cannot connect: {e}")));
+                                    return Err(Some(format!("client handle {handle} cannot connect: {e}")));
                                 }
                             }
                         }

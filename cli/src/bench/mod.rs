@@ -184,14 +184,6 @@ async fn one_op<M: Memory, C: Clock>(
 /// Explains a failed operation, naming the usual causes in words.
 fn op_error(id: u8, what: &str, e: RegError) -> String {
     match e {
-        RegError::Client(ClientError::Log(LogError::Full)) => {
-            format!(
-                "client {id}: its writer log is full (logs are never recycled: format a new cluster or run fewer operations)"
-            )
-        }
-        RegError::Client(ClientError::TimeExhausted) => {
-            format!("client {id}: timestamps ran out (the clock passed 2^32 ticks)")
-        }
         RegError::NoQuorum(InOutError::Log(LogError::Alloc(AllocError::Region(RegionError::Exhausted { node }))))
         | RegError::Client(ClientError::Log(LogError::Alloc(AllocError::Region(RegionError::Exhausted { node })))) => {
             format!("client {id}: {node} is full (remote memory is never recycled: use a bigger or a new cluster)")

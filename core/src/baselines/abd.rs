@@ -9,6 +9,7 @@
 //! ```text
 //! WRITE(v):  m = M.READ_META()            # fresh timestamp: 1 roundtrip
 //!            M.WRITE((m.time + 1, id), v) # value out of place + MAX: 1 roundtrip
+//!                                         # (m deleted: the marker to a majority)
 //! READ():    (m, v) = M.READ()            # metadata, then the value: 2 roundtrips
 //!                                         # (+ write-back when a majority lags)
 //! ```
@@ -23,7 +24,8 @@ use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::Layout;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
-use crate::swarm::meta::{MAX_TIME, Meta};
+use crate::swarm::meta::Meta;
+use crate::swarm::writerlog::{EntryHeader, LogCopy};
 
 /// The layout of a DM-ABD register's objects.
 pub fn layout(max_value: u64) -> Result<Layout, RegError> {
@@ -42,15 +44,17 @@ pub async fn write<M: Memory, C: Clock>(
     reg.check_value(value)?;
     let m = reg.read_meta(ctx, mem, cache).await?;
     if m.is_deleted() {
+        // Seen on one replica of a majority, maybe: on a majority before
+        // the store acts on it (moves the key to fresh replicas).
+        reg.delete(ctx, mem, cache).await?;
         return Err(RegError::Deleted);
     }
-    let time = m.time() + 1;
-    if time >= MAX_TIME {
-        return Err(RegError::Client(crate::swarm::client::ClientError::TimeExhausted));
-    }
-    let log_id = ctx.next_log_id(mem).await?;
-    let w = Meta::new(time, log_id, ctx.id).verify();
-    reg.write(ctx, mem, cache, w, value).await?;
+    // Above the timestamp read, and above this client's earlier times (its
+    // log's segments are found by time).
+    let (time, place) = ctx.next_write(mem, m).await?;
+    let w = Meta::new(time, place.slot, ctx.id).verify();
+    let copy = LogCopy { place, header: EntryHeader::of(w, value) };
+    reg.write(ctx, mem, cache, w, &copy, value).await?;
     Ok(w)
 }
 

@@ -27,8 +27,9 @@ use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 
 use super::{TICK_NS, clock, id_of, value};
 use crate::kv::place::INDEX_NODE;
-use crate::kv::{Got, Guarantee, KvClient, KvSystem, StoreConfig, System, Visit};
+use crate::kv::{Got, Guarantee, KvClient, KvSystem, StoreConfig, System, Visit, Who};
 use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::substrate::lease::Want;
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::Region;
 use crate::{Memory, NodeId, systems};
@@ -57,6 +58,9 @@ pub struct KvCampaign {
     pub max_skew_ns: u64,
     /// Whether nodes and a client crash and a node turns slow.
     pub faults: bool,
+    /// Whether clients claim leased ids (and give them back when done), or
+    /// are given fixed ones.
+    pub leases: bool,
 }
 
 impl KvCampaign {
@@ -73,6 +77,7 @@ impl KvCampaign {
             ops: 12,
             max_skew_ns: [0, 2_000, 30_000][(seed % 3) as usize],
             faults: !seed.is_multiple_of(5),
+            leases: seed % 4 >= 2,
         }
     }
 
@@ -203,9 +208,18 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
         let mem = sim.client();
         let skew = sim.random(0, c.max_skew_ns) / TICK_NS;
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
-        let (keys, ops, clients_n) = (c.keys, c.ops, c.clients as u64);
+        let (keys, ops, clients_n, leases) = (c.keys, c.ops, c.clients as u64, c.leases);
         sim.spawn(&mem, async move {
-            let mut s = match S::connect(Counted::new(m.clone()), &cfg, id, clock(&m, skew)).await {
+            let clk = clock(&m, skew);
+            let who = match leases {
+                false => Ok(Who::Id(id)),
+                true => systems::claim(&m, &cfg, &clk, Want::Any, id as u32).await.map(Who::Lease),
+            };
+            let connected = match who {
+                Ok(who) => S::connect(Counted::new(m.clone()), &cfg, who, clk).await,
+                Err(e) => Err(e),
+            };
+            let mut s = match connected {
                 Ok(s) => s,
                 Err(e) => return failures.borrow_mut().push(format!("client {id}: connect: {e}")),
             };
@@ -223,6 +237,9 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
                 if let Err(e) = record(&mut s, &m, &hist, id, op).await {
                     return failures.borrow_mut().push(e);
                 }
+            }
+            if let Err(e) = s.close().await {
+                failures.borrow_mut().push(format!("client {id}: close: {e}"));
             }
         });
         clients.push(mem);
@@ -251,11 +268,18 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
     }
     // Afterwards, a fresh client reads every key: no acknowledged write lost.
     let mem = sim.client();
-    let (h, f, last) = (hist.clone(), failures.clone(), c.clients + 1);
+    let (h, f, last, leases) = (hist.clone(), failures.clone(), c.clients + 1, c.leases);
     let keys = if shared { c.keys } else { (c.clients as u64).min(KEYS.len() as u64) };
     let end = sim.block_on(async move {
-        let mut s =
-            S::connect(mem.clone(), &cfg, last, clock(&mem, 0)).await.map_err(|e| format!("final client: {e}"))?;
+        let clk = clock(&mem, 0);
+        let who = match leases {
+            // A released id, whose log it goes on with.
+            true => Who::Lease(
+                systems::claim(&mem, &cfg, &clk, Want::Any, 0).await.map_err(|e| format!("final claim: {e}"))?,
+            ),
+            false => Who::Id(last),
+        };
+        let mut s = S::connect(mem.clone(), &cfg, who, clk).await.map_err(|e| format!("final client: {e}"))?;
         for k in 0..keys {
             if let Err(e) = record(&mut s, &mem, &h, last, KvOp::Get(k)).await {
                 f.borrow_mut().push(e);

@@ -22,6 +22,7 @@ trait DynClient<V> {
     fn update<'a>(&'a mut self, key: &'a [u8], value: &'a [u8]) -> Op<'a, Result<Written, Missing>>;
     fn get<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Got<V>>;
     fn delete<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Result<Written, Missing>>;
+    fn close(&mut self) -> Op<'_, ()>;
 }
 
 impl<K: KvClient> DynClient<K::Value> for K {
@@ -47,6 +48,10 @@ impl<K: KvClient> DynClient<K::Value> for K {
 
     fn delete<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Result<Written, Missing>> {
         Box::pin(KvClient::delete(self, key))
+    }
+
+    fn close(&mut self) -> Op<'_, ()> {
+        Box::pin(KvClient::close(self))
     }
 }
 
@@ -88,5 +93,9 @@ impl<V: Deref<Target = [u8]>> KvClient for AnyClient<'_, V> {
 
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.inner.delete(key).await
+    }
+
+    async fn close(&mut self) -> Result<(), KvError> {
+        self.inner.close().await
     }
 }

@@ -56,6 +56,11 @@ impl Options {
     }
 }
 
+/// Shortest lease a store may have, in milliseconds.
+pub const MIN_LEASE_MS: u32 = 100;
+/// Longest lease a store may have, in milliseconds.
+pub const MAX_LEASE_MS: u32 = 3_600_000;
+
 /// The shape of a store. Every client of one store must use the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -75,6 +80,10 @@ pub struct StoreConfig {
     pub cache_capacity: usize,
     /// The system's own options (see [`System::options`]).
     pub options: Options,
+    /// How long a client's lease on its id lasts without renewal, in
+    /// milliseconds: a crashed client's id is free this long (and the
+    /// clock-skew grace, [`crate::substrate::lease`]) after its last renewal.
+    pub lease_ms: u32,
 }
 
 impl StoreConfig {
@@ -94,6 +103,7 @@ impl StoreConfig {
             writers: 8,
             cache_capacity: keys.clamp(1, 1 << 20) as usize,
             options: Options::default(),
+            lease_ms: (crate::substrate::lease::DEFAULT_LENGTH_NS / 1_000_000) as u32,
         }
     }
 
@@ -158,6 +168,9 @@ impl StoreConfig {
         }
         if self.writers == 0 || self.writers > MAX_CLIENTS {
             return Err(KvError::BadConfig("from 1 to 126 client ids (writers)"));
+        }
+        if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.lease_ms) {
+            return Err(KvError::BadConfig("leases last from 100 ms to one hour"));
         }
         if self.cache_capacity == 0 {
             return Err(KvError::BadConfig("the location cache needs room for at least one key"));

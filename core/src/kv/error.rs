@@ -5,7 +5,9 @@ use core::fmt;
 
 use crate::MemError;
 use crate::index::IndexError;
+use crate::substrate::lease::LeaseError;
 use crate::substrate::space::{AllocError, RegionError};
+use crate::swarm::client::ClientError;
 
 /// A failed operation: bad input, or a store that cannot answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +40,13 @@ pub enum KvError {
     Contended,
     /// A configuration the store cannot have (the reason is given).
     BadConfig(&'static str),
+    /// The client cannot name a write: its log is full, timestamps ran
+    /// out or a clock is wrong, its lease was lost (the numbers are given).
+    Client(ClientError),
+    /// The client's id could not be claimed or kept (the reason is given).
+    Lease(LeaseError),
+    /// A protocol broke a bound its proof gives: a bug, never expected.
+    Bug(&'static str),
 }
 
 impl fmt::Display for KvError {
@@ -51,6 +60,9 @@ impl fmt::Display for KvError {
             KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),
             KvError::Contended => write!(f, "the key kept changing under this client; gave up"),
             KvError::BadConfig(why) => write!(f, "bad store configuration: {why}"),
+            KvError::Client(e) => write!(f, "{e}"),
+            KvError::Lease(e) => write!(f, "{e}"),
+            KvError::Bug(what) => write!(f, "a bug: {what} (please report it)"),
         }
     }
 }

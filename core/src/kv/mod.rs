@@ -33,7 +33,7 @@ use core::ops::Deref;
 
 #[cfg(feature = "alloc")]
 pub mod any;
-mod config;
+pub mod config;
 mod error;
 pub mod place;
 pub mod record;
@@ -45,7 +45,7 @@ mod system;
 pub use any::AnyClient;
 pub use config::{Choice, MAX_CLIENTS, MAX_OPTIONS, MAX_VALUE, Options, StoreConfig};
 pub use error::KvError;
-pub use system::{Guarantee, Handle, KvSystem, Roundtrips, System, SystemInfo, Visit};
+pub use system::{Guarantee, Handle, KvSystem, Roundtrips, System, SystemInfo, Visit, Who};
 
 /// Limits on keys and values, checked before anything is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +119,14 @@ pub trait KvClient {
 
     /// Deletes a key.
     fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>>;
+
+    /// Stops using the store: gives the client's leased id back, with where
+    /// its next holder goes on. A client that is dropped without closing
+    /// keeps its id until the lease expires. (A client with nothing to give
+    /// back keeps the default.)
+    fn close(&mut self) -> impl Future<Output = Result<(), KvError>> {
+        async { Ok(()) }
+    }
 }
 
 /// A boxed client is a client: stores whose clients hold tens of KiB of
@@ -150,6 +158,10 @@ impl<K: KvClient + ?Sized> KvClient for alloc::boxed::Box<K> {
 
     fn delete(&mut self, key: &[u8]) -> impl Future<Output = Result<Result<Written, Missing>, KvError>> {
         (**self).delete(key)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), KvError>> {
+        (**self).close()
     }
 }
 

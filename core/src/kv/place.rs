@@ -10,6 +10,14 @@ use crate::NodeId;
 /// store; the campaigns crash other nodes only.
 pub const INDEX_NODE: NodeId = NodeId(0);
 
+/// How many nodes hold a store's table of client-id leases
+/// ([`crate::substrate::lease`]): its first 2f+1, or 3 for a store of one
+/// copy, at most the nodes there are.
+pub fn lease_nodes(cfg: &super::StoreConfig, nodes: usize) -> usize {
+    let r = if cfg.system.replicated() { cfg.replicas } else { 3 };
+    r.min(nodes).max(1)
+}
+
 /// How many times an operation starts again after finding a stale cached
 /// location or losing a race with a delete, before giving up.
 pub const RETRIES: usize = 8;

@@ -14,7 +14,8 @@
 //! 32   epoch, µs since the Unix epoch (8)
 //! 40   system name, NUL-padded (16)
 //! 56   options (8)
-//! 64   0 (56)
+//! 64   lease length, ms (4)
+//! 68   0 (52)
 //! 120  xxh3 of bytes 8..120
 //! ```
 //!
@@ -35,7 +36,8 @@ use crate::{Memory, NodeId, RemoteAddr};
 const MAGIC: u64 = u64::from_le_bytes(*b"SWKVREC1");
 /// The first word while its writer fills the record.
 const CLAIM: u64 = u64::from_le_bytes(*b"SWKVCLM1");
-const VERSION: u16 = 1;
+/// 2: lease tables and writer logs of segments found by time.
+const VERSION: u16 = 2;
 /// Bytes of a record.
 pub const LEN: usize = 128;
 /// Bytes of a system's name in a record.
@@ -77,6 +79,7 @@ pub fn encode(r: &Record) -> [u8; LEN] {
     let name = c.system.name().as_bytes();
     b[40..40 + name.len().min(NAME_LEN)].copy_from_slice(&name[..name.len().min(NAME_LEN)]);
     b[56..64].copy_from_slice(&c.options.to_bytes());
+    b[64..68].copy_from_slice(&c.lease_ms.to_le_bytes());
     let sum = xxh3_64(&b[8..120]);
     b[120..].copy_from_slice(&sum.to_le_bytes());
     b
@@ -111,6 +114,7 @@ pub fn decode(b: &[u8], lookup: impl Fn(&str) -> Option<System>) -> Result<Found
     config.max_key = u16::from_le_bytes([b[12], b[13]]) as usize;
     config.max_value = usize::try_from(word(16)?).map_err(|_| "impossible store record")?;
     config.options = Options::from_bytes(options);
+    config.lease_ms = u32::from_le_bytes([b[64], b[65], b[66], b[67]]);
     // Checked against the most nodes there may be; `systems::open` checks
     // it again against the cluster's.
     config.check(crate::substrate::space::slab::MAX_NODES).map_err(|_| "impossible store record")?;

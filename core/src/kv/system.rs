@@ -26,6 +26,7 @@ use crate::Memory;
 #[cfg(feature = "alloc")]
 use crate::NodeId;
 use crate::substrate::clock::Clock;
+use crate::substrate::lease::Held;
 #[cfg(feature = "alloc")]
 use crate::substrate::msg::{
     MsgError,
@@ -84,6 +85,30 @@ pub struct SystemInfo {
     pub options: &'static [Choice],
 }
 
+/// Who a client is: an id it was given (the caller makes sure no other live
+/// client has it: tests, one process that owns the store), or a lease on an
+/// id claimed from the store's lease table (`systems::claim`), which it
+/// renews while it runs and gives back when it closes.
+#[derive(Debug)]
+// Made once per client and moved into it: no reason to box the lease.
+#[allow(clippy::large_enum_variant)]
+pub enum Who {
+    /// A fixed id.
+    Id(u8),
+    /// A leased id.
+    Lease(Held),
+}
+
+impl Who {
+    /// The id.
+    pub fn id(&self) -> u8 {
+        match self {
+            Who::Id(id) => *id,
+            Who::Lease(h) => h.id,
+        }
+    }
+}
+
 /// One client of a system's store, beside its operations: the memory it
 /// works on (a `Counted` one tells each operation's roundtrips) and its id.
 pub trait Handle {
@@ -130,12 +155,12 @@ pub trait KvSystem: 'static {
     /// formatted cluster changes nothing.
     fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> impl Future<Output = Result<(), KvError>>;
 
-    /// Connects client `id` (`1..=cfg.writers`) to the store that
+    /// Connects a client (its id in `1..=cfg.writers`) to the store that
     /// [`KvSystem::format`] set up.
     fn connect<M: Memory, C: Clock>(
         mem: M,
         cfg: &StoreConfig,
-        id: u8,
+        who: Who,
         clock: C,
     ) -> impl Future<Output = Result<Self::Client<M, C>, KvError>>;
 

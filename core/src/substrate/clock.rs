@@ -6,6 +6,14 @@
 //! whose drift between clients is bounded. Protocols take any `Clock`; the
 //! simulator gives its clients virtual time.
 
+/// What the toolkit assumes of clients' clocks: any two differ by less
+/// than this. Leases ([`crate::substrate::lease`]) wait this long past an
+/// expiry before giving an id to another client, and a client refuses to
+/// adopt a time that runs more than twice this ahead of its own clock
+/// (SWARM's re-synchronisation, bounded: a client with a wild clock cannot
+/// drag everyone's time with it). NTP keeps clocks within milliseconds.
+pub const MAX_SKEW_NS: u64 = 1_000_000_000;
+
 /// A source of time in ticks, loosely synchronised across clients (SWARM
 /// §3.2: `guessTs` only needs to be strictly increasing per thread, and
 /// fresh most of the time).
@@ -18,6 +26,11 @@ pub trait Clock {
     /// time-outs given in time rather than ticks.
     fn tick_ns(&self) -> u64 {
         1_000
+    }
+
+    /// `ns` nanoseconds in ticks (at least one).
+    fn ticks(&self, ns: u64) -> u64 {
+        (ns / self.tick_ns().max(1)).max(1)
     }
 }
 

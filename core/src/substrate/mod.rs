@@ -2,7 +2,7 @@
 //! disaggregated memory (SWARM §2.1), the few combinators protocols need to
 //! issue operations to several nodes at once and continue at a majority,
 //! exact roundtrip accounting, clocks, the layout and allocation of a
-//! node's memory ([`space`]) and messages to servers that run beside memory
+//! node's memory ([`space`]), leases of client ids ([`lease`]) and messages to servers that run beside memory
 //! (`msg`, with `alloc`).
 
 pub mod addr;
@@ -10,6 +10,7 @@ pub mod clock;
 pub mod error;
 pub mod exec;
 pub mod join;
+pub mod lease;
 pub mod memory;
 #[cfg(feature = "alloc")]
 pub mod msg;

@@ -1,10 +1,27 @@
-//! What one SWARM client owns, shared by every object it accesses: its id,
-//! its view of the writer logs, its allocator, its log ids and its clock.
+//! What one SWARM client owns, shared by every object it accesses: its id
+//! (fixed, or leased so that no other live client has it), its view of the
+//! writer logs and where its next write goes in its own, its allocator and
+//! its clock.
+//!
+//! Times. A client's times are strictly increasing (`guessTs`, §3.2) and
+//! follow its clock, moved forward after a stale guess (re-synchronisation)
+//! by at most twice [`MAX_SKEW_NS`]: a time seen further ahead than that
+//! comes from a wrong clock, and a write that would have to follow it fails
+//! with [`ClientError::TimeAhead`] rather than carry every later write of
+//! this client (and of those who see them) that far into the time space.
+//!
+//! Log entries. Writes take slot after slot of the client's current log
+//! segment ([`crate::swarm::writerlog`]): nothing is reserved before the
+//! first write, and a client that resumes a released lease goes on where
+//! its predecessor stopped.
 
-use crate::substrate::clock::Clock;
+use crate::substrate::clock::{Clock, MAX_SKEW_NS};
+use crate::substrate::exec::cold;
+use crate::substrate::lease::{Held, LeaseError, Resumed};
+use crate::substrate::quorum::MAX_REPLICAS;
 use crate::substrate::space::slab::SlabAllocator;
-use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta};
-use crate::swarm::writerlog::{LogError, Logs};
+use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
+use crate::swarm::writerlog::{LogError, LogGeometry, Logs, Place};
 use crate::{Memory, NodeId};
 
 /// One client's state.
@@ -19,11 +36,45 @@ pub struct ClientCtx<C> {
     /// replicated objects start their majority with the others (SWARM §6).
     pub suspects: u32,
     clock: C,
-    /// Added to the clock after a stale guess (re-synchronisation).
+    /// Added to the clock after a stale guess (re-synchronisation), at most
+    /// `ahead`.
     offset: u64,
+    /// Ticks a time may run ahead of this client's clock.
+    ahead: u64,
     last_time: u64,
-    next_id: u32,
-    end_id: u32,
+    /// Where the next write goes: `None` until known (a fixed id looks at
+    /// its log's directory before its first write).
+    cursor: Option<Cursor>,
+    /// Entries per segment once the cursor is open in this process (0:
+    /// the next write opens it).
+    per_segment: u32,
+    lease: Option<Held>,
+    /// The last segment the lease's record names as used by this holder.
+    named: u32,
+}
+
+/// Where a client's next write goes in its log: slot `next` of segment
+/// `segment`, which started at time `start` (0: not started; the next
+/// write starts it). What a released lease hands to the next holder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// The segment.
+    pub segment: u32,
+    /// Its next free slot.
+    pub next: u32,
+    /// Its start time, or 0.
+    pub start: u64,
+}
+
+impl Cursor {
+    /// The cursor and the last time used, as a lease record's payload.
+    fn encode(self, last_time: u64) -> [u64; 3] {
+        [(self.segment as u64) << 32 | self.next as u64, self.start, last_time]
+    }
+
+    fn decode(p: [u64; 3]) -> (Cursor, u64) {
+        (Cursor { segment: (p[0] >> 32) as u32, next: p[0] as u32, start: p[1] }, p[2])
+    }
 }
 
 /// Why a client could not be set up or could not name a write.
@@ -31,28 +82,73 @@ pub struct ClientCtx<C> {
 pub enum ClientError {
     /// The id is 0 or above [`MAX_CLIENT`].
     BadId(u8),
-    /// Timestamps ran out (the clock passed [`MAX_TIME`]).
-    TimeExhausted,
+    /// Timestamps ran out: the time needed passed [`MAX_TIME`].
+    TimeExhausted {
+        /// The time needed, in ticks since the store was set up.
+        time: u64,
+        /// Nanoseconds per tick.
+        tick_ns: u64,
+    },
+    /// A write must follow a time further ahead of this client's clock than
+    /// clocks may differ: some client's clock is wrong.
+    TimeAhead {
+        /// The time seen.
+        seen: u64,
+        /// This client's clock.
+        now: u64,
+        /// Nanoseconds per tick.
+        tick_ns: u64,
+    },
     /// The log could not be used.
     Log(LogError),
+    /// The client's lease on its id could not be kept.
+    Lease(LeaseError),
 }
 
 impl core::fmt::Display for ClientError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
+        match *self {
             ClientError::BadId(id) => write!(f, "client id {id} is not in 1..={MAX_CLIENT}"),
-            ClientError::TimeExhausted => write!(f, "timestamps are exhausted (the clock passed 2^32 ticks)"),
+            ClientError::TimeExhausted { time, tick_ns } => write!(
+                f,
+                "timestamps are exhausted: time {time} passed the limit of 2^{TIME_BITS} ticks of {tick_ns} ns \
+                 ({} days after the store was set up)",
+                (MAX_TIME as u128 * tick_ns as u128 / 86_400_000_000_000) as u64
+            ),
+            ClientError::TimeAhead { seen, now, tick_ns } => write!(
+                f,
+                "a write must follow time {seen}, {} ms ahead of this client's clock ({now}); clients' clocks must \
+                 agree within {} ms, so some client's clock is wrong",
+                (seen.saturating_sub(now) as u128 * tick_ns as u128 / 1_000_000) as u64,
+                MAX_SKEW_NS / 1_000_000
+            ),
             ClientError::Log(e) => write!(f, "{e}"),
+            ClientError::Lease(e) => write!(f, "{e}"),
         }
     }
 }
 
+impl From<LogError> for ClientError {
+    fn from(e: LogError) -> Self {
+        ClientError::Log(e)
+    }
+}
+
+impl From<LeaseError> for ClientError {
+    fn from(e: LeaseError) -> Self {
+        ClientError::Lease(e)
+    }
+}
+
 impl<C: Clock> ClientCtx<C> {
-    /// A client with id `id` (unique among live clients) and clock `clock`.
+    /// A client with the fixed id `id` and clock `clock`. The caller makes
+    /// sure no other live client has the id (tests, one process that owns
+    /// the store); [`ClientCtx::leased`] is the safe way.
     pub fn new(id: u8, clock: C) -> Result<Self, ClientError> {
         if id == 0 || id > MAX_CLIENT {
             return Err(ClientError::BadId(id));
         }
+        let ahead = clock.ticks(2 * MAX_SKEW_NS);
         Ok(ClientCtx {
             id,
             logs: Logs::new(),
@@ -60,31 +156,83 @@ impl<C: Clock> ClientCtx<C> {
             suspects: 0,
             clock,
             offset: 0,
+            ahead,
             last_time: 0,
-            next_id: 0,
-            end_id: 0,
+            cursor: None,
+            per_segment: 0,
+            lease: None,
+            named: 0,
         })
     }
 
-    /// guessTs(): the local clock, but strictly above every time this
-    /// client used before.
+    /// A client with the id of lease `held`, going on in its log where the
+    /// id's previous holder stopped: in the same segment if it released the
+    /// lease, in the next one if it crashed, at times after all of its.
+    pub fn leased(held: Held, clock: C) -> Result<Self, ClientError> {
+        let mut ctx = Self::new(held.id, clock)?;
+        let resume = held.resume();
+        // The claim recorded the predecessor's cursor as taken.
+        let (cursor, last) = Cursor::decode(resume.payload);
+        ctx.named = cursor.segment;
+        ctx.cursor = Some(match resume.state {
+            Resumed::Fresh => Cursor::default(),
+            Resumed::Released => cursor,
+            Resumed::Crashed => Cursor { segment: cursor.segment + 1, next: 0, start: 0 },
+        });
+        ctx.last_time = last.max(resume.floor);
+        ctx.lease = Some(held);
+        Ok(ctx)
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// guessTs(): the local clock (re-synchronised), but strictly above
+    /// every time this client used before.
     pub fn guess_time(&mut self) -> Result<u64, ClientError> {
         let t = (self.clock.now() + self.offset).max(self.last_time + 1);
+        self.use_time(t)
+    }
+
+    /// A time after `seen` (a write this one must follow: DM-ABD's write,
+    /// Safe-Guess' rewrite), at least the next guess. Refused if `seen` is
+    /// further ahead of this client's clock than clocks may differ.
+    pub fn time_after(&mut self, seen: Meta) -> Result<u64, ClientError> {
+        let now = self.clock.now();
+        if seen.time() > now + self.ahead {
+            return Err(ClientError::TimeAhead { seen: seen.time(), now, tick_ns: self.clock.tick_ns() });
+        }
+        let t = (seen.time() + 1).max(now + self.offset).max(self.last_time + 1);
+        self.use_time(t)
+    }
+
+    fn use_time(&mut self, t: u64) -> Result<u64, ClientError> {
         if t >= MAX_TIME {
-            return Err(ClientError::TimeExhausted);
+            return Err(ClientError::TimeExhausted { time: t, tick_ns: self.clock.tick_ns() });
         }
         self.last_time = t;
         Ok(t)
     }
 
+    /// After a stale guess: move the clock past `seen` so that the next
+    /// guesses are fresh again, by at most the bound on clock differences.
+    pub fn resync(&mut self, seen: Meta) {
+        let now = self.clock.now() + self.offset;
+        if seen.time() >= now {
+            self.offset = (self.offset + seen.time() + 1 - now).min(self.ahead);
+        }
+    }
+
     /// Whether `node` failed the last time this client used it.
-    pub fn suspects(&self, node: crate::NodeId) -> bool {
+    pub fn suspects(&self, node: NodeId) -> bool {
         node.0 < 32 && self.suspects & (1 << node.0) != 0
     }
 
     /// Remembers how `node` answered: failed (unreachable or timed out),
     /// or not.
-    pub fn note(&mut self, node: crate::NodeId, failed: bool) {
+    pub fn note(&mut self, node: NodeId, failed: bool) {
         if node.0 < 32 {
             if failed {
                 self.suspects |= 1 << node.0;
@@ -94,60 +242,122 @@ impl<C: Clock> ClientCtx<C> {
         }
     }
 
-    /// After a stale guess: move the clock past `seen` so that the next
-    /// guesses are fresh again.
-    pub fn resync(&mut self, seen: Meta) {
-        let now = self.clock.now() + self.offset;
-        if seen.time() >= now {
-            self.offset += seen.time() + 1 - now;
+    /// The time and log place of this client's next write: a fresh guess,
+    /// or a time after `after` (bottom for none). The lease, if any, is
+    /// renewed first when half of it has passed.
+    pub async fn next_write<M: Memory>(&mut self, mem: &M, after: Meta) -> Result<(u64, Place), ClientError> {
+        if let Some(held) = &self.lease
+            && held.needs_renewal(self.clock.now())
+        {
+            cold(|| self.renew(mem)).await?;
         }
-        self.last_time = self.last_time.max(seen.time());
+        let c = match self.cursor {
+            Some(c) if c.start != 0 && c.next < self.per_segment => c,
+            _ => cold(|| self.open(mem)).await?,
+        };
+        // After opening: the segment's start is below every time in it.
+        let time = if after.is_bottom() { self.guess_time()? } else { self.time_after(after)? };
+        self.cursor = Some(Cursor { next: c.next + 1, ..c });
+        Ok((time, Place { segment: c.segment, slot: c.next, start: c.start }))
     }
 
-    /// Uses `time` (a slow-path rewrite) so later guesses stay above it.
-    pub fn used_time(&mut self, time: u64) {
-        self.last_time = self.last_time.max(time);
+    async fn renew<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
+        let now = self.clock.now();
+        let Some(held) = &mut self.lease else { return Ok(()) };
+        held.renew(mem, now).await.map_err(ClientError::Lease)
+    }
+
+    /// Makes the cursor name a started segment with a free slot: the one
+    /// the client resumes, or the next when it is full. A segment starts
+    /// at a fresh time, below every time written in it and above every
+    /// time of the segments before; a lease names it before it is used, so
+    /// that a crash leaves the next holder after it.
+    async fn open<M: Memory>(&mut self, mem: &M) -> Result<Cursor, ClientError> {
+        let geo = self.geometry(mem).await?;
+        self.per_segment = geo.per_segment as u32;
+        let mut c = match self.cursor {
+            Some(c) => c,
+            None => Cursor { segment: self.last_segment(mem).await?.map_or(0, |s| s + 1), next: 0, start: 0 },
+        };
+        if c.start != 0 && c.next >= self.per_segment {
+            c = Cursor { segment: c.segment + 1, next: 0, start: 0 };
+        }
+        if c.segment as u64 >= geo.segments {
+            return Err(LogError::Full { client: self.id, capacity: geo.capacity() }.into());
+        }
+        if c.start == 0 {
+            c.start = self.guess_time()?;
+        }
+        if let Some(held) = &mut self.lease
+            && c.segment > self.named
+        {
+            held.record(mem, c.encode(self.last_time)).await?;
+            self.named = c.segment;
+        }
+        self.cursor = Some(c);
+        Ok(c)
+    }
+
+    /// The log geometry, from the first node that answers.
+    async fn geometry<M: Memory>(&mut self, mem: &M) -> Result<LogGeometry, ClientError> {
+        let mut last = None;
+        for n in 0..mem.node_count() {
+            match self.logs.geometry(mem, NodeId(n as u16)).await {
+                Ok(g) => return Ok(g),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(LogError::Corrupt { node: NodeId(0), what: "no nodes" }).into())
+    }
+
+    /// The last segment this id's log has on any node that answers (a
+    /// fixed id, before its first write).
+    async fn last_segment<M: Memory>(&mut self, mem: &M) -> Result<Option<u32>, ClientError> {
+        let mut last = None;
+        for n in 0..mem.node_count() {
+            match self.logs.last_segment(mem, NodeId(n as u16), self.id).await {
+                Ok(s) => last = last.max(s),
+                Err(LogError::Mem(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(last)
     }
 
     /// Takes, before the client's first operation, the roundtrips that
-    /// would otherwise fall on it: reserving log ids, opening every node's
-    /// region and log directory, and claiming the log segment of the next
-    /// writes on every node (the paper's clients pre-allocate, §4.3).
-    /// Unreachable nodes are skipped. A write that later starts a new log
-    /// segment still pays for claiming it (a few roundtrips per node, once
-    /// per segment).
+    /// would otherwise fall on it: opening every node's region and log
+    /// directory, and the log segment of the next writes on every node (the
+    /// paper's clients pre-allocate, §4.3). Unreachable nodes are skipped.
+    /// No entry is used: a client that only reads leaves the segment to the
+    /// id's next holder.
     pub async fn prepare<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
-        if self.next_id == self.end_id {
-            let id = self.next_log_id(mem).await?;
-            self.next_id = id;
-        }
-        let nodes: heapless::Vec<NodeId, { 4 * crate::substrate::quorum::MAX_REPLICAS }> =
-            (0..mem.node_count().min(4 * crate::substrate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
-        for group in nodes.chunks(crate::substrate::quorum::MAX_REPLICAS) {
-            for entry in self.logs.entries(mem, group, self.id, self.next_id, Some(&mut self.slab)).await {
+        let c = self.open(mem).await?;
+        let place = Place { segment: c.segment, slot: c.next.min(self.per_segment - 1), start: c.start };
+        let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
+            (0..mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+        for group in nodes.chunks(MAX_REPLICAS) {
+            for entry in self.logs.entries(mem, group, self.id, place, Some(&mut self.slab)).await {
                 match entry {
                     Ok(_) | Err(LogError::Mem(_)) => {}
-                    Err(e) => return Err(ClientError::Log(e)),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
         Ok(())
     }
 
-    /// A fresh log id, reserving a batch on a majority of the cluster's
-    /// nodes when the current batch is used up (one or two roundtrips every
-    /// [`ID_BATCH`](crate::swarm::writerlog::ID_BATCH) writes).
-    pub async fn next_log_id<M: Memory>(&mut self, mem: &M) -> Result<u32, ClientError> {
-        if self.next_id == self.end_id {
-            let nodes: heapless::Vec<NodeId, { crate::substrate::quorum::MAX_REPLICAS }> =
-                (0..mem.node_count().min(crate::substrate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
-            let reserve = self.logs.reserve_ids(mem, &nodes, self.id);
-            let (start, end) = crate::substrate::exec::cold(|| reserve).await.map_err(ClientError::Log)?;
-            self.next_id = start;
-            self.end_id = end;
+    /// Gives the lease back, with where the next holder goes on in the
+    /// log; a client without a lease has nothing to give back.
+    pub async fn release<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
+        let payload = self.cursor.unwrap_or_default().encode(self.last_time);
+        if let Some(held) = self.lease.take() {
+            held.release(mem, payload).await?;
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        Ok(id)
+        Ok(())
+    }
+
+    /// The id's lease, if it has one.
+    pub fn lease(&self) -> Option<&Held> {
+        self.lease.as_ref()
     }
 }

@@ -14,7 +14,10 @@
 //! in-place copy is then written in the background, with an xxHash3 hash
 //! seeded by the metadata, so that a read of `meta + in-place` (one READ)
 //! can tell whether the in-place copy belongs to the metadata it read, and
-//! otherwise follows the metadata to the out-of-place copy (a second READ).
+//! otherwise follows the metadata to the out-of-place copy (a second READ),
+//! whose entry header names the write it holds and checksums its value
+//! ([`EntryHeader`]): a copy that is not the metadata's, or not whole, is
+//! never returned.
 //!
 //! With K metadata words, writer `c` MAXes word `c mod K` (one word per
 //! writer makes every MAX succeed at its first CAS, §4.4 and §7.9); readers
@@ -29,7 +32,7 @@ use crate::substrate::exec::cold;
 use crate::substrate::memory::word_at;
 use crate::substrate::value::Value;
 use crate::swarm::meta::Meta;
-use crate::swarm::writerlog::{ENTRY_HEADER, LogError};
+use crate::swarm::writerlog::{ENTRY_HEADER, ENTRY_ID_BYTES, EntryHeader, LogError};
 use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
 /// Largest value the protocols accept (the requirement is 8 KiB).
@@ -112,8 +115,11 @@ pub enum InOutError {
     /// The writer log could not be used.
     Log(LogError),
     /// Remote data that cannot be right (a length beyond the layout, a
-    /// metadata word naming a missing entry).
+    /// metadata word naming a missing entry, a copy whose checksum fails).
     Corrupt(NodeId),
+    /// The log entry read holds another write than the one asked for: its
+    /// segment was guessed wrong (look it up and read again).
+    Elsewhere(NodeId),
     /// A value larger than the layout allows, or an impossible layout.
     BadLayout,
 }
@@ -139,6 +145,7 @@ impl core::fmt::Display for InOutError {
             InOutError::Mem(e) => write!(f, "{e}"),
             InOutError::Log(e) => write!(f, "{e}"),
             InOutError::Corrupt(n) => write!(f, "{n}: corrupt object or log entry"),
+            InOutError::Elsewhere(n) => write!(f, "{n}: the log entry holds another write"),
             InOutError::BadLayout => write!(f, "value or layout beyond the object's limits"),
         }
     }
@@ -202,15 +209,17 @@ impl Replica {
     }
 
     /// WRITE (Alg. "ino-write"): the value out of place in `entry` (the
-    /// writer's log entry on this node) and MAX on the metadata, in one
-    /// ordered pipeline; then the in-place copy in the background. `seed` is
-    /// what the caller believes its metadata word holds.
+    /// writer's log entry on this node, with `header`, which names the
+    /// write) and MAX on the metadata, in one ordered pipeline; then the
+    /// in-place copy in the background. `seed` is what the caller believes
+    /// its metadata word holds.
     ///
     /// The reply also says the largest metadata seen on the replica, which
     /// Safe-Guess uses as the read that runs in parallel with its write
     /// (§3.2, line 6). With one metadata word, the CAS returns it; with an
     /// array (§4.4) the CAS sees only this writer's word, so the pipeline
     /// also READs the whole array after the CAS, in the same roundtrip.
+    #[allow(clippy::too_many_arguments)]
     pub async fn write<M: Memory>(
         &self,
         mem: &M,
@@ -218,14 +227,15 @@ impl Replica {
         entry: RemoteAddr,
         seed: u64,
         meta: Meta,
+        header: &EntryHeader,
         value: &[u8],
     ) -> Result<WriteReply, InOutError> {
         if value.len() as u64 > layout.max_value || meta.is_deleted() {
             return Err(InOutError::BadLayout);
         }
-        let len = (value.len() as u64).to_le_bytes();
+        let head = header.encode();
         let ops = [
-            Op::Write { offset: entry.offset + 8, data: &len },
+            Op::Write { offset: entry.offset + 8, data: &head },
             Op::Write { offset: entry.offset + ENTRY_HEADER, data: value },
         ];
         let reply = self.max_after(mem, layout, &ops, layout.word_of(meta.client()), seed, meta).await?;
@@ -335,21 +345,31 @@ impl Replica {
         Ok(Reply { meta, word, value })
     }
 
-    /// READ, second half: the out-of-place copy in log entry `entry` on
-    /// this replica's node, whose values are at most `max` bytes.
+    /// READ, second half: the out-of-place copy of `meta` in log entry
+    /// `entry` on this replica's node, whose values are at most `max` bytes,
+    /// with the entry's header (what a write-back copies). The header must
+    /// name `meta` ([`InOutError::Elsewhere`] otherwise) and its checksum
+    /// match ([`InOutError::Corrupt`] otherwise).
     pub async fn read_out_of_place<M: Memory>(
         &self,
         mem: &M,
         layout: &Layout,
         entry: RemoteAddr,
         max: u64,
-    ) -> Result<Value<M::Buf>, InOutError> {
-        let buf = mem.read(RemoteAddr::new(self.node, entry.offset + 8), 8 + max as usize).await?;
-        let vlen = word_at(&buf, 0).ok_or(InOutError::Corrupt(self.node))?;
-        if vlen > max.min(layout.max_value) || buf.len() < 8 + vlen as usize {
+        meta: Meta,
+    ) -> Result<(EntryHeader, Value<M::Buf>), InOutError> {
+        let at = RemoteAddr::new(self.node, entry.offset + 8);
+        let buf = mem.read(at, ENTRY_ID_BYTES + max.min(layout.max_value) as usize).await?;
+        let header = EntryHeader::decode(&buf).ok_or(InOutError::Corrupt(self.node))?;
+        if !header.holds(meta) {
+            return Err(InOutError::Elsewhere(self.node));
+        }
+        let end = usize::try_from(header.len).ok().and_then(|l| l.checked_add(ENTRY_ID_BYTES));
+        let end = end.filter(|&e| e <= buf.len()).ok_or(InOutError::Corrupt(self.node))?;
+        if !header.checks(&buf[ENTRY_ID_BYTES..end]) {
             return Err(InOutError::Corrupt(self.node));
         }
-        Ok(Value::in_buf(buf, 8..8 + vlen as usize))
+        Ok((header, Value::in_buf(buf, ENTRY_ID_BYTES..end)))
     }
 }
 
@@ -366,7 +386,7 @@ mod tests {
     use crate::sim::{Sim, SimConfig};
     use crate::substrate::space::region::Region;
     use crate::substrate::space::slab::SlabAllocator;
-    use crate::swarm::writerlog::{self, LogGeometry, Logs};
+    use crate::swarm::writerlog::{self, LogGeometry, Logs, Place};
 
     /// The bytes every write of `meta` carries: a function of the metadata,
     /// so a reader can check that value and metadata belong together.
@@ -398,9 +418,13 @@ mod tests {
                 sim.spawn(&c, async move {
                     let (mut logs, mut slab, mut seed) = (Logs::new(), SlabAllocator::new(), 0);
                     for k in 0..6u32 {
-                        let meta = Meta::new(1 + m.random(0, 40), (w as u32) * 100 + k, w);
-                        let entry = logs.entry(&m, node, w, meta.log_id(), Some(&mut slab)).await.unwrap().unwrap();
-                        let r = rep.write(&m, &layout, entry, seed, meta, &value_of(meta, len)).await.unwrap();
+                        // All in segment 0, which starts at time 1.
+                        let meta = Meta::new(1 + m.random(0, 40), k, w);
+                        let place = Place { segment: 0, slot: k, start: 1 };
+                        let entry = logs.entries(&m, &[node], w, place, Some(&mut slab)).await[0].unwrap().unwrap();
+                        let value = value_of(meta, len);
+                        let header = EntryHeader::of(meta, &value);
+                        let r = rep.write(&m, &layout, entry, seed, meta, &header, &value).await.unwrap();
                         prop_assert!(r.seen >= meta);
                         seed = match r.outcome { MaxOutcome::Installed { .. } => meta.0, MaxOutcome::Superseded { found } => found };
                     }
@@ -418,8 +442,8 @@ mod tests {
                         let value = match reply.value {
                             Some(v) => v.to_vec(),
                             None => {
-                                let e = logs.entry(&m, node, reply.meta.client(), reply.meta.log_id(), None).await.unwrap().unwrap();
-                                rep.read_out_of_place(&m, &layout, e, 300).await.unwrap().to_vec()
+                                let (e, _) = logs.locate(&m, node, reply.meta).await.unwrap().unwrap();
+                                rep.read_out_of_place(&m, &layout, e, 300, reply.meta).await.unwrap().1.to_vec()
                             }
                         };
                         let want = if reply.meta.is_bottom() { vec![] } else { value_of(reply.meta, len) };

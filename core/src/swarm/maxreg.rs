@@ -12,6 +12,8 @@
 //!
 //! The value of the largest tuple comes from a matching in-place copy in one
 //! of the replies, or else from the out-of-place copy its metadata names.
+//! Every write carries its log entry ([`LogCopy`]): a writer's own, or for
+//! a write-back, the one read from a replica that holds the tuple.
 
 use crate::objects::max::MaxOutcome;
 use crate::substrate::clock::Clock;
@@ -21,6 +23,7 @@ use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::{InOutError, Layout, Replica, ReplicaCache, Reply, WriteReply, max_word};
 use crate::swarm::meta::Meta;
+use crate::swarm::writerlog::LogCopy;
 use crate::{Memory, NodeId, RemoteAddr};
 
 use core::fmt;
@@ -167,15 +170,17 @@ impl Register {
 
     /// `inner_write(meta, value)`: returns as soon as a majority is known
     /// to hold at least `meta`, at once if this client already knows it.
+    /// `copy` is the write's log entry (none for the deletion marker).
     pub async fn write<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
         mem: &M,
         cache: &mut RegCache,
         meta: Meta,
+        copy: &LogCopy,
         value: &[u8],
     ) -> Result<Meta, RegError> {
-        self.write_inner(ctx, mem, cache, meta, value, false).await
+        self.write_inner(ctx, mem, cache, meta, Some(copy), value, false).await
     }
 
     /// `M.WRITE(meta, value)` in parallel with `M.READ()`, as Safe-Guess'
@@ -189,17 +194,20 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
         meta: Meta,
+        copy: &LogCopy,
         value: &[u8],
     ) -> Result<Meta, RegError> {
-        self.write_inner(ctx, mem, cache, meta, value, true).await
+        self.write_inner(ctx, mem, cache, meta, Some(copy), value, true).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn write_inner<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
         mem: &M,
         cache: &mut RegCache,
         meta: Meta,
+        copy: Option<&LogCopy>,
         value: &[u8],
         read: bool,
     ) -> Result<Meta, RegError> {
@@ -231,15 +239,13 @@ impl Register {
         let mut entries = heapless::Vec::new();
         let mut first_err = None;
         // The deletion marker has no value and no log entry.
-        let found = if meta.is_deleted() {
-            nodes.iter().all(|&n| entries.push(RemoteAddr::new(n, 0)).is_ok())
-        } else {
-            ctx.logs.cached_entries(&nodes, meta.client(), meta.log_id(), &mut entries)
+        let found = match copy {
+            None => nodes.iter().all(|&n| entries.push(RemoteAddr::new(n, 0)).is_ok()),
+            Some(c) => ctx.logs.cached_entries(&nodes, meta.client(), c.place, &mut entries),
         };
-        if !found {
+        if let (false, Some(c)) = (found, copy) {
             entries.clear();
-            let looked_up =
-                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), meta.log_id(), Some(&mut ctx.slab))).await;
+            let looked_up = cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab))).await;
             for (j, entry) in looked_up.into_iter().enumerate() {
                 match entry {
                     Ok(Some(e)) => {
@@ -262,9 +268,9 @@ impl Register {
             let (r, entry) = targets[j];
             let (rep, seed, layout) = (self.replicas[r], seeds[j], layout.of_replica(r));
             async move {
-                match meta.is_deleted() {
-                    true => rep.delete(mem, &layout, id, seed).await,
-                    false => rep.write(mem, &layout, entry, seed, meta, value).await,
+                match copy {
+                    None => rep.delete(mem, &layout, id, seed).await,
+                    Some(c) => rep.write(mem, &layout, entry, seed, meta, &c.header, value).await,
                 }
             }
         };
@@ -320,7 +326,7 @@ impl Register {
         if self.held_by_majority(cache, Meta::DELETED) {
             return Ok(true);
         }
-        self.write_inner(ctx, mem, cache, Meta::DELETED, &[], false).await?;
+        self.write_inner(ctx, mem, cache, Meta::DELETED, None, &[], false).await?;
         Ok(false)
     }
 
@@ -356,6 +362,25 @@ impl Register {
         Ok(max)
     }
 
+    /// The strong read of App. A.2 without the value: the largest tuple a
+    /// majority holds, written back to a majority first if this client does
+    /// not know a majority holds it (its value is read then). What
+    /// Safe-Guess' writer reads before its slow path (Lemma C.5 needs it
+    /// strong), and what a deletion marker seen on one replica must go
+    /// through before anyone acts on it.
+    pub async fn read_meta_strong<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+    ) -> Result<Meta, RegError> {
+        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
+        if !self.held_by_majority(cache, max) {
+            self.write_back(ctx, mem, cache, holders, max, in_place).await?;
+        }
+        Ok(max)
+    }
+
     /// READ: the largest tuple of a majority, written back to a majority.
     pub async fn read<M: Memory, C: Clock>(
         &self,
@@ -364,14 +389,37 @@ impl Register {
         cache: &mut RegCache,
     ) -> Result<(Meta, Value<M::Buf>), RegError> {
         let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
-        // The value: a matching in-place copy, else the out-of-place one.
-        let value = match in_place {
-            Some(v) => v,
-            None => cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?,
-        };
-        if !self.held_by_majority(cache, max) {
-            cold(|| self.write(ctx, mem, cache, max, &value)).await?;
+        if self.held_by_majority(cache, max) {
+            // The value: a matching in-place copy, else the out-of-place one.
+            let value = match in_place {
+                Some(v) => v,
+                None => cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?.1,
+            };
+            return Ok((max, value));
         }
+        cold(|| self.write_back(ctx, mem, cache, holders, max, in_place)).await
+    }
+
+    /// The rest of a READ whose tuple `max` a majority is not known to
+    /// hold: written back (with its log entry as a holder has it), then
+    /// returned.
+    async fn write_back<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        holders: u16,
+        max: Meta,
+        in_place: Option<Value<M::Buf>>,
+    ) -> Result<(Meta, Value<M::Buf>), RegError> {
+        if max.is_deleted() {
+            self.write_inner(ctx, mem, cache, max, None, &[], false).await?;
+            return Ok((max, Value::empty()));
+        }
+        let (copy, value) = self.read_out_of_place(ctx, mem, holders, max).await?;
+        // A matching in-place copy is the same value; either will do.
+        let _ = in_place;
+        self.write(ctx, mem, cache, max, &copy, &value).await?;
         Ok((max, value))
     }
 
@@ -416,56 +464,57 @@ impl Register {
         Ok((max, in_place, holders))
     }
 
-    /// The value of `max` from the log entry its metadata names, on one of
-    /// the replicas that hold it (`holders`, bit `r` for replica `r`).
-    async fn read_out_of_place<M: Memory, C: Clock>(
+    /// The value of `max` and its log entry, from the entry on one of the
+    /// replicas that hold it (`holders`, bit `r` for replica `r`; all of
+    /// them if 0): where this client guesses the entry is (no roundtrip),
+    /// else where the node's log directory says (a wrong guess costs one).
+    pub async fn read_out_of_place<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
         mem: &M,
         holders: u16,
         max: Meta,
-    ) -> Result<Value<M::Buf>, RegError> {
+    ) -> Result<(LogCopy, Value<M::Buf>), RegError> {
         let mut last = RegError::Corrupt(self.replicas[0].node);
         for (r, &rep) in self.replicas.iter().enumerate() {
-            if holders & (1 << r) == 0 {
+            if holders != 0 && holders & (1 << r) == 0 {
                 continue;
             }
-            // Where the value is: known to this client (no roundtrip), or
-            // looked up in the node's log directory (a writer or segment
-            // this client has not seen yet).
-            let found = match ctx.logs.cached_entry(rep.node, max.client(), max.log_id()) {
-                Some((entry, geo)) => Ok((entry, geo.max_value())),
-                None => cold(|| find_entry(ctx, mem, rep.node, max)).await,
-            };
-            let (entry, geo_max) = match found {
-                Ok(found) => found,
-                Err(e) => {
-                    last = e;
-                    continue;
+            let layout = self.layout.of_replica(r);
+            let mut guessed = ctx.logs.guess(rep.node, max);
+            for _ in 0..2 {
+                let (entry, place) = match guessed.take() {
+                    Some(found) => found,
+                    None => match cold(|| ctx.logs.locate(mem, rep.node, max)).await {
+                        Ok(Some(found)) => found,
+                        Ok(None) => {
+                            last = RegError::Corrupt(rep.node);
+                            break;
+                        }
+                        Err(e) => {
+                            last = RegError::NoQuorum(e.into());
+                            break;
+                        }
+                    },
+                };
+                let got = rep.read_out_of_place(mem, &layout, entry, self.layout.max_value, max).await;
+                match got {
+                    Ok((header, v)) => return Ok((LogCopy { place, header }, v)),
+                    // A wrong guess: look the segment up.
+                    Err(InOutError::Elsewhere(n)) => last = RegError::Corrupt(n),
+                    Err(InOutError::Corrupt(n)) => {
+                        last = RegError::Corrupt(n);
+                        break;
+                    }
+                    Err(e) => {
+                        last = RegError::NoQuorum(e);
+                        break;
+                    }
                 }
-            };
-            match rep.read_out_of_place(mem, &self.layout.of_replica(r), entry, geo_max).await {
-                Ok(v) => return Ok(v),
-                Err(InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
-                Err(e) => last = RegError::NoQuorum(e),
             }
         }
         Err(last)
     }
-}
-
-/// The log entry of `max` on `node` and the largest value its entries
-/// hold, from the node's log directory (one or two roundtrips).
-async fn find_entry<M: Memory, C: Clock>(
-    ctx: &mut ClientCtx<C>,
-    mem: &M,
-    node: NodeId,
-    max: Meta,
-) -> Result<(RemoteAddr, u64), RegError> {
-    let failed = |e| RegError::NoQuorum(InOutError::from(e));
-    let entry = ctx.logs.entry(mem, node, max.client(), max.log_id(), None).await.map_err(failed)?;
-    let geo = ctx.logs.geometry(mem, node).await.map_err(failed)?;
-    Ok((entry.ok_or(RegError::Corrupt(node))?, geo.max_value()))
 }
 
 #[cfg(test)]
@@ -479,7 +528,7 @@ mod tests {
     use super::*;
     use crate::sim::{CrashMode, Sim, SimConfig};
     use crate::substrate::space::region::Region;
-    use crate::swarm::writerlog::{self, LogGeometry};
+    use crate::swarm::writerlog::{self, EntryHeader, LogGeometry, Place};
 
     /// (client, meta written or read, invoked, returned, is_write, weak read)
     type Event = (u8, Meta, u64, u64, bool, bool);
@@ -523,9 +572,14 @@ mod tests {
                     mem.sleep(mem.random(0, 2_000)).await;
                     let t0 = mem.now();
                     if id <= writers {
-                        let meta = Meta::new(mem.random(1, 50), (id as u32) * 100 + k as u32, id);
+                        // Segment 0 of each writer's log starts at time 1.
+                        let meta = Meta::new(mem.random(1, 50), k as u32, id);
                         let v = [id; 16];
-                        reg.write(&mut ctx, &mem, &mut cache, meta, &v).await.unwrap();
+                        let copy = LogCopy {
+                            place: Place { segment: 0, slot: k as u32, start: 1 },
+                            header: EntryHeader::of(meta, &v),
+                        };
+                        reg.write(&mut ctx, &mem, &mut cache, meta, &copy, &v).await.unwrap();
                         events.borrow_mut().push((id, meta, t0, mem.now(), true, false));
                     } else if k % 2 == 0 {
                         // The weak read: no value, no write-back; still at

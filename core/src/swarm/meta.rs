@@ -2,31 +2,40 @@
 //! their value lives (SWARM §3.2, §4.3).
 //!
 //! ```text
-//!  63        32 31          8 7       1   0
-//! +------------+-------------+---------+---+
-//! |  time (32) | log id (24) | client  | V |
-//! +------------+-------------+---------+---+
+//!  63           19 18        8 7       1   0
+//! +---------------+-----------+---------+---+
+//! |   time (45)   | slot (11) | client  | V |
+//! +---------------+-----------+---------+---+
 //! ```
 //! A tuple's timestamp is `(time, client)`; `V` is the VERIFIED flag
-//! (GUESSED < VERIFIED). `(client, log id)` names the writer's log entry
+//! (GUESSED < VERIFIED). `(client, time, slot)` names the writer's log entry
 //! that holds the out-of-place copy of the value and the write's timestamp
-//! lock (the layout of the authors' code). Words compare as integers: time
-//! first, then the log id, which a client never reuses, so two different
-//! writes never compare equal and a write's VERIFIED word is just above its
-//! GUESSED one. 0 is bottom: no write yet.
+//! lock: the entry is slot `slot` of the segment of the writer's log that
+//! was current at `time` ([`crate::swarm::writerlog`]). Words compare as
+//! integers: time first; a client never uses one time twice, so two
+//! different writes never compare equal, and a write's VERIFIED word is
+//! just above its GUESSED one. 0 is bottom: no write yet.
+//!
+//! Time is in the clients' clock ticks (microseconds for [`SystemClock`]
+//! since the store was set up): 45 bits last 407 days of microseconds. The
+//! authors' code has 32 bits of time and 24 of log id, 71 minutes; the log
+//! id's bits went to time, since the segment that the time falls in gives
+//! what they named.
+//!
+//! [`SystemClock`]: crate::substrate::clock::SystemClock
 
 use core::fmt;
 
 /// Bits of the time field.
-pub const TIME_BITS: u32 = 32;
-/// Bits of the log id field.
-pub const LOG_BITS: u32 = 24;
+pub const TIME_BITS: u32 = 45;
+/// Bits of the slot field (an entry of a log segment).
+pub const SLOT_BITS: u32 = 11;
 /// Bits of the client field.
 pub const CLIENT_BITS: u32 = 7;
 /// Largest time; reserved for deletion markers (SWARM-KV §5.3.2).
 pub const MAX_TIME: u64 = (1 << TIME_BITS) - 1;
-/// Largest log id.
-pub const MAX_LOG_ID: u32 = (1 << LOG_BITS) - 1;
+/// Largest slot.
+pub const MAX_SLOT: u32 = (1 << SLOT_BITS) - 1;
 /// Largest client id; ids start at 1.
 pub const MAX_CLIENT: u8 = (1 << CLIENT_BITS) - 1;
 
@@ -45,22 +54,22 @@ impl Meta {
     pub const DELETED: Meta = Meta(u64::MAX);
 
     /// A GUESSED (unverified) tuple. Fields are truncated to their widths.
-    pub const fn new(time: u64, log_id: u32, client: u8) -> Meta {
+    pub const fn new(time: u64, slot: u32, client: u8) -> Meta {
         Meta(
-            (time & MAX_TIME) << (LOG_BITS + CLIENT_BITS + 1)
-                | ((log_id & MAX_LOG_ID) as u64) << (CLIENT_BITS + 1)
+            (time & MAX_TIME) << (SLOT_BITS + CLIENT_BITS + 1)
+                | ((slot & MAX_SLOT) as u64) << (CLIENT_BITS + 1)
                 | ((client & MAX_CLIENT) as u64) << 1,
         )
     }
 
     /// The time part of the timestamp.
     pub const fn time(self) -> u64 {
-        self.0 >> (LOG_BITS + CLIENT_BITS + 1)
+        self.0 >> (SLOT_BITS + CLIENT_BITS + 1)
     }
 
-    /// The writer's log entry.
-    pub const fn log_id(self) -> u32 {
-        ((self.0 >> (CLIENT_BITS + 1)) as u32) & MAX_LOG_ID
+    /// The writer's log entry within the segment current at [`Meta::time`].
+    pub const fn slot(self) -> u32 {
+        ((self.0 >> (CLIENT_BITS + 1)) as u32) & MAX_SLOT
     }
 
     /// The writer (the timestamp's thread id).
@@ -109,7 +118,7 @@ impl fmt::Debug for Meta {
             return write!(f, "Meta(deleted)");
         }
         let flag = if self.verified() { "V" } else { "G" };
-        write!(f, "Meta(t{} c{} log{} {flag})", self.time(), self.client(), self.log_id())
+        write!(f, "Meta(t{} c{} slot{} {flag})", self.time(), self.client(), self.slot())
     }
 }
 
@@ -117,6 +126,13 @@ impl fmt::Debug for Meta {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_year_of_microseconds_fits() {
+        const { assert!(MAX_TIME > 365 * 24 * 3600 * 1_000_000) };
+        const { assert!(TIME_BITS + SLOT_BITS + CLIENT_BITS + 1 == 64) };
+        assert!(Meta::new(MAX_TIME - 1, MAX_SLOT, MAX_CLIENT).verify() < Meta::DELETED);
+    }
 
     #[test]
     fn bottom_is_below_every_write() {
@@ -127,14 +143,14 @@ mod tests {
 
     proptest! {
         #[test]
-        fn fields_roundtrip(time in 0..=MAX_TIME, log in 0..=MAX_LOG_ID, client in 0..=MAX_CLIENT, v in any::<bool>()) {
-            let m = if v { Meta::new(time, log, client).verify() } else { Meta::new(time, log, client) };
-            prop_assert_eq!((m.time(), m.log_id(), m.client(), m.verified()), (time, log, client, v));
+        fn fields_roundtrip(time in 0..=MAX_TIME, slot in 0..=MAX_SLOT, client in 0..=MAX_CLIENT, v in any::<bool>()) {
+            let m = if v { Meta::new(time, slot, client).verify() } else { Meta::new(time, slot, client) };
+            prop_assert_eq!((m.time(), m.slot(), m.client(), m.verified()), (time, slot, client, v));
             prop_assert_eq!(m.guessed().verify(), m.verify());
         }
 
         #[test]
-        fn order_is_time_first(a in (1..=MAX_TIME, 0..=MAX_LOG_ID, 1..=MAX_CLIENT), b in (1..=MAX_TIME, 0..=MAX_LOG_ID, 1..=MAX_CLIENT)) {
+        fn order_is_time_first(a in (1..=MAX_TIME, 0..=MAX_SLOT, 1..=MAX_CLIENT), b in (1..=MAX_TIME, 0..=MAX_SLOT, 1..=MAX_CLIENT)) {
             let (x, y) = (Meta::new(a.0, a.1, a.2), Meta::new(b.0, b.1, b.2));
             if a.0 != b.0 {
                 prop_assert_eq!(x < y, a.0 < b.0);

@@ -20,12 +20,14 @@
 //!     seen[p] = m
 //! ```
 //!
-//! `M.READ` in the write is the weak read that the CAS of each replica's
-//! MAX returns anyway (App. A.2); the proof's cases that need read-read
-//! monotonicity there are covered because every tuple a reader returns was
-//! written back to a majority first. The lock of a write lives in its log
-//! entry ([`crate::swarm::writerlog`]), one CAS word per replica node, so a lock
-//! is only ever taken at that write's guessed timestamp.
+//! `M.READ` in the write is first the weak read that the CAS of each
+//! replica's MAX returns anyway (App. A.2): when it finds nothing above the
+//! guess, the write is done in one roundtrip. Otherwise the writer does the
+//! strong read (written back to a majority) before it locks, as Lemma C.5's
+//! proof of wait-freedom needs, and goes on with what that read returns. The
+//! lock of a write lives in its log entry ([`crate::swarm::writerlog`]),
+//! one CAS word per replica node, so a lock is only ever taken at that
+//! write's guessed timestamp.
 //!
 //! A register may hold the deletion marker [`Meta::DELETED`] of SWARM-KV
 //! (§5.3.2), which [`Register::delete`] writes: a read then returns it (it is
@@ -45,8 +47,8 @@ use crate::substrate::quorum::MAX_REPLICAS;
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
-use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta};
-use crate::swarm::writerlog::LogError;
+use crate::swarm::meta::{MAX_CLIENT, Meta};
+use crate::swarm::writerlog::{EntryHeader, LogCopy, LogError};
 use crate::{Memory, RemoteAddr};
 
 /// How a write completed, for statistics (the paper's §7.8 breakdown).
@@ -63,8 +65,8 @@ pub enum WritePath {
 
 /// Bound on read iterations (Lemma C.5: two per writer, plus one).
 const MAX_ITERATIONS: usize = 2 * (MAX_CLIENT as usize + 1) + 1;
-/// Tuples a read remembers (one per writer seen).
-const SEEN: usize = 32;
+/// Tuples a read remembers: one per possible writer, as Lemma C.5 needs.
+const SEEN: usize = MAX_CLIENT as usize + 1;
 
 /// Safe-Guess WRITE of `value` to `reg`. Returns the tuple it linearized
 /// under and which path it took.
@@ -76,18 +78,18 @@ pub async fn write<M: Memory, C: Clock>(
     value: &[u8],
 ) -> Result<(Meta, WritePath), RegError> {
     reg.check_value(value)?;
-    let time = ctx.guess_time()?;
-    let log_id = ctx.next_log_id(mem).await?;
-    let w = Meta::new(time, log_id, ctx.id);
-    let m = reg.write_and_read(ctx, mem, cache, w, value).await?;
+    let (time, place) = ctx.next_write(mem, Meta::BOTTOM).await?;
+    let w = Meta::new(time, place.slot, ctx.id);
+    let copy = LogCopy { place, header: EntryHeader::of(w, value) };
+    let m = reg.write_and_read(ctx, mem, cache, w, &copy, value).await?;
     if m == w {
         mark_verified(mem, reg, cache, w, MarkOn::Installed);
         return Ok((w, WritePath::Fast));
     }
-    cold(|| slow_write(ctx, mem, reg, cache, value, w, m)).await
+    cold(|| slow_write(ctx, mem, reg, cache, value, w, &copy)).await
 }
 
-/// The write's slow path: its guess `w` was stale (the register held `m`).
+/// The write's slow path: the weak read found a tuple above the guess `w`.
 async fn slow_write<M: Memory, C: Clock>(
     ctx: &mut ClientCtx<C>,
     mem: &M,
@@ -95,12 +97,22 @@ async fn slow_write<M: Memory, C: Clock>(
     cache: &mut RegCache,
     value: &[u8],
     w: Meta,
-    m: Meta,
+    copy: &LogCopy,
 ) -> Result<(Meta, WritePath), RegError> {
+    // The strong read (Lemma C.5): what it returns is on a majority, a
+    // deletion marker included, before this writer acts on it.
+    let m = reg.read_meta_strong(ctx, mem, cache).await?;
+    if m <= w.verify() {
+        // Only a minority saw the larger tuple: this write's read returns
+        // at most `w`, which is what the fast path needs.
+        mark_verified(mem, reg, cache, w, MarkOn::Installed);
+        return Ok((w, WritePath::Fast));
+    }
     if !m.is_deleted() {
         ctx.resync(m);
     }
-    let locks = lock_words(ctx, mem, reg, w).await?;
+    let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
+    let locks = lock_words(ctx, mem, &nodes, w, copy).await?;
     if !try_lock(mem, &locks, w.lock_ts(), Mode::Write).await.map_err(|e| no_quorum(e, reg))? {
         return Ok((w, WritePath::ReaderLocked));
     }
@@ -109,13 +121,11 @@ async fn slow_write<M: Memory, C: Clock>(
         // effect, and never will. It comes after the delete (SWARM-KV §5.3.3).
         return Err(RegError::Deleted);
     }
-    let time2 = m.time() + 1;
-    if time2 >= MAX_TIME {
-        return Err(RegError::Client(crate::swarm::client::ClientError::TimeExhausted));
-    }
-    ctx.used_time(time2);
-    let w2 = Meta::new(time2, w.log_id(), ctx.id).verify();
-    reg.write(ctx, mem, cache, w2, value).await?;
+    // The rewrite is a write of its own, in a log entry of its own.
+    let (time2, place2) = ctx.next_write(mem, m).await?;
+    let w2 = Meta::new(time2, place2.slot, ctx.id).verify();
+    let copy2 = LogCopy { place: place2, header: EntryHeader::of(w2, value) };
+    reg.write(ctx, mem, cache, w2, &copy2, value).await?;
     Ok((w2, WritePath::Rewritten))
 }
 
@@ -177,7 +187,9 @@ async fn lock_for_read<M: Memory, C: Clock>(
     reg: &Register,
     m: Meta,
 ) -> Result<bool, RegError> {
-    let locks = lock_words(ctx, mem, reg, m).await?;
+    let (copy, _) = reg.read_out_of_place(ctx, mem, 0, m).await?;
+    let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
+    let locks = lock_words(ctx, mem, &nodes, m, &copy).await?;
     try_lock(mem, &locks, m.lock_ts(), Mode::Read).await.map_err(|e| no_quorum(e, reg))
 }
 
@@ -209,18 +221,19 @@ fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Me
     }
 }
 
-/// The timestamp lock of the write that produced `m`: word 0 of its log
-/// entry on each replica node (created if missing, so that every process
-/// agrees on the same 2f+1 words); `None` for a node that cannot be reached.
+/// The timestamp lock of the write that produced `m`, whose log entry is
+/// `copy`: word 0 of the entry on each of `nodes` (the register's; the
+/// entry is created where missing, so that every process agrees on the
+/// same 2f+1 words); `None` for a node that cannot be reached.
 async fn lock_words<M: Memory, C: Clock>(
     ctx: &mut ClientCtx<C>,
     mem: &M,
-    reg: &Register,
+    nodes: &[crate::NodeId],
     m: Meta,
+    copy: &LogCopy,
 ) -> Result<heapless::Vec<Option<RemoteAddr>, MAX_REPLICAS>, RegError> {
-    let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
     let mut words = heapless::Vec::new();
-    for entry in ctx.logs.entries(mem, &nodes, m.client(), m.log_id(), Some(&mut ctx.slab)).await {
+    for entry in ctx.logs.entries(mem, nodes, m.client(), copy.place, Some(&mut ctx.slab)).await {
         let word = match entry {
             Ok(a) => a,
             Err(LogError::Corrupt { node, .. }) => return Err(RegError::Corrupt(node)),

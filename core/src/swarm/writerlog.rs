@@ -1,48 +1,69 @@
 //! Writers' logs: where out-of-place copies of values and the timestamp
-//! locks of writes live (SWARM §4.3; the layout of the authors' code).
+//! locks of writes live (SWARM §4.3; the layout of the authors' code, with
+//! segments found by time).
 //!
-//! Every client owns a log on every memory node, an array of entries indexed
-//! by a *log id* that the client never reuses. A write takes the next log id
-//! and uses entry `(client, log id)` on each replica node: the entry holds
-//! the write's timestamp-lock word and the out-of-place copy of its value.
-//! The metadata word names the entry ([`crate::swarm::meta::Meta`]), so any process
-//! can find the copy, write it back to a lagging replica (identical bytes),
-//! or lock the write's timestamp.
+//! Every client owns a log on every memory node. A log is a sequence of
+//! *segments* of `per_segment` entries, numbered the same on every node: a
+//! client writes into slot after slot of its current segment, and starts
+//! the next segment when that one is full (or when it resumes its id after
+//! a crash). Segment `s` starts at `start(s)`, the time of its first write,
+//! so that a client's times (strictly increasing) fall in its segments in
+//! order. A metadata word names `(client, time, slot)`
+//! ([`crate::swarm::meta::Meta`]); its entry is slot `slot` of the last
+//! segment that started at or before `time`. A node holds the segments that
+//! writes (or readers writing values back) reached it with; each node's log
+//! directory says where they are and when they started, so any process can
+//! find a write's copy, write it back to a lagging replica (identical
+//! bytes), or lock the write's timestamp.
 //!
-//! A log grows by segments of one region chunk each. Each node has a log
-//! directory, found through root slot [`roots::LOG_DIR`]:
+//! A node's log directory, found through root slot [`roots::LOG_DIR`]:
 //!
 //! ```text
 //! header   magic | entry size | segments per client | entries per segment
-//! row c    high-water log id of client c | segment 0 | segment 1 | ...
+//! row c    per segment: start time (8) | offset (8, 0 until it exists here)
 //! ```
 //!
-//! Segment words are claimed by CAS, so the writer and a reader writing a
-//! value back agree on one segment. Entries are never recycled (the paper
-//! leaves recycling to future work, §4.5): a client's log holds at most
-//! `segments × entries per segment` writes, and its ids survive restarts
-//! through the high-water word.
+//! A segment is created on a node with one ordered pipeline, its start time
+//! then a CAS of its offset, so whoever sees the offset sees the start; the
+//! writer and a reader writing a value back agree on one segment.
 //!
-//! Entry layout: `lock word (8) | value length (8) | value bytes`.
+//! An entry says which write it holds, so that a reader who guessed its
+//! segment from what it knows of the directory (no roundtrip) can check:
+//!
+//! ```text
+//! entry    lock word (8) | id (8) | value length (8) | checksum (8)
+//!          | value bytes
+//! ```
+//!
+//! `id` is the write's metadata word, GUESSED; the checksum (xxh3 of the
+//! value, seeded by `id` and the length) catches a torn or garbled copy.
+//! An entry belongs to one write: Safe-Guess' slow-path rewrite (§3.2) is a
+//! write of its own, in an entry of its own, so that every copy of an entry
+//! is the same bytes however late a copy lands. Entries are not recycled yet (issue #20): a
+//! client's log holds `segments × per_segment` writes over the life of its
+//! id ([`LogError::Full`] says so, with the numbers).
 
 use core::fmt;
 
-use crate::substrate::memory::{read_word, word_at};
-use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority, quorum};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::substrate::memory::word_at;
+use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
 use crate::substrate::space::slab::{AllocError, SlabAllocator};
-use crate::swarm::meta::{MAX_CLIENT, MAX_LOG_ID};
-use crate::{MemError, Memory, NodeId, RemoteAddr};
+use crate::swarm::meta::{MAX_CLIENT, MAX_SLOT, Meta};
+use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
-/// "SWARMLG1".
-pub const MAGIC: u64 = u64::from_le_bytes(*b"SWARMLG1");
+/// "SWARMLG2".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SWARMLG2");
 /// Bytes before an entry's value.
-pub const ENTRY_HEADER: u64 = 16;
-/// Log ids a client reserves at a time.
-pub const ID_BATCH: u64 = 1 << 12;
+pub const ENTRY_HEADER: u64 = 32;
+/// The most entries a segment may have (what a metadata word's slot names).
+pub const MAX_PER_SEGMENT: u64 = MAX_SLOT as u64 + 1;
 const HEADER_WORDS: u64 = 4;
-const CACHE: usize = 64;
+/// Segments of a node's directory this client remembers (direct-mapped).
+const CACHE: usize = 128;
 
 /// A failure to use a log.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -59,8 +80,16 @@ pub enum LogError {
         /// What is wrong.
         what: &'static str,
     },
-    /// The client's log is full (no recycling).
-    Full,
+    /// The node has no log directory: it was not set up for SWARM.
+    NoLog(NodeId),
+    /// The client's log is full: every entry of its id was used (entries
+    /// are not recycled yet).
+    Full {
+        /// The client id.
+        client: u8,
+        /// Entries a log has: segments × entries per segment.
+        capacity: u64,
+    },
     /// No majority of nodes answered.
     NoQuorum(MemError),
 }
@@ -97,7 +126,12 @@ impl fmt::Display for LogError {
             LogError::Mem(e) => write!(f, "{e}"),
             LogError::Alloc(e) => write!(f, "{e}"),
             LogError::Corrupt { node, what } => write!(f, "{node}: corrupt log directory: {what}"),
-            LogError::Full => write!(f, "the client's log is full (buffers are not recycled)"),
+            LogError::NoLog(node) => write!(f, "{node}: no writer logs (the node was not set up for SWARM)"),
+            LogError::Full { client, capacity } => write!(
+                f,
+                "client id {client} has used all {capacity} entries of its log (out-of-place buffers are not \
+                 recycled yet)"
+            ),
             LogError::NoQuorum(e) => write!(f, "no majority of nodes answered: {e}"),
         }
     }
@@ -110,20 +144,20 @@ pub struct LogGeometry {
     pub entry_size: u64,
     /// Segments a client's log may have.
     pub segments: u64,
-    /// Entries per segment.
+    /// Entries per segment (at most [`MAX_PER_SEGMENT`]).
     pub per_segment: u64,
 }
 
 impl LogGeometry {
-    /// The geometry for values of up to `max_value` bytes in chunks of
-    /// `chunk` bytes, with `segments` segments per client.
+    /// The geometry for values of up to `max_value` bytes in segments of
+    /// one `chunk`-byte chunk, `segments` segments per client.
     pub fn new(max_value: u64, chunk: u64, segments: u64) -> Result<Self, LogError> {
         if max_value > crate::swarm::inout::MAX_VALUE {
             return Err(LogError::Alloc(AllocError::BadSize { size: max_value }));
         }
         let entry_size = (ENTRY_HEADER + max_value).next_multiple_of(64);
-        let per_segment = chunk / entry_size;
-        if per_segment == 0 || segments == 0 {
+        let per_segment = (chunk / entry_size).min(MAX_PER_SEGMENT);
+        if per_segment == 0 || segments == 0 || segments > u32::MAX as u64 {
             return Err(LogError::Alloc(AllocError::BadSize { size: entry_size }));
         }
         Ok(LogGeometry { entry_size, segments, per_segment })
@@ -134,26 +168,115 @@ impl LogGeometry {
         self.entry_size - ENTRY_HEADER
     }
 
-    /// Log ids a client may use.
+    /// Writes a client id's log holds.
     pub fn capacity(&self) -> u64 {
-        (self.segments * self.per_segment).min(MAX_LOG_ID as u64 + 1)
+        self.segments * self.per_segment
     }
 
     /// Bytes of the log directory of a node with this geometry.
     pub fn dir_bytes(&self) -> u64 {
-        8 * (HEADER_WORDS + (MAX_CLIENT as u64 + 1) * (1 + self.segments))
+        8 * HEADER_WORDS + (MAX_CLIENT as u64 + 1) * self.row_bytes()
+    }
+
+    fn row_bytes(&self) -> u64 {
+        16 * self.segments
     }
 
     fn row(&self, client: u8) -> u64 {
-        8 * (HEADER_WORDS + client as u64 * (1 + self.segments))
+        8 * HEADER_WORDS + client as u64 * self.row_bytes()
     }
 
-    /// Where entry `log_id` of a log is: its segment, and its byte offset
-    /// within the segment.
-    fn position(&self, log_id: u32) -> (u64, u64) {
-        let id = log_id as u64;
-        (id / self.per_segment, (id % self.per_segment) * self.entry_size)
+    /// Offset of the descriptor `[start, offset]` of `client`'s segment `s`.
+    fn descriptor(&self, client: u8, s: u32) -> u64 {
+        self.row(client) + 16 * s as u64
     }
+}
+
+/// Where a write's entry is in its client's log, the same on every node:
+/// the segment and the slot, and the segment's start time (which a node
+/// that does not hold the segment yet is given when it is created there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The segment.
+    pub segment: u32,
+    /// The entry within it.
+    pub slot: u32,
+    /// The time of the segment's first write.
+    pub start: u64,
+}
+
+/// What an entry says of the write it holds, after its lock word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryHeader {
+    /// The GUESSED word of the write.
+    pub id: Meta,
+    /// Bytes of the value.
+    pub len: u64,
+    /// The value's checksum ([`value_sum`]).
+    pub sum: u64,
+}
+
+/// Bytes of an [`EntryHeader`] on memory.
+pub const ENTRY_ID_BYTES: usize = 24;
+
+/// The checksum of `value` in the entry of write `id`.
+pub fn value_sum(id: Meta, value: &[u8]) -> u64 {
+    xxh3_64_with_seed(value, id.guessed().0 ^ (value.len() as u64).rotate_left(29) ^ 0x5357_4c47)
+}
+
+impl EntryHeader {
+    /// The header of write `id` of `value`.
+    pub fn of(id: Meta, value: &[u8]) -> EntryHeader {
+        EntryHeader { id: id.guessed(), len: value.len() as u64, sum: value_sum(id, value) }
+    }
+
+    /// Its bytes.
+    pub fn encode(&self) -> [u8; ENTRY_ID_BYTES] {
+        let mut b = [0u8; ENTRY_ID_BYTES];
+        for (i, w) in [self.id.0, self.len, self.sum].into_iter().enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// Reads a header from `b` (the bytes after the lock word).
+    pub fn decode(b: &[u8]) -> Option<EntryHeader> {
+        let w = |i: usize| word_at(b, 8 * i);
+        Some(EntryHeader { id: Meta(w(0)?), len: w(1)?, sum: w(2)? })
+    }
+
+    /// Whether this entry holds the write of `meta` (either flag).
+    pub fn holds(&self, meta: Meta) -> bool {
+        let m = meta.guessed();
+        !m.is_bottom() && self.id == m
+    }
+
+    /// Whether `value` is the value this header describes, whole.
+    pub fn checks(&self, value: &[u8]) -> bool {
+        value.len() as u64 == self.len && value_sum(self.id, value) == self.sum
+    }
+}
+
+/// What a write puts in its log entry on each replica: where, and the
+/// header that names it. A value written back to a replica is copied with
+/// the header it has on the replica it was read from, so that every copy
+/// of an entry is the same bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogCopy {
+    /// The entry.
+    pub place: Place,
+    /// Its header.
+    pub header: EntryHeader,
+}
+
+/// One segment of one client on one node, as this client knows it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Known {
+    /// `client + 1` (0: the cache slot is empty).
+    client: u16,
+    segment: u32,
+    start: u64,
+    offset: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -161,38 +284,48 @@ struct NodeDir {
     node: NodeId,
     base: u64,
     geo: LogGeometry,
-    /// Direct-mapped cache of segment offsets: (client, segment + 1, offset).
-    cache: [(u8, u64, u64); CACHE],
+    /// Direct-mapped cache of segments.
+    cache: [Known; CACHE],
 }
 
-/// Where to look up an entry whose segment is not cached.
-struct Uncached {
-    /// The directory word holding the segment's offset.
-    word: RemoteAddr,
-    /// The entry's offset within its segment.
-    within: u64,
-    /// The cache slot the segment goes in.
-    slot: usize,
+fn slot_of(client: u8, segment: u32) -> usize {
+    (client as usize * 31 + segment as usize) % CACHE
 }
 
 impl NodeDir {
-    /// Entry `(client, log_id)`: its address if its segment is cached, else
-    /// where to find the segment; an error if the directory has no such
-    /// entry.
-    /// `(seg, within)` is the entry's [`LogGeometry::position`].
-    fn locate(&self, client: u8, (seg, within): (u64, u64)) -> Result<Result<RemoteAddr, Uncached>, LogError> {
-        if seg >= self.geo.segments || client > MAX_CLIENT {
-            return Err(LogError::Corrupt { node: self.node, what: "log id or client beyond the directory" });
+    fn known(&self, client: u8, segment: u32) -> Option<Known> {
+        let k = self.cache[slot_of(client, segment)];
+        (k.client == client as u16 + 1 && k.segment == segment).then_some(k)
+    }
+
+    fn remember(&mut self, client: u8, segment: u32, start: u64, offset: u64) {
+        self.cache[slot_of(client, segment)] = Known { client: client as u16 + 1, segment, start, offset };
+    }
+
+    /// The address of slot `slot` of a segment at `offset` (checked: it
+    /// comes from memory).
+    fn entry_at(&self, offset: u64, slot: u32) -> Result<RemoteAddr, LogError> {
+        if slot as u64 >= self.geo.per_segment {
+            return Err(LogError::Corrupt { node: self.node, what: "slot beyond its segment" });
         }
-        let slot = (client as usize * 31 + seg as usize) % CACHE;
-        Ok(match self.cache[slot] {
-            (c, s, off) if c == client && s == seg + 1 => Ok(RemoteAddr::new(self.node, off + within)),
-            _ => Err(Uncached {
-                word: RemoteAddr::new(self.node, self.base + self.geo.row(client) + 8 * (1 + seg)),
-                within,
-                slot,
-            }),
-        })
+        offset
+            .checked_add(slot as u64 * self.geo.entry_size)
+            .filter(|_| offset.checked_add(self.geo.per_segment * self.geo.entry_size).is_some())
+            .map(|at| RemoteAddr::new(self.node, at))
+            .ok_or(LogError::Corrupt { node: self.node, what: "segment beyond the address space" })
+    }
+
+    /// The segment of `client` that holds time `t` among those this client
+    /// knows on this node: the known one with the latest start at or before
+    /// `t`.
+    fn guess(&self, client: u8, t: u64) -> Option<Known> {
+        let mut best: Option<Known> = None;
+        for k in self.cache.iter().filter(|k| k.client == client as u16 + 1 && k.start <= t) {
+            if best.is_none_or(|b| k.segment > b.segment) {
+                best = Some(*k);
+            }
+        }
+        best
     }
 }
 
@@ -231,7 +364,7 @@ impl Logs {
         let corrupt = |what| LogError::Corrupt { node, what };
         let base = Region::read_root(mem, node, roots::LOG_DIR).await?;
         if base == 0 {
-            return Err(corrupt("no log directory (node not formatted for SWARM)"));
+            return Err(LogError::NoLog(node));
         }
         let h = mem.read(RemoteAddr::new(node, base), 8 * HEADER_WORDS as usize).await?;
         let word = |i: usize| word_at(&h, 8 * i).ok_or(corrupt("truncated header"));
@@ -242,14 +375,14 @@ impl Logs {
         // At most what `LogGeometry::new` makes: every product of them fits
         // in 64 bits.
         let largest = (ENTRY_HEADER + crate::swarm::inout::MAX_VALUE).next_multiple_of(64);
-        if segments > 1 << 20 || per_segment > 1 << 24 || entry_size > largest {
+        if segments > 1 << 20 || per_segment > MAX_PER_SEGMENT || entry_size > largest {
             return Err(corrupt("impossible geometry"));
         }
         let geo = LogGeometry { entry_size, segments, per_segment };
         if base.checked_add(geo.dir_bytes()).is_none() {
             return Err(corrupt("directory beyond the address space"));
         }
-        let d = NodeDir { node, base, geo, cache: [(0, 0, 0); CACHE] };
+        let d = NodeDir { node, base, geo, cache: [Known::default(); CACHE] };
         self.nodes.push(d).map_err(|_| corrupt("too many nodes"))?;
         Ok(self.nodes.last_mut().expect("just pushed"))
     }
@@ -259,72 +392,99 @@ impl Logs {
         Ok(self.dir(mem, node).await?.geo)
     }
 
-    /// The address of entry `(client, log_id)` on `node`. With `alloc`, a
-    /// missing segment is created (the writer, or a reader writing a value
-    /// back); without, a missing segment is `Ok(None)`.
-    pub async fn entry<M: Memory>(
-        &mut self,
-        mem: &M,
-        node: NodeId,
-        client: u8,
-        log_id: u32,
-        alloc: Option<&mut SlabAllocator>,
-    ) -> Result<Option<RemoteAddr>, LogError> {
-        let mut all = self.entries(mem, &[node], client, log_id, alloc).await;
-        all.pop().unwrap_or(Ok(None))
-    }
-
-    /// [`Logs::entries`] when this client already knows every one of them
-    /// (the common case of a write), into `out`: no future, no roundtrip.
-    /// `false` if any must be looked up or is out of the directory's range
-    /// (`out` then holds only some).
+    /// The entries of write `place` of `client` on each of `nodes` when
+    /// this client already knows the segment on all of them (the common case
+    /// of a write), into `out`: no future, no roundtrip. `false` if any must
+    /// be looked up or created (`out` then holds only some).
     pub fn cached_entries(
         &self,
         nodes: &[NodeId],
         client: u8,
-        log_id: u32,
+        place: Place,
         out: &mut heapless::Vec<RemoteAddr, MAX_REPLICAS>,
     ) -> bool {
         out.clear();
-        // The nodes of a store share one geometry: one division serves all.
-        let mut at: Option<(LogGeometry, (u64, u64))> = None;
         for &node in nodes {
             let Some(d) = self.nodes.iter().find(|d| d.node == node) else { return false };
-            let pos = match at {
-                Some((geo, pos)) if geo == d.geo => pos,
-                _ => at.insert((d.geo, d.geo.position(log_id))).1,
-            };
-            match d.locate(client, pos) {
-                Ok(Ok(addr)) if out.push(addr).is_ok() => {}
+            match d.known(client, place.segment).map(|k| d.entry_at(k.offset, place.slot)) {
+                Some(Ok(addr)) if out.push(addr).is_ok() => {}
                 _ => return false,
             }
         }
         true
     }
 
-    /// [`Logs::entry`] and the node's geometry when this client already
-    /// knows them (the common case of a read out of place): no future, no
-    /// roundtrip. `None` if they must be looked up.
-    pub fn cached_entry(&self, node: NodeId, client: u8, log_id: u32) -> Option<(RemoteAddr, LogGeometry)> {
+    /// The entry on `node` of the write of `meta`, from what this client
+    /// knows of the node's directory (no roundtrip): its address and place.
+    /// It may be another write's entry (a segment this client has not seen
+    /// started since): check the entry's header ([`EntryHeader::holds`])
+    /// before trusting it, and else [`Logs::locate`].
+    pub fn guess(&self, node: NodeId, meta: Meta) -> Option<(RemoteAddr, Place)> {
         let d = self.nodes.iter().find(|d| d.node == node)?;
-        d.locate(client, d.geo.position(log_id)).ok()?.ok().map(|at| (at, d.geo))
+        let k = d.guess(meta.client(), meta.time())?;
+        let addr = d.entry_at(k.offset, meta.slot()).ok()?;
+        Some((addr, Place { segment: k.segment, slot: meta.slot(), start: k.start }))
     }
 
-    /// [`Logs::entry`] on each of `nodes` (at most [`MAX_REPLICAS`]), in
-    /// their order. Cached segments cost nothing; the others are looked up,
-    /// and created if `alloc` is given, on all nodes at once: at most three
-    /// roundtrips (directory words, chunks, CAS of the words) however many
-    /// nodes there are.
+    /// The entry on `node` of the write of `meta`, from the node's
+    /// directory row (one roundtrip), which this client then remembers:
+    /// the segment the write's time falls in among those the node holds.
+    /// Exact on a node the write reached; `None` if the node holds no
+    /// segment that early.
+    pub async fn locate<M: Memory>(
+        &mut self,
+        mem: &M,
+        node: NodeId,
+        meta: Meta,
+    ) -> Result<Option<(RemoteAddr, Place)>, LogError> {
+        let client = meta.client();
+        if client > MAX_CLIENT {
+            return Err(LogError::Corrupt { node, what: "client beyond the directory" });
+        }
+        let d = self.dir(mem, node).await?;
+        let (base, geo) = (d.base, d.geo);
+        let row = mem.read(RemoteAddr::new(node, base + geo.row(client)), geo.row_bytes() as usize).await?;
+        let d = self.dir(mem, node).await?;
+        let (t, mut found, mut last_start) = (meta.time(), None, 0);
+        for s in 0..geo.segments as u32 {
+            let (Some(start), Some(offset)) = (word_at(&row, 16 * s as usize), word_at(&row, 16 * s as usize + 8))
+            else {
+                break;
+            };
+            if offset == 0 {
+                continue;
+            }
+            if start < last_start {
+                return Err(LogError::Corrupt { node, what: "segments out of time order" });
+            }
+            last_start = start;
+            d.remember(client, s, start, offset);
+            if start <= t {
+                found = Some((s, start, offset));
+            }
+        }
+        let Some((segment, start, offset)) = found else { return Ok(None) };
+        let addr = d.entry_at(offset, meta.slot())?;
+        Ok(Some((addr, Place { segment, slot: meta.slot(), start })))
+    }
+
+    /// The entry of write `place` of `client` on each of `nodes` (at most
+    /// [`MAX_REPLICAS`]), in their order. Known segments cost nothing; the
+    /// others are looked up, and created if `alloc` is given (the writer,
+    /// or a reader writing a value back), on all nodes at once: at most
+    /// three roundtrips (descriptors, chunks, start and CAS) however many
+    /// nodes there are. Without `alloc`, a segment a node does not hold is
+    /// `Ok(None)`.
     pub async fn entries<M: Memory>(
         &mut self,
         mem: &M,
         nodes: &[NodeId],
         client: u8,
-        log_id: u32,
+        place: Place,
         alloc: Option<&mut SlabAllocator>,
     ) -> heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> {
-        // (index in `nodes`, directory word, byte offset within the segment, cache slot)
-        let mut missing: heapless::Vec<(usize, RemoteAddr, u64, usize), MAX_REPLICAS> = heapless::Vec::new();
+        // (index in `nodes`, descriptor address)
+        let mut missing: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut out: heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> = heapless::Vec::new();
         for (i, &node) in nodes.iter().take(MAX_REPLICAS).enumerate() {
             let d = match self.dir(mem, node).await {
@@ -334,41 +494,40 @@ impl Logs {
                     continue;
                 }
             };
-            match d.locate(client, d.geo.position(log_id)) {
-                Ok(Ok(addr)) => {
-                    let _ = out.push(Ok(Some(addr)));
+            if place.segment as u64 >= d.geo.segments || client > MAX_CLIENT {
+                let _ = out.push(Err(LogError::Corrupt { node, what: "segment or client beyond the directory" }));
+                continue;
+            }
+            match d.known(client, place.segment) {
+                Some(k) => {
+                    let _ = out.push(d.entry_at(k.offset, place.slot).map(Some));
                 }
-                Ok(Err(Uncached { word, within, slot })) => {
-                    let _ = missing.push((i, word, within, slot));
+                None => {
+                    let at = RemoteAddr::new(node, d.base + d.geo.descriptor(client, place.segment));
+                    let _ = missing.push((i, at));
                     let _ = out.push(Ok(None));
-                }
-                Err(e) => {
-                    let _ = out.push(Err(e));
                 }
             }
         }
         if missing.is_empty() {
             return out;
         }
-        let reads = join_all(missing.iter().map(|m| read_word(mem, m.1)).collect()).await;
-        let mut offs: heapless::Vec<Option<u64>, MAX_REPLICAS> = heapless::Vec::new();
+        // What the nodes hold: (start, offset), or nothing yet.
+        let reads = join_all(missing.iter().map(|m| mem.read(m.1, 16)).collect()).await;
+        let mut found: heapless::Vec<Option<(u64, u64)>, MAX_REPLICAS> = heapless::Vec::new();
         for (k, r) in reads.results.into_iter().enumerate() {
-            match r {
-                Some(Ok(off)) => {
-                    let _ = offs.push(Some(off));
-                }
+            let _ = found.push(match r {
+                Some(Ok(b)) => Some((word_at(&b, 0).unwrap_or(0), word_at(&b, 8).unwrap_or(0))),
                 Some(Err(e)) => {
                     out[missing[k].0] = Err(LogError::Mem(e));
-                    let _ = offs.push(None);
+                    None
                 }
-                None => {
-                    let _ = offs.push(None);
-                }
-            }
+                None => None,
+            });
         }
         if let Some(slab) = alloc {
             let empty: heapless::Vec<usize, MAX_REPLICAS> =
-                (0..missing.len()).filter(|&k| offs[k] == Some(0)).collect();
+                (0..missing.len()).filter(|&k| found[k].is_some_and(|(_, off)| off == 0)).collect();
             let targets: heapless::Vec<NodeId, MAX_REPLICAS> = empty.iter().map(|&k| missing[k].1.node).collect();
             let chunks = slab.alloc_chunk_each(mem, &targets).await;
             let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
@@ -379,16 +538,36 @@ impl Logs {
                     }
                     Err(e) => {
                         out[missing[empty[j]].0] = Err(e.into());
-                        offs[empty[j]] = None;
+                        found[empty[j]] = None;
                     }
                 }
             }
-            let cas = join_all(claims.iter().map(|&(k, chunk)| mem.cas(missing[k].1, 0, chunk)).collect()).await;
-            for (j, r) in cas.results.into_iter().enumerate() {
+            // The start, then the offset: whoever sees the offset sees the start.
+            let start = place.start.to_le_bytes();
+            let creates = join_all(
+                claims
+                    .iter()
+                    .map(|&(k, chunk)| {
+                        let (at, start) = (missing[k].1, &start);
+                        async move {
+                            let ops = [
+                                Op::Write { offset: at.offset, data: start },
+                                Op::Cas { offset: at.offset + 8, expected: 0, new: chunk },
+                            ];
+                            mem.pipeline(at.node, &ops).await
+                        }
+                    })
+                    .collect(),
+            )
+            .await;
+            for (j, r) in creates.results.into_iter().enumerate() {
                 let (k, chunk) = claims[j];
-                offs[k] = match r {
-                    Some(Ok(0)) => Some(chunk),
-                    Some(Ok(prev)) => Some(prev),
+                found[k] = match r {
+                    Some(Ok(outs)) => match outs.get(1).and_then(OpOutput::cas) {
+                        Some(0) => Some((place.start, chunk)),
+                        Some(prev) => Some((place.start, prev)),
+                        None => None,
+                    },
                     Some(Err(e)) => {
                         out[missing[k].0] = Err(LogError::Mem(e));
                         None
@@ -397,150 +576,42 @@ impl Logs {
                 };
             }
         }
-        for (k, &(i, word, within, slot)) in missing.iter().enumerate() {
-            let Some(off) = offs[k].filter(|&o| o != 0) else { continue };
-            let Some(d) = self.nodes.iter_mut().find(|d| d.node == word.node) else { continue };
-            // A segment that would end past the address space is a corrupt
-            // directory word; one that fits is cached, and every entry of it
-            // then fits too (`locate` adds without overflow).
-            if off.checked_add(d.geo.per_segment * d.geo.entry_size).is_none() {
-                out[i] = Err(LogError::Corrupt { node: word.node, what: "segment beyond the address space" });
+        for (k, &(i, at)) in missing.iter().enumerate() {
+            let Some((start, offset)) = found[k].filter(|&(_, off)| off != 0) else { continue };
+            let Some(d) = self.nodes.iter_mut().find(|d| d.node == at.node) else { continue };
+            if start != place.start {
+                out[i] = Err(LogError::Corrupt { node: at.node, what: "a segment's start differs between nodes" });
                 continue;
             }
-            d.cache[slot] = (client, d.geo.position(log_id).0 + 1, off);
-            out[i] = Ok(Some(RemoteAddr::new(word.node, off + within)));
+            match d.entry_at(offset, place.slot) {
+                Ok(addr) => {
+                    d.remember(client, place.segment, start, offset);
+                    out[i] = Ok(Some(addr));
+                }
+                Err(e) => out[i] = Err(e),
+            }
         }
         out
     }
 
-    /// Reserves a batch of fresh log ids for `client`, using the high-water
-    /// words of a majority of `nodes` so that a restarted client never reuses
-    /// an id. Returns the batch as `[start, end)`.
-    pub async fn reserve_ids<M: Memory>(
+    /// The segments `client` holds on `node`, from its directory row (one
+    /// roundtrip): the highest segment number, if any. What a client that
+    /// resumes an id after a crash starts after.
+    pub async fn last_segment<M: Memory>(
         &mut self,
         mem: &M,
-        nodes: &[NodeId],
+        node: NodeId,
         client: u8,
-    ) -> Result<(u32, u32), LogError> {
-        let need = majority(nodes.len());
-        let mut words: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
-        let mut cap = u64::MAX;
-        let mut last_err = None;
-        for &n in nodes {
-            // A node that cannot be reached is left out, like a replica that
-            // does not answer; a majority of `nodes` must remain.
-            match self.dir(mem, n).await {
-                Ok(d) => {
-                    cap = cap.min(d.geo.capacity());
-                    let _ = words.push(RemoteAddr::new(n, d.base + d.geo.row(client)));
-                }
-                Err(LogError::Mem(e)) => last_err = Some(e),
-                Err(e) => return Err(e),
-            }
+    ) -> Result<Option<u32>, LogError> {
+        if client > MAX_CLIENT {
+            return Err(LogError::Corrupt { node, what: "client beyond the directory" });
         }
-        if words.len() < need {
-            // No error and too few nodes: none were given.
-            let none = MemError::new(NodeId(0), crate::MemErrorKind::NoSuchNode);
-            return Err(LogError::NoQuorum(last_err.unwrap_or(none)));
-        }
-        let reads = quorum(words.iter().map(|&w| read_word(mem, w)).collect(), need).await;
-        if !reads.reached(need) {
-            return Err(LogError::NoQuorum(*reads.first_error().expect("failed quorum has an error")));
-        }
-        let start = reads.oks().map(|(_, &v)| v).max().unwrap_or(0);
-        let end = (start + ID_BATCH).min(cap);
-        if start >= end {
-            return Err(LogError::Full);
-        }
-        let bumps =
-            quorum(words.iter().map(|&w| crate::objects::max::cas_max(mem, w, start, end)).collect(), need).await;
-        if !bumps.reached(need) {
-            return Err(LogError::NoQuorum(*bumps.first_error().expect("failed quorum has an error")));
-        }
-        Ok((start as u32, end as u32))
+        let d = self.dir(mem, node).await?;
+        let (base, geo) = (d.base, d.geo);
+        let row = mem.read(RemoteAddr::new(node, base + geo.row(client)), geo.row_bytes() as usize).await?;
+        Ok((0..geo.segments as u32).rev().find(|&s| word_at(&row, 16 * s as usize + 8).is_some_and(|o| o != 0)))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sim::{Sim, SimConfig};
-
-    /// The synchronous lookup a write takes first agrees with `entries`, and
-    /// answers only what the client already knows.
-    #[test]
-    fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
-        let mut sim = Sim::new(SimConfig { seed: 3, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
-        let mem = sim.client();
-        let nodes = [NodeId(0), NodeId(1), NodeId(2)];
-        let geo = LogGeometry::new(64, 16 << 10, 4).unwrap();
-        let out = sim
-            .block_on(async move {
-                for &n in &nodes {
-                    Region::format(&mem, n, 1 << 20, 16 << 10).await.unwrap();
-                    format(&mem, n, geo).await.unwrap();
-                }
-                let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
-                let cached = |logs: &Logs, client, id| {
-                    let mut out = heapless::Vec::new();
-                    logs.cached_entries(&nodes, client, id, &mut out).then_some(out)
-                };
-                let unknown = cached(&logs, 5, 3);
-                let made = logs.entries(&mem, &nodes, 5, 3, Some(&mut slab)).await;
-                let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
-                    made.into_iter().map(|e| e.unwrap().unwrap()).collect();
-                let same_segment = cached(&logs, 5, 4);
-                let next_segment = cached(&logs, 5, geo.per_segment as u32);
-                let other_client = cached(&logs, 6, 3);
-                let beyond = cached(&logs, 5, (geo.capacity() + 1) as u32);
-                (unknown, made, cached(&logs, 5, 3), same_segment, next_segment, other_client, beyond)
-            })
-            .unwrap();
-        let (unknown, made, cached, same_segment, next_segment, other_client, beyond) = out;
-        assert_eq!(unknown, None, "nothing is known before the first lookup");
-        assert_eq!(cached.as_ref(), Some(&made), "the cache gives what entries made");
-        let next: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
-            made.iter().map(|a| RemoteAddr::new(a.node, a.offset + geo.entry_size)).collect();
-        assert_eq!(same_segment, Some(next), "the next entry of a known segment");
-        assert_eq!((next_segment, other_client, beyond), (None, None, None));
-    }
-
-    /// Reserving ids on no nodes at all is an error, not a panic.
-    #[test]
-    fn reserving_on_no_nodes_is_an_error() {
-        let mut sim = Sim::new(SimConfig { seed: 5, nodes: 1, node_size: 1 << 20, ..SimConfig::default() });
-        let mem = sim.client();
-        let got = sim.block_on(async move { Logs::new().reserve_ids(&mem, &[], 5).await }).unwrap();
-        assert_eq!(got, Err(LogError::NoQuorum(MemError::new(NodeId(0), crate::MemErrorKind::NoSuchNode))));
-    }
-
-    /// Directory words no client wrote give `Corrupt` errors: never an
-    /// overflow (a panic in debug builds) or an address that wrapped.
-    #[test]
-    fn corrupt_directories_are_errors() {
-        let mut sim = Sim::new(SimConfig { seed: 4, nodes: 2, node_size: 1 << 20, ..SimConfig::default() });
-        let mem = sim.client();
-        let geo = LogGeometry::new(64, 16 << 10, 4).unwrap();
-        let (huge_entries, wrapping_segment) = sim
-            .block_on(async move {
-                for n in 0..2 {
-                    Region::format(&mem, NodeId(n), 1 << 20, 16 << 10).await.unwrap();
-                    format(&mem, NodeId(n), geo).await.unwrap();
-                }
-                let word = async |node, off: u64, value: u64| {
-                    let base = Region::read_root(&mem, node, roots::LOG_DIR).await.unwrap();
-                    mem.write(RemoteAddr::new(node, base + off), &value.to_le_bytes()).await.unwrap();
-                };
-                // Node 0: an entry size no geometry has.
-                word(NodeId(0), 8, 1 << 62).await;
-                // Node 1: client 5's first segment at the end of the address space.
-                word(NodeId(1), geo.row(5) + 8, u64::MAX - 64).await;
-                let mut logs = Logs::new();
-                (logs.entry(&mem, NodeId(0), 5, 1, None).await, logs.entry(&mem, NodeId(1), 5, 1, None).await)
-            })
-            .unwrap();
-        assert!(matches!(huge_entries, Err(LogError::Corrupt { what: "impossible geometry", .. })), "{huge_entries:?}");
-        let beyond = Err(LogError::Corrupt { node: NodeId(1), what: "segment beyond the address space" });
-        assert_eq!(wrapping_segment, beyond);
-    }
-}
+mod tests;

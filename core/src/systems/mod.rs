@@ -23,11 +23,15 @@ use core::pin::Pin;
 
 #[cfg(doc)]
 use crate::kv::SystemInfo;
+use crate::kv::place::lease_nodes;
 use crate::kv::record::{self, Found, Record};
-use crate::kv::{AnyClient, KvError, KvSystem, StoreConfig, System, Visit};
+use crate::kv::{AnyClient, KvError, KvSystem, StoreConfig, System, Visit, Who};
 use crate::substrate::clock::Clock;
+use crate::substrate::lease::{self, Held, LeaseTable, Want};
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::server::{Shell, Stats};
+use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::space::{Region, roots};
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
@@ -95,6 +99,12 @@ pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig, epoch_us: u64) -> Res
         }
     }
     visit(cfg.system, Setup { mem, cfg }).await?;
+    for n in 0..lease_nodes(cfg, mem.node_count()) {
+        let node = NodeId(n as u16);
+        if Region::read_root(mem, node, roots::LEASES).await? == 0 {
+            lease::format(mem, node, cfg.writers, cfg.lease_ms as u64 * 1_000_000).await.map_err(KvError::Lease)?;
+        }
+    }
     let mine = Record { config: cfg.clone(), epoch_us };
     for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
@@ -128,6 +138,23 @@ pub async fn open<M: Memory>(mem: &M) -> Result<Record, KvError> {
     Err(last)
 }
 
+/// Claims a client id of the store of shape `cfg` on `mem` from its lease
+/// table: `want`, or the lowest free one. `nonce` tells this claimer from
+/// others (a process id). The id is the client's until it closes, or its
+/// lease expires if it stops renewing it ([`crate::substrate::lease`]).
+pub async fn claim<M: Memory, C: Clock>(
+    mem: &M,
+    cfg: &StoreConfig,
+    clock: &C,
+    want: Want,
+    nonce: u32,
+) -> Result<Held, KvError> {
+    let nodes: heapless::Vec<NodeId, MAX_REPLICAS> =
+        (0..lease_nodes(cfg, mem.node_count()).min(MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+    let table = LeaseTable::open(mem, &nodes).await.map_err(KvError::Lease)?;
+    table.claim(mem, clock, want, nonce).await.map_err(KvError::Lease)
+}
+
 /// Serves the server role of `cfg`'s system beside node `node` until
 /// `shell` says stop ([`KvSystem::serve`]; the bare server for systems
 /// without one).
@@ -147,27 +174,27 @@ pub async fn serve<M: Memory, H: Shell>(mem: M, node: NodeId, cfg: &StoreConfig,
     visit(cfg.system, Serve { mem, node, cfg, shell }).await
 }
 
-/// Connects client `id` of the store of shape `cfg`, whichever system it
-/// is, behind one client type (each operation's future boxed: for callers
-/// off the measured path; the harness uses [`visit`]).
+/// Connects a client of the store of shape `cfg`, whichever system it is,
+/// behind one client type (each operation's future boxed: for callers off
+/// the measured path; the harness uses [`visit`]).
 pub async fn connect_any<'a, M: Memory + 'a, C: Clock + 'a>(
     mem: M,
     cfg: &StoreConfig,
-    id: u8,
+    who: Who,
     clock: C,
 ) -> Result<AnyClient<'a, Value<M::Buf>>, KvError> {
     struct Connect<'c, 'a, M, C> {
         mem: M,
         cfg: &'c StoreConfig,
-        id: u8,
+        who: Who,
         clock: C,
         client: core::marker::PhantomData<&'a ()>,
     }
     impl<'c, 'a: 'c, M: Memory + 'a, C: Clock + 'a> Visit for Connect<'c, 'a, M, C> {
         type Out = Boxed<'c, Result<AnyClient<'a, Value<M::Buf>>, KvError>>;
         fn visit<S: KvSystem>(self) -> Self::Out {
-            Box::pin(async move { Ok(AnyClient::new(S::connect(self.mem, self.cfg, self.id, self.clock).await?)) })
+            Box::pin(async move { Ok(AnyClient::new(S::connect(self.mem, self.cfg, self.who, self.clock).await?)) })
         }
     }
-    visit(cfg.system, Connect { mem, cfg, id, clock, client: core::marker::PhantomData }).await
+    visit(cfg.system, Connect { mem, cfg, who, clock, client: core::marker::PhantomData }).await
 }

@@ -56,7 +56,7 @@ fn setup(sim: &mut Sim, nodes: usize, cfg: &StoreConfig) {
 type Client<'a> = AnyClient<'a, Value<Vec<u8>>>;
 
 async fn client<'a>(mem: &'a Counted<SimMemory>, cfg: &StoreConfig, id: u8, skew: u64) -> Result<Client<'a>, KvError> {
-    connect_any(mem, cfg, id, clock(mem.inner(), skew)).await
+    connect_any(mem, cfg, Who::Id(id), clock(mem.inner(), skew)).await
 }
 
 /// Runs `op` and answers its result with its roundtrips on `mem`.
@@ -328,7 +328,7 @@ fn operation_futures_are_small() {
     setup(&mut sim, 3, &cfg);
     let mem = sim.client();
     sim.block_on(async move {
-        let mut a = SwarmKv::connect(mem.clone(), &cfg, 1, clock(&mem, 0)).await.unwrap();
+        let mut a = SwarmKv::connect(mem.clone(), &cfg, Who::Id(1), clock(&mem, 0)).await.unwrap();
         let g = size_of_val(&a.get(b"k"));
         let i = size_of_val(&a.insert(b"k", b"v"));
         let u = size_of_val(&a.update(b"k", b"v"));
@@ -378,7 +378,7 @@ fn bytes_per_key_against_table_3() {
         let load = move |from: u64, to: u64, sim: &mut Sim| {
             let (m, c) = (mem.clone(), c.clone());
             sim.block_on(async move {
-                let mut s = connect_any(m.clone(), &c, 1, clock(&m, 0)).await.unwrap();
+                let mut s = connect_any(m.clone(), &c, Who::Id(1), clock(&m, 0)).await.unwrap();
                 for k in from..to {
                     s.insert(format!("user{k:020}").as_bytes(), &[7; VALUE]).await.unwrap();
                 }

@@ -55,18 +55,19 @@ use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join2;
+use crate::substrate::lease::LeaseError;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
 use crate::swarm::client::{ClientCtx, ClientError};
 use crate::swarm::inout::{Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
-use crate::swarm::writerlog::{self, LogError};
+use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
 use crate::{Memory, NodeId, RemoteAddr};
 
 use super::config::StoreConfig;
 use super::place::{INDEX_NODE, RETRIES, node_of};
-use super::system::{Handle, KvSystem, SystemInfo};
+use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
 use descriptor::DESCRIPTOR_BYTES;
 use known::{Cached, Known};
@@ -111,13 +112,26 @@ fn reg_error(e: RegError) -> KvError {
     match e {
         RegError::NoQuorum(_) => KvError::Unavailable,
         RegError::ValueTooLarge { len, max } => KvError::ValueTooLarge { len, max: max as usize },
-        RegError::Client(ClientError::Log(LogError::NoQuorum(_))) => KvError::Unavailable,
-        RegError::Client(ClientError::Log(LogError::Mem(e))) => e.into(),
-        RegError::Client(ClientError::Log(LogError::Corrupt { .. })) => KvError::NoStore,
-        RegError::Client(ClientError::BadId(_)) => KvError::BadConfig("client ids go from 1 to 126"),
-        RegError::Client(_) => KvError::Full,
+        RegError::Client(e) => client_error(e),
         RegError::Corrupt(_) => KvError::Corrupt,
-        RegError::NotWaitFree | RegError::Deleted => KvError::Contended,
+        RegError::NotWaitFree => KvError::Bug("a Safe-Guess read looped past the bound of Lemma C.5"),
+        // Acted on by the store, never returned.
+        RegError::Deleted => KvError::Contended,
+    }
+}
+
+/// How a client's failure to name a write reads to a store's user: a
+/// node's failure as such, the rest with its numbers.
+fn client_error(e: ClientError) -> KvError {
+    match e {
+        ClientError::Log(LogError::NoQuorum(_)) | ClientError::Lease(LeaseError::NoQuorum) => KvError::Unavailable,
+        ClientError::Log(LogError::Mem(e)) | ClientError::Lease(LeaseError::Mem(e)) => e.into(),
+        ClientError::Log(LogError::Alloc(e)) => e.into(),
+        ClientError::Log(LogError::Corrupt { .. }) => KvError::Corrupt,
+        ClientError::Log(LogError::NoLog(_)) => KvError::NoStore,
+        ClientError::BadId(_) => KvError::BadConfig("client ids go from 1 to 126"),
+        ClientError::Lease(e) => KvError::Lease(e),
+        e => KvError::Client(e),
     }
 }
 
@@ -142,10 +156,10 @@ impl<P: Protocol> KvSystem for P {
     async fn connect<M: Memory, C: Clock>(
         mem: M,
         cfg: &StoreConfig,
-        id: u8,
+        who: Who,
         clock: C,
     ) -> Result<Box<Replicated<P, M, C>>, KvError> {
-        Replicated::open(mem, cfg, id, clock).await
+        Replicated::open(mem, cfg, who, clock).await
     }
 }
 
@@ -159,7 +173,7 @@ async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
         if Region::read_root(mem, node, roots::LOG_DIR).await? == 0 {
             writerlog::format(mem, node, geo).await.map_err(|e| match e {
                 LogError::Mem(e) => e.into(),
-                LogError::Alloc(_) | LogError::Full => KvError::Full,
+                LogError::Alloc(_) | LogError::Full { .. } => KvError::Full,
                 _ => KvError::Corrupt,
             })?;
         }
@@ -182,13 +196,19 @@ pub struct Replicated<P, M, C> {
 }
 
 impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
-    /// Connects client `id` (its log ids reserved, the index opened).
-    pub async fn open(mem: M, cfg: &StoreConfig, id: u8, clock: C) -> Result<Box<Self>, KvError> {
+    /// Connects a client (its log's next segment opened on every node, the
+    /// index opened).
+    pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Box<Self>, KvError> {
+        let id = who.id();
         if id == 0 || id > cfg.writers {
             return Err(KvError::BadConfig("client id outside 1..=writers"));
         }
-        let mut ctx = ClientCtx::new(id, clock).map_err(|_| KvError::BadConfig("client ids go from 1 to 126"))?;
-        ctx.prepare(&mem).await.map_err(|e| reg_error(RegError::Client(e)))?;
+        let ctx = match who {
+            Who::Id(id) => ClientCtx::new(id, clock),
+            Who::Lease(held) => ClientCtx::leased(held, clock),
+        };
+        let mut ctx = ctx.map_err(client_error)?;
+        ctx.prepare(&mem).await.map_err(client_error)?;
         let index = RaceIndex::open(&mem, INDEX_NODE).await?;
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
@@ -449,6 +469,10 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         }
         Err(KvError::Contended)
     }
+
+    async fn close(&mut self) -> Result<(), KvError> {
+        self.io.ctx.release(&self.io.mem).await.map_err(client_error)
+    }
 }
 
 /// The base of a replica that could not be allocated: beyond any node's
@@ -496,8 +520,8 @@ async fn first_write<M: Memory, C: Clock>(
     rc: &mut RegCache,
     value: &[u8],
 ) -> Result<(), RegError> {
-    let time = ctx.guess_time()?;
-    let log_id = ctx.next_log_id(mem).await?;
-    let meta = Meta::new(time, log_id, ctx.id).verify();
-    reg.write(ctx, mem, rc, meta, value).await.map(|_| ())
+    let (time, place) = ctx.next_write(mem, Meta::BOTTOM).await?;
+    let meta = Meta::new(time, place.slot, ctx.id).verify();
+    let copy = LogCopy { place, header: EntryHeader::of(meta, value) };
+    reg.write(ctx, mem, rc, meta, &copy, value).await.map(|_| ())
 }

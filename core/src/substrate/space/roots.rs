@@ -33,12 +33,14 @@ pub const LOG_DIR: Root = Root::one(1, "swarm::writerlog: log directory");
 pub const INDEX: Root = Root::one(2, "index: RACE index header");
 /// The server area of this node: its channels' rings (`substrate::msg`).
 pub const SERVER: Root = Root::one(3, "substrate::msg: server area");
+/// The table of client-id leases (`substrate::lease`).
+pub const LEASES: Root = Root::one(4, "substrate::lease: client-id leases");
 /// The store's configuration record, written on every node by
 /// `kv::record` (system, shape, options, clock epoch).
 pub const STORE_RECORD: Root = Root { slot: ROOT_SLOTS - 16, words: 16, owner: "kv::record: store configuration" };
 
 /// Every root in use.
-pub const ALL: [Root; 4] = [LOG_DIR, INDEX, SERVER, STORE_RECORD];
+pub const ALL: [Root; 5] = [LOG_DIR, INDEX, SERVER, LEASES, STORE_RECORD];
 
 #[cfg(test)]
 mod tests {

@@ -16,9 +16,11 @@ use alloc::boxed::Box;
 
 use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
 use crate::kv::{
-    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Written,
+    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Who,
+    Written,
 };
 use crate::substrate::clock::Clock;
+use crate::substrate::lease::Held;
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::class_of;
 
@@ -44,7 +46,7 @@ impl KvSystem for Raw {
     };
 
     /// Boxed: a client holds its allocator's state (about 50 KiB).
-    type Client<M: Memory, C: Clock> = Box<RawClient<M>>;
+    type Client<M: Memory, C: Clock> = Box<RawClient<M, C>>;
 
     fn check(_: &StoreConfig, _: usize) -> Result<(), KvError> {
         Ok(())
@@ -67,17 +69,21 @@ impl KvSystem for Raw {
     async fn connect<M: Memory, C: Clock>(
         mem: M,
         cfg: &StoreConfig,
-        id: u8,
-        _: C,
-    ) -> Result<Box<RawClient<M>>, KvError> {
-        Ok(Box::new(RawClient::open(mem, cfg, id).await?))
+        who: Who,
+        clock: C,
+    ) -> Result<Box<RawClient<M, C>>, KvError> {
+        Ok(Box::new(RawClient::open(mem, cfg, who, clock).await?))
     }
 }
 
 /// One RAW client.
-pub struct RawClient<M> {
+pub struct RawClient<M, C> {
     mem: M,
     id: u8,
+    /// Its lease, renewed as it works (RAW names nothing with its id, but
+    /// the id stays its own while it runs).
+    lease: Option<Held>,
+    clock: C,
     slab: SlabAllocator,
     index: RaceIndex,
     cache: LocationCache<Entry>,
@@ -89,9 +95,10 @@ fn encode(addr: RemoteAddr) -> u64 {
     (addr.node.0 as u64) << 48 | addr.offset
 }
 
-impl<M: Memory> RawClient<M> {
-    /// Connects client `id`.
-    pub async fn open(mem: M, cfg: &StoreConfig, id: u8) -> Result<Self, KvError> {
+impl<M: Memory, C: Clock> RawClient<M, C> {
+    /// Connects a client.
+    pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
+        let id = who.id();
         if id == 0 || id > cfg.writers {
             return Err(KvError::BadConfig("client id outside 1..=writers"));
         }
@@ -102,7 +109,20 @@ impl<M: Memory> RawClient<M> {
             eviction: Eviction::Lru,
         });
         let nodes = mem.node_count();
-        Ok(RawClient { mem, id, slab: SlabAllocator::new(), index, cache, limits: cfg.limits(), nodes })
+        let lease = match who {
+            Who::Id(_) => None,
+            Who::Lease(h) => Some(h),
+        };
+        Ok(RawClient { mem, id, lease, clock, slab: SlabAllocator::new(), index, cache, limits: cfg.limits(), nodes })
+    }
+
+    /// Renews the lease when half of it has passed (before each change:
+    /// a get uses nothing its id names).
+    async fn keep(&mut self) -> Result<(), KvError> {
+        match &mut self.lease {
+            Some(h) => h.keep(&self.mem, self.clock.now()).await.map_err(KvError::Lease),
+            None => Ok(()),
+        }
     }
 
     /// The register a location names (checked: it comes from memory).
@@ -137,7 +157,7 @@ impl<M: Memory> RawClient<M> {
     }
 }
 
-impl<M: Memory> KvClient for RawClient<M> {
+impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     type Value = Value<M::Buf>;
 
     fn name(&self) -> &'static str {
@@ -171,6 +191,7 @@ impl<M: Memory> KvClient for RawClient<M> {
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
+        self.keep().await?;
         let Some((location, _)) = self.find(key).await? else {
             return Ok(Err(Missing::NotFound));
         };
@@ -183,6 +204,7 @@ impl<M: Memory> KvClient for RawClient<M> {
     /// deleted already).
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
+        self.keep().await?;
         let mut entry = match self.cache.remove(key) {
             Some((_, entry)) => entry,
             None => match Box::pin(self.index.lookup(&self.mem, key)).await? {
@@ -213,6 +235,7 @@ impl<M: Memory> KvClient for RawClient<M> {
     /// existing key is updated in place instead.
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
+        self.keep().await?;
         if let Some((location, _)) = self.cache.get(key) {
             self.write(location, value).await?;
             return Ok(Written);
@@ -251,9 +274,16 @@ impl<M: Memory> KvClient for RawClient<M> {
         self.cache.insert(key, entry.location, entry);
         Ok(Written)
     }
+
+    async fn close(&mut self) -> Result<(), KvError> {
+        match self.lease.take() {
+            Some(h) => h.release(&self.mem, [0; 3]).await.map_err(KvError::Lease),
+            None => Ok(()),
+        }
+    }
 }
 
-impl<M: Memory> Handle for RawClient<M> {
+impl<M: Memory, C> Handle for RawClient<M, C> {
     type Mem = M;
 
     fn mem(&self) -> &M {

@@ -1,0 +1,600 @@
+//! Leases of client ids, kept on a majority of nodes: a client claims a
+//! free id with CAS, renews its lease while it runs, and gives it back when
+//! it stops; a crashed client's id becomes free when its lease has expired.
+//! Two live clients never hold one id, so what an id names (a writer log,
+//! a timestamp's writer) is never used by two processes at once.
+//!
+//! Each table node holds, found through root slot [`roots::LEASES`]:
+//!
+//! ```text
+//! header      magic | ids | lease length (ns) | 0…
+//! record i    lease word (8) | version (8) | state (8) | payload (3×8)
+//!             | checksum (8) | 0 (8)                      (64 B, id i ≥ 1)
+//! ```
+//!
+//! The *lease word* is the holder's nonce and its expiry, in ticks of the
+//! clients' common clock (0: free). A client claims an id with one CAS per
+//! node, from the word it read there to its own, and holds the id if its
+//! CAS won on a majority of the table's nodes; it gives back what it won
+//! otherwise. A word is free if it is 0 or expired for longer than the
+//! grace ([`MAX_SKEW_NS`] for clocks that differ, and twice it for the
+//! times a holder may run ahead of its clock): by then its holder has
+//! stopped using the id, by its own clock. Two claimers both winning would
+//! need a node where each replaced a word the other held unexpired.
+//!
+//! The *record* says where a holder's use of the id stands, for the next
+//! holder: a payload the user of the table defines (the SWARM client's log
+//! cursor and last time), and whether it was taken (the holder may have
+//! gone beyond it, having crashed) or released (the holder stopped there).
+//! A claim reads the records in the same pipeline as its CAS, so that it
+//! sees the last record its predecessor completed on a majority, and a
+//! holder writes a record to a majority before it acts on it. Versions
+//! order records: the claim number, then the holder's writes.
+//!
+//! The rule assumes clients' clocks differ by less than [`MAX_SKEW_NS`] and
+//! a client is never paused, between checking its lease and using the id,
+//! for longer than the grace.
+
+use core::fmt;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::substrate::clock::{Clock, MAX_SKEW_NS};
+use crate::substrate::exec::cold;
+use crate::substrate::memory::word_at;
+use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
+use crate::substrate::space::region::{Region, RegionError};
+use crate::substrate::space::roots;
+use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
+
+/// "SWLEASE1".
+const MAGIC: u64 = u64::from_le_bytes(*b"SWLEASE1");
+/// Bytes of the header and of each record.
+const RECORD: u64 = 64;
+/// The most ids a table has (ids `1..=MAX_IDS`).
+pub const MAX_IDS: u8 = 127;
+/// The lease length of a store that does not say (`swarm kv init --lease`).
+pub const DEFAULT_LENGTH_NS: u64 = 10_000_000_000;
+/// Bits of a lease word's expiry (ticks); the nonce has the others.
+const EXPIRY_BITS: u32 = 45;
+const EXPIRY_MASK: u64 = (1 << EXPIRY_BITS) - 1;
+/// Bytes of a record after its lease word: version, state, payload, sum.
+const BODY: usize = 48;
+
+/// A failure to claim, keep or give back a lease.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LeaseError {
+    /// A memory operation failed.
+    Mem(MemError),
+    /// No majority of the table's nodes answered.
+    NoQuorum,
+    /// The node holds no lease table, or a damaged one.
+    Corrupt {
+        /// The node.
+        node: NodeId,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The id asked for is held by a live client.
+    Taken {
+        /// The id.
+        id: u8,
+        /// Milliseconds until it may be claimed, if its holder stops now.
+        free_in_ms: u64,
+    },
+    /// Every id is held.
+    NoFreeId {
+        /// Ids the table has.
+        ids: u8,
+    },
+    /// The lease expired and another client claimed the id.
+    Lost {
+        /// The id.
+        id: u8,
+    },
+    /// An id outside the table.
+    BadId {
+        /// The id.
+        id: u8,
+        /// Ids the table has.
+        ids: u8,
+    },
+}
+
+impl From<MemError> for LeaseError {
+    fn from(e: MemError) -> Self {
+        LeaseError::Mem(e)
+    }
+}
+
+impl From<RegionError> for LeaseError {
+    fn from(e: RegionError) -> Self {
+        match e {
+            RegionError::Mem(m) => LeaseError::Mem(m),
+            _ => LeaseError::Corrupt { node: NodeId(0), what: "region" },
+        }
+    }
+}
+
+impl fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            LeaseError::Mem(e) => write!(f, "{e}"),
+            LeaseError::NoQuorum => write!(f, "no majority of the lease table's nodes answered"),
+            LeaseError::Corrupt { node, what } => write!(f, "{node}: corrupt lease table: {what}"),
+            LeaseError::Taken { id, free_in_ms } => {
+                write!(f, "client id {id} is held by a live client (free in {free_in_ms} ms if it stops now)")
+            }
+            LeaseError::NoFreeId { ids } => write!(f, "all {ids} client ids are held by live clients"),
+            LeaseError::Lost { id } => {
+                write!(f, "the lease on client id {id} expired and another client claimed the id")
+            }
+            LeaseError::BadId { id, ids } => write!(f, "client id {id} is not in 1..={ids}"),
+        }
+    }
+}
+
+/// Which id a claim asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Want {
+    /// The lowest free id (the one whose log goes on where it stopped).
+    Any,
+    /// This id, or an error that says who holds it.
+    Id(u8),
+}
+
+/// How the previous holder of a claimed id left it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Resumed {
+    /// Never held.
+    Fresh,
+    /// Given back: the payload is exactly where it stopped.
+    Released,
+    /// Its lease expired while it held the id: it may have gone past the
+    /// payload (the last one it recorded).
+    Crashed,
+}
+
+/// What a claim found of the id's previous holder.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Resume {
+    /// How it left the id.
+    pub state: Resumed,
+    /// The last payload it recorded.
+    pub payload: [u64; 3],
+    /// Times at or below this may have been used by it (a crashed holder's
+    /// expiry plus how far its times may run ahead of its clock); 0 if none.
+    pub floor: u64,
+}
+
+/// Where a table is on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Site {
+    node: NodeId,
+    base: u64,
+}
+
+/// The lease table of a set of nodes (a store's first 2f+1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseTable {
+    sites: heapless::Vec<Site, MAX_REPLICAS>,
+    /// Nodes the table was set up on (a majority of these must answer).
+    nodes: usize,
+    ids: u8,
+    length_ns: u64,
+}
+
+/// A lease held: its id, and what is needed to renew and give it back.
+#[derive(Debug)]
+pub struct Held {
+    table: LeaseTable,
+    /// The id.
+    pub id: u8,
+    /// This holder's word on each site, where its claim won (0 elsewhere).
+    words: [u64; MAX_REPLICAS],
+    nonce: u64,
+    expiry: u64,
+    length: u64,
+    version: u64,
+    resume: Resume,
+}
+
+/// Sets up an empty lease table of `ids` ids and leases of `length_ns` on
+/// `node` (once, after [`Region::format`]: its memory reads as zero).
+pub async fn format<M: Memory>(mem: &M, node: NodeId, ids: u8, length_ns: u64) -> Result<(), LeaseError> {
+    let ids = ids.min(MAX_IDS);
+    let mut region = Region::open(mem, node).await?;
+    let bytes = RECORD * (ids as u64 + 1);
+    let base = region.alloc_chunks(mem, bytes.div_ceil(region.chunk)).await?;
+    let mut header = [0u8; 24];
+    for (i, w) in [MAGIC, ids as u64, length_ns].into_iter().enumerate() {
+        header[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    mem.write(base, &header).await?;
+    Region::claim_root(mem, node, roots::LEASES, base.offset).await?;
+    Ok(())
+}
+
+fn word(nonce: u64, expiry: u64) -> u64 {
+    nonce << EXPIRY_BITS | (expiry & EXPIRY_MASK)
+}
+
+fn expiry_of(word: u64) -> u64 {
+    word & EXPIRY_MASK
+}
+
+/// A record's body: version, state, payload, checksum.
+fn encode(id: u8, version: u64, state: u64, payload: [u64; 3]) -> [u8; BODY] {
+    let mut b = [0u8; BODY];
+    for (i, w) in [version, state, payload[0], payload[1], payload[2]].into_iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let sum = xxh3_64(&b[..40]) ^ id as u64;
+    b[40..].copy_from_slice(&sum.to_le_bytes());
+    b
+}
+
+const TAKEN: u64 = 1;
+const RELEASED: u64 = 2;
+
+/// A record read back: `(version, state, payload)`, or `None` for a bad
+/// checksum (a torn or damaged record counts as absent).
+fn decode(id: u8, b: &[u8]) -> Option<(u64, u64, [u64; 3])> {
+    let w = |i: usize| word_at(b, 8 * i);
+    if b.len() < BODY || w(5)? != xxh3_64(&b[..40]) ^ id as u64 {
+        return None;
+    }
+    Some((w(0)?, w(1)?, [w(2)?, w(3)?, w(4)?]))
+}
+
+impl LeaseTable {
+    /// The table on `nodes`, from each node's header (a majority must
+    /// answer, and agree).
+    pub async fn open<M: Memory>(mem: &M, nodes: &[NodeId]) -> Result<LeaseTable, LeaseError> {
+        let nodes = &nodes[..nodes.len().min(MAX_REPLICAS)];
+        let found = join_all(nodes.iter().map(|&n| Self::site(mem, n)).collect()).await;
+        let mut table = LeaseTable { sites: heapless::Vec::new(), nodes: nodes.len(), ids: 0, length_ns: 0 };
+        let mut first_err = None;
+        for r in found.results.into_iter().flatten() {
+            match r {
+                Ok((site, ids, length_ns)) => {
+                    if table.sites.is_empty() {
+                        (table.ids, table.length_ns) = (ids, length_ns);
+                    } else if (ids, length_ns) != (table.ids, table.length_ns) {
+                        return Err(LeaseError::Corrupt { node: site.node, what: "tables differ between nodes" });
+                    }
+                    let _ = table.sites.push(site);
+                }
+                Err(LeaseError::Mem(_)) => {}
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        if table.sites.len() < majority(nodes.len()) {
+            return Err(first_err.unwrap_or(LeaseError::NoQuorum));
+        }
+        Ok(table)
+    }
+
+    async fn site<M: Memory>(mem: &M, node: NodeId) -> Result<(Site, u8, u64), LeaseError> {
+        let corrupt = |what| LeaseError::Corrupt { node, what };
+        let base = Region::read_root(mem, node, roots::LEASES).await?;
+        if base == 0 {
+            return Err(corrupt("no lease table (the store was set up by an older version)"));
+        }
+        let h = mem.read(RemoteAddr::new(node, base), 24).await?;
+        let w = |i: usize| word_at(&h, 8 * i).ok_or(corrupt("truncated header"));
+        let (ids, length_ns) = (w(1)?, w(2)?);
+        if w(0)? != MAGIC || ids == 0 || ids > MAX_IDS as u64 || length_ns == 0 {
+            return Err(corrupt("bad header"));
+        }
+        if base.checked_add(RECORD * (ids + 1)).is_none() {
+            return Err(corrupt("table beyond the address space"));
+        }
+        Ok((Site { node, base }, ids as u8, length_ns))
+    }
+
+    /// Ids the table has (`1..=ids`).
+    pub fn ids(&self) -> u8 {
+        self.ids
+    }
+
+    /// The lease length, in nanoseconds.
+    pub fn length_ns(&self) -> u64 {
+        self.length_ns
+    }
+
+    fn record(&self, s: usize, id: u8) -> RemoteAddr {
+        RemoteAddr::new(self.sites[s].node, self.sites[s].base + RECORD * id as u64)
+    }
+
+    fn need(&self) -> usize {
+        majority(self.nodes)
+    }
+
+    /// Ticks after an expiry before the id may be claimed again.
+    fn grace<C: Clock>(clock: &C) -> u64 {
+        clock.ticks(3 * MAX_SKEW_NS)
+    }
+
+    /// Claims an id (`want`), with `nonce` telling this claim from others
+    /// (a process id, a thread number: it need not be unique, only unlikely
+    /// to repeat with the same expiry). The id's record is then marked taken
+    /// with its predecessor's payload, which [`Held::resume`] gives.
+    pub async fn claim<M: Memory, C: Clock>(
+        &self,
+        mem: &M,
+        clock: &C,
+        want: Want,
+        nonce: u32,
+    ) -> Result<Held, LeaseError> {
+        if let Want::Id(id) = want
+            && (id == 0 || id > self.ids)
+        {
+            return Err(LeaseError::BadId { id, ids: self.ids });
+        }
+        let (grace, length) = (Self::grace(clock), clock.ticks(self.length_ns));
+        let nonce = (nonce as u64) & ((1 << (64 - EXPIRY_BITS)) - 1);
+        // Rounds: a contested id is skipped, and the table read again.
+        for _ in 0..4 {
+            let words = self.read_words(mem).await?;
+            let now = clock.now();
+            let free = |id: u8| {
+                let held = (0..self.sites.len())
+                    .filter(|&s| {
+                        words[s].is_some_and(|w| w[id as usize] != 0 && expiry_of(w[id as usize]) + grace >= now)
+                    })
+                    .count();
+                held + self.need() <= self.nodes
+            };
+            let mut tried = false;
+            for id in 1..=self.ids {
+                if want != Want::Any && want != Want::Id(id) || !free(id) {
+                    continue;
+                }
+                tried = true;
+                if let Some(held) = self.try_claim(mem, clock, id, &words, now, nonce, length).await? {
+                    return Ok(held);
+                }
+            }
+            if !tried {
+                return Err(match want {
+                    Want::Any => LeaseError::NoFreeId { ids: self.ids },
+                    Want::Id(id) => {
+                        let expiry = words.iter().flatten().map(|w| expiry_of(w[id as usize])).max().unwrap_or(0);
+                        let ticks = (expiry + grace).saturating_sub(now);
+                        LeaseError::Taken { id, free_in_ms: ticks * clock.tick_ns() / 1_000_000 }
+                    }
+                });
+            }
+        }
+        Err(match want {
+            Want::Any => LeaseError::NoFreeId { ids: self.ids },
+            Want::Id(id) => LeaseError::Taken { id, free_in_ms: 0 },
+        })
+    }
+
+    /// The lease words of every id on each site (`None`: no answer).
+    async fn read_words<M: Memory>(
+        &self,
+        mem: &M,
+    ) -> Result<heapless::Vec<Option<[u64; MAX_IDS as usize + 1]>, MAX_REPLICAS>, LeaseError> {
+        let len = (RECORD * (self.ids as u64 + 1)) as usize;
+        let reads = join_all(self.sites.iter().map(|s| mem.read(RemoteAddr::new(s.node, s.base), len)).collect()).await;
+        if reads.ok < self.need() {
+            return Err(LeaseError::NoQuorum);
+        }
+        Ok(reads
+            .results
+            .into_iter()
+            .map(|r| match r {
+                Some(Ok(b)) => {
+                    let mut w = [0u64; MAX_IDS as usize + 1];
+                    for (id, slot) in w.iter_mut().enumerate().skip(1).take(self.ids as usize) {
+                        *slot = word_at(&b, RECORD as usize * id).unwrap_or(u64::MAX);
+                    }
+                    Some(w)
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// One try at `id`: CAS from the words read to this claimer's on every
+    /// site where the id looked free, each with a read of the record after
+    /// it. `None` if the CAS won on no majority (what it won is given back).
+    #[allow(clippy::too_many_arguments)]
+    async fn try_claim<M: Memory, C: Clock>(
+        &self,
+        mem: &M,
+        clock: &C,
+        id: u8,
+        words: &[Option<[u64; MAX_IDS as usize + 1]>],
+        now: u64,
+        nonce: u64,
+        length: u64,
+    ) -> Result<Option<Held>, LeaseError> {
+        let grace = Self::grace(clock);
+        let expiry = now + length;
+        let mine = word(nonce, expiry);
+        let seen = |s: usize| words.get(s).copied().flatten().map(|w| w[id as usize]);
+        let is_free = |w: u64| w == 0 || expiry_of(w) + grace < now;
+        let tries: heapless::Vec<(usize, u64), MAX_REPLICAS> =
+            (0..self.sites.len()).filter_map(|s| seen(s).filter(|&w| is_free(w)).map(|w| (s, w))).collect();
+        let cas = join_all(
+            tries
+                .iter()
+                .map(|&(s, old)| {
+                    let at = self.record(s, id);
+                    async move {
+                        let ops = [
+                            Op::Cas { offset: at.offset, expected: old, new: mine },
+                            Op::Read { offset: at.offset + 8, len: BODY },
+                        ];
+                        mem.pipeline(at.node, &ops).await
+                    }
+                })
+                .collect(),
+        )
+        .await;
+        let mut held = [0u64; MAX_REPLICAS];
+        let (mut won, mut best, mut floor) = (0, None::<(u64, u64, [u64; 3])>, 0);
+        for (k, r) in cas.results.into_iter().enumerate() {
+            let (s, old) = tries[k];
+            let Some(Ok(out)) = r else { continue };
+            if out.first().and_then(OpOutput::cas) != Some(old) {
+                continue;
+            }
+            held[s] = mine;
+            won += 1;
+            if old != 0 {
+                floor = floor.max(expiry_of(old) + clock.ticks(2 * MAX_SKEW_NS));
+            }
+            if let Some(rec) = out.get(1).and_then(OpOutput::read).and_then(|b| decode(id, b))
+                && best.is_none_or(|b| rec.0 > b.0)
+            {
+                best = Some(rec);
+            }
+        }
+        if won < self.need() {
+            let back = join_all(
+                (0..self.sites.len())
+                    .filter(|&s| held[s] != 0)
+                    .map(|s| {
+                        let old = tries.iter().find(|t| t.0 == s).map_or(0, |t| t.1);
+                        mem.cas(self.record(s, id), mine, old)
+                    })
+                    .collect(),
+            )
+            .await;
+            let _ = back;
+            return Ok(None);
+        }
+        let (version, state, payload) = best.unwrap_or((0, 0, [0; 3]));
+        let state = match state {
+            RELEASED => Resumed::Released,
+            TAKEN => Resumed::Crashed,
+            _ => Resumed::Fresh,
+        };
+        let resume = Resume { state, payload, floor: if state == Resumed::Crashed { floor } else { 0 } };
+        let mut h = Held {
+            table: self.clone(),
+            id,
+            words: held,
+            nonce,
+            expiry,
+            length,
+            version: ((version >> 24) + 1) << 24,
+            resume,
+        };
+        h.write_record(mem, TAKEN, payload).await?;
+        Ok(Some(h))
+    }
+}
+
+impl Held {
+    /// How the id's previous holder left it.
+    pub fn resume(&self) -> Resume {
+        self.resume
+    }
+
+    /// When the lease expires, in ticks.
+    pub fn expiry(&self) -> u64 {
+        self.expiry
+    }
+
+    /// Whether half of the lease has passed at `now`: time to renew.
+    pub fn needs_renewal(&self, now: u64) -> bool {
+        now + self.length / 2 >= self.expiry
+    }
+
+    /// Renews the lease if half of it has passed at `now`.
+    pub async fn keep<M: Memory>(&mut self, mem: &M, now: u64) -> Result<(), LeaseError> {
+        if self.needs_renewal(now) {
+            return cold(|| self.renew(mem, now)).await;
+        }
+        Ok(())
+    }
+
+    /// Extends the lease to `now` plus its length, on a majority.
+    pub async fn renew<M: Memory>(&mut self, mem: &M, now: u64) -> Result<(), LeaseError> {
+        let t = &self.table;
+        let mine = word(self.nonce, now + self.length);
+        let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).filter(|&s| self.words[s] != 0).collect();
+        let done = join_all(sites.iter().map(|&s| mem.cas(t.record(s, self.id), self.words[s], mine)).collect()).await;
+        let mut kept = 0;
+        for (k, r) in done.results.into_iter().enumerate() {
+            let s = sites[k];
+            match r {
+                Some(Ok(prev)) if prev == self.words[s] => {
+                    self.words[s] = mine;
+                    kept += 1;
+                }
+                // Replaced: the id went to another client on this site.
+                Some(Ok(_)) => self.words[s] = 0,
+                // No answer: the site keeps the word it had, maybe renewed.
+                _ => {}
+            }
+        }
+        if kept < t.need() {
+            return Err(LeaseError::Lost { id: self.id });
+        }
+        self.expiry = now + self.length;
+        Ok(())
+    }
+
+    /// Records `payload` as taken: from now on this holder may go beyond
+    /// it. Written to a majority before it returns.
+    pub async fn record<M: Memory>(&mut self, mem: &M, payload: [u64; 3]) -> Result<(), LeaseError> {
+        self.write_record(mem, TAKEN, payload).await
+    }
+
+    async fn write_record<M: Memory>(&mut self, mem: &M, state: u64, payload: [u64; 3]) -> Result<(), LeaseError> {
+        self.version += 1;
+        let t = &self.table;
+        let body = encode(self.id, self.version, state, payload);
+        let writes = join_all(
+            (0..t.sites.len())
+                .map(|s| {
+                    let at = t.record(s, self.id);
+                    mem.write(RemoteAddr::new(at.node, at.offset + 8), &body)
+                })
+                .collect(),
+        )
+        .await;
+        if writes.ok < t.need() {
+            return Err(LeaseError::NoQuorum);
+        }
+        Ok(())
+    }
+
+    /// Gives the id back: `payload` recorded as where this holder stopped,
+    /// then its lease words cleared, each after the record on its node.
+    pub async fn release<M: Memory>(mut self, mem: &M, payload: [u64; 3]) -> Result<(), LeaseError> {
+        self.version += 1;
+        let t = &self.table;
+        let body = encode(self.id, self.version, RELEASED, payload);
+        let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).collect();
+        let done = join_all(
+            sites
+                .iter()
+                .map(|&s| {
+                    let at = t.record(s, self.id);
+                    let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+                    let _ = ops.push(Op::Write { offset: at.offset + 8, data: &body });
+                    if self.words[s] != 0 {
+                        let _ = ops.push(Op::Cas { offset: at.offset, expected: self.words[s], new: 0 });
+                    }
+                    async move { mem.pipeline(at.node, &ops).await }
+                })
+                .collect(),
+        )
+        .await;
+        if done.ok < t.need() {
+            return Err(LeaseError::NoQuorum);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests;

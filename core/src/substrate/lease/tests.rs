@@ -1,0 +1,186 @@
+use alloc::rc::Rc;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+
+use super::*;
+use crate::check::{SimClock, clock};
+use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+
+const NODES: [NodeId; 3] = [NodeId(0), NodeId(1), NodeId(2)];
+/// Lease length of these tests: 1 ms of virtual time.
+const LENGTH_NS: u64 = 1_000_000;
+/// Past a lease's expiry and its grace.
+const AFTER_GRACE_NS: u64 = LENGTH_NS + 3 * MAX_SKEW_NS + 1_000_000;
+
+fn sim(seed: u64) -> Sim {
+    let mut sim = Sim::new(SimConfig { seed, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+    let admin = sim.client();
+    sim.block_on(async move {
+        for n in NODES {
+            Region::format(&admin, n, 1 << 20, 16 << 10).await.unwrap();
+            format(&admin, n, 8, LENGTH_NS).await.unwrap();
+        }
+    })
+    .unwrap();
+    sim
+}
+
+async fn table(mem: &SimMemory) -> LeaseTable {
+    LeaseTable::open(mem, &NODES).await.unwrap()
+}
+
+fn clk(mem: &SimMemory) -> SimClock {
+    clock(mem, 0)
+}
+
+/// What a holder records is what the next holder resumes: nothing for a
+/// fresh id; the released payload; after a crash, the last recorded one,
+/// marked crashed, with a floor above the crashed holder's times.
+#[test]
+fn the_next_holder_resumes_what_the_last_one_left() {
+    let mut sim = sim(1);
+    let mem = sim.client();
+    let out = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let a = t.claim(&mem, &c, Want::Any, 1).await.unwrap();
+            let first = (a.id, a.resume());
+            a.release(&mem, [1, 2, 3]).await.unwrap();
+            let mut b = t.claim(&mem, &c, Want::Any, 2).await.unwrap();
+            let released = (b.id, b.resume());
+            b.record(&mem, [4, 5, 6]).await.unwrap();
+            let expiry = b.expiry();
+            // b stops without releasing: the id is held until its lease and
+            // the grace have passed.
+            let held = t.claim(&mem, &c, Want::Id(b.id), 3).await.unwrap_err();
+            let other = t.claim(&mem, &c, Want::Any, 3).await.unwrap();
+            mem.sleep(AFTER_GRACE_NS).await;
+            let d = t.claim(&mem, &c, Want::Id(b.id), 4).await.unwrap();
+            (first, released, held, other.id, d.resume(), expiry)
+        })
+        .unwrap();
+    let ((id, fresh), (id2, released), held, other, crashed, expiry) = out;
+    assert_eq!((id, fresh.state), (1, Resumed::Fresh), "the lowest free id, never held");
+    assert_eq!((id2, released.state, released.payload), (1, Resumed::Released, [1, 2, 3]));
+    assert!(matches!(held, LeaseError::Taken { id: 1, free_in_ms } if free_in_ms >= 3_000), "{held:?}");
+    assert_eq!(other, 2, "another id meanwhile");
+    assert_eq!((crashed.state, crashed.payload), (Resumed::Crashed, [4, 5, 6]));
+    assert!(crashed.floor > expiry, "the floor is above the crashed holder's times");
+}
+
+/// Clients that claim at once: each gets its own id, and of those that ask
+/// for the same id exactly one gets it.
+#[test]
+fn concurrent_claims_never_share_an_id() {
+    for seed in 0..40 {
+        let mut sim = sim(seed);
+        let got = Rc::new(RefCell::new(Vec::new()));
+        for i in 0..6u32 {
+            let m = sim.client();
+            let got = got.clone();
+            sim.spawn(&m.clone(), async move {
+                m.sleep(m.random(0, 3_000)).await;
+                let t = table(&m).await;
+                let want = if i % 2 == 0 { Want::Id(5) } else { Want::Any };
+                let r = t.claim(&m, &clk(&m), want, i).await;
+                got.borrow_mut().push((want, r.map(|h| h.id)));
+            });
+        }
+        sim.run().unwrap();
+        let got = got.borrow();
+        let ids: Vec<u8> = got.iter().filter_map(|(_, r)| r.as_ref().ok().copied()).collect();
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "seed {seed}: an id given twice: {got:?}");
+        let fives = got.iter().filter(|(w, r)| *w == Want::Id(5) && r.is_ok()).count();
+        assert!(fives <= 1, "seed {seed}: {got:?}");
+        let any_failed = got.iter().any(|(w, r)| *w == Want::Any && r.is_err());
+        assert!(!any_failed, "seed {seed}: a claim of any id failed with ids free: {got:?}");
+        for (w, r) in got.iter() {
+            if let (Want::Id(5), Err(e)) = (w, r) {
+                assert!(matches!(e, LeaseError::Taken { id: 5, .. }), "seed {seed}: {e:?}");
+            }
+        }
+    }
+}
+
+/// A holder that stops renewing loses its id to a later claim; renewing
+/// then says so. One that renews keeps it.
+#[test]
+fn a_lapsed_lease_is_lost_and_a_renewed_one_kept() {
+    let mut sim = sim(2);
+    let mem = sim.client();
+    let (kept, lost) = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let mut a = t.claim(&mem, &c, Want::Id(3), 1).await.unwrap();
+            for _ in 0..10 {
+                mem.sleep(LENGTH_NS / 3).await;
+                a.keep(&mem, c.now()).await.unwrap();
+            }
+            let kept = t.claim(&mem, &c, Want::Id(3), 2).await.err();
+            mem.sleep(AFTER_GRACE_NS).await;
+            let _b = t.claim(&mem, &c, Want::Id(3), 2).await.unwrap();
+            (kept, a.renew(&mem, c.now()).await)
+        })
+        .unwrap();
+    assert!(matches!(kept, Some(LeaseError::Taken { id: 3, .. })), "{kept:?}");
+    assert_eq!(lost, Err(LeaseError::Lost { id: 3 }));
+}
+
+/// A crashed minority of the table's nodes changes nothing; a crashed
+/// majority is an error, not a hang.
+#[test]
+fn a_minority_of_nodes_may_be_down() {
+    let mut sim = sim(3);
+    sim.crash_node_at(2, 0, CrashMode::Hang);
+    let mem = sim.client();
+    let (one_down, released) = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let a = t.claim(&mem, &c, Want::Any, 1).await.unwrap();
+            let id = a.id;
+            a.release(&mem, [7, 7, 7]).await.unwrap();
+            let b = t.claim(&mem, &c, Want::Any, 2).await.unwrap();
+            (id, (b.id, b.resume().payload))
+        })
+        .unwrap();
+    assert_eq!((one_down, released), (1, (1, [7, 7, 7])));
+    let mut sim = self::sim(4);
+    sim.crash_node_at(1, 0, CrashMode::FailFast);
+    sim.crash_node_at(2, 0, CrashMode::FailFast);
+    let mem = sim.client();
+    let err = sim.block_on(async move { LeaseTable::open(&mem, &NODES).await.err() }).unwrap();
+    assert_eq!(err, Some(LeaseError::NoQuorum));
+}
+
+/// Damaged tables are errors; a damaged record counts as absent.
+#[test]
+fn damaged_tables_are_errors() {
+    let mut sim = sim(5);
+    let mem = sim.client();
+    let (header, resumed) = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let a = t.claim(&mem, &c, Want::Id(2), 1).await.unwrap();
+            a.release(&mem, [9, 9, 9]).await.unwrap();
+            // Record 2's body garbled on one node: the others still say it.
+            let base = Region::read_root(&mem, NodeId(0), roots::LEASES).await.unwrap();
+            mem.write(RemoteAddr::new(NodeId(0), base + 2 * RECORD + 16), &[0xee; 8]).await.unwrap();
+            let b = t.claim(&mem, &c, Want::Id(2), 2).await.unwrap();
+            // Every header garbled.
+            for n in NODES {
+                let base = Region::read_root(&mem, n, roots::LEASES).await.unwrap();
+                mem.write(RemoteAddr::new(n, base + 8), &[0xff; 8]).await.unwrap();
+            }
+            (LeaseTable::open(&mem, &NODES).await.err(), b.resume())
+        })
+        .unwrap();
+    assert!(matches!(header, Some(LeaseError::Corrupt { what: "bad header", .. })), "{header:?}");
+    assert_eq!((resumed.state, resumed.payload), (Resumed::Released, [9, 9, 9]));
+}

@@ -1,0 +1,166 @@
+use super::*;
+use crate::sim::{Sim, SimConfig, SimMemory};
+
+const NODES: [NodeId; 3] = [NodeId(0), NodeId(1), NodeId(2)];
+
+fn geo() -> LogGeometry {
+    LogGeometry::new(64, 16 << 10, 4).unwrap()
+}
+
+async fn setup(mem: &SimMemory, nodes: &[NodeId]) {
+    for &n in nodes {
+        Region::format(mem, n, 1 << 20, 16 << 10).await.unwrap();
+        format(mem, n, geo()).await.unwrap();
+    }
+}
+
+fn place(segment: u32, slot: u32, start: u64) -> Place {
+    Place { segment, slot, start }
+}
+
+/// The synchronous lookup a write takes first agrees with `entries`, and
+/// answers only what the client already knows.
+#[test]
+fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
+    let mut sim = Sim::new(SimConfig { seed: 3, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+    let mem = sim.client();
+    let out = sim
+        .block_on(async move {
+            setup(&mem, &NODES).await;
+            let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+            let cached = |logs: &Logs, client, p| {
+                let mut out = heapless::Vec::new();
+                logs.cached_entries(&NODES, client, p, &mut out).then_some(out)
+            };
+            let unknown = cached(&logs, 5, place(1, 3, 10));
+            let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(&mut slab)).await;
+            let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> = made.into_iter().map(|e| e.unwrap().unwrap()).collect();
+            let same_segment = cached(&logs, 5, place(1, 4, 10));
+            let next_segment = cached(&logs, 5, place(2, 0, 20));
+            let other_client = cached(&logs, 6, place(1, 3, 10));
+            let beyond = cached(&logs, 5, place(1, geo().per_segment as u32, 10));
+            (unknown, made, cached(&logs, 5, place(1, 3, 10)), same_segment, next_segment, other_client, beyond)
+        })
+        .unwrap();
+    let (unknown, made, cached, same_segment, next_segment, other_client, beyond) = out;
+    assert_eq!(unknown, None, "nothing is known before the first lookup");
+    assert_eq!(cached.as_ref(), Some(&made), "the cache gives what entries made");
+    let next: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
+        made.iter().map(|a| RemoteAddr::new(a.node, a.offset + geo().entry_size)).collect();
+    assert_eq!(same_segment, Some(next), "the next entry of a known segment");
+    assert_eq!((next_segment, other_client, beyond), (None, None, None));
+}
+
+/// A write's entry is found by its time: `locate` gives the segment that
+/// started last at or before it, on a node the write reached; another
+/// client's guess from a stale view names a different entry, whose header
+/// says so.
+#[test]
+fn entries_are_found_by_time_and_checked_by_header() {
+    let mut sim = Sim::new(SimConfig { seed: 7, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+    let mem = sim.client();
+    let out = sim
+        .block_on(async move {
+            setup(&mem, &NODES).await;
+            let (mut writer, mut slab) = (Logs::new(), SlabAllocator::new());
+            // Segment 0 from time 10, segment 1 from time 50, on node 0.
+            let (w0, w1) = (Meta::new(12, 2, 5), Meta::new(55, 2, 5));
+            for (m, p) in [(w0, place(0, 2, 10)), (w1, place(1, 2, 50))] {
+                let e = writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab)).await[0].unwrap().unwrap();
+                let header = EntryHeader::of(m, b"v");
+                mem.write(RemoteAddr::new(e.node, e.offset + 8), &header.encode()).await.unwrap();
+            }
+            let mut reader = Logs::new();
+            let before = reader.guess(NodeId(0), w1);
+            let l0 = reader.locate(&mem, NodeId(0), w0).await.unwrap().unwrap();
+            let l1 = reader.locate(&mem, NodeId(0), w1).await.unwrap().unwrap();
+            let early = reader.locate(&mem, NodeId(0), Meta::new(5, 2, 5)).await.unwrap();
+            let elsewhere = reader.locate(&mem, NodeId(1), w1).await.unwrap();
+            let read = async |at: RemoteAddr| {
+                EntryHeader::decode(&mem.read(RemoteAddr::new(at.node, at.offset + 8), 32).await.unwrap()).unwrap()
+            };
+            let (h0, h1) = (read(l0.0).await, read(l1.0).await);
+            (before, l0.1, l1.1, early, elsewhere, h0.holds(w0), h1.holds(w1), h1.holds(w0))
+        })
+        .unwrap();
+    let (before, p0, p1, early, elsewhere, holds0, holds1, cross) = out;
+    assert_eq!(before, None, "a reader knows no segment before it looks");
+    assert_eq!((p0, p1), (place(0, 2, 10), place(1, 2, 50)));
+    assert_eq!(early, None, "no segment that early");
+    assert_eq!(elsewhere, None, "node 1 holds no segment of client 5");
+    assert!(holds0 && holds1 && !cross);
+}
+
+/// A header names its write, whatever its flag; its checksum catches a
+/// torn or garbled value.
+#[test]
+fn headers_name_their_write_and_check_their_value() {
+    let w = Meta::new(9, 3, 2);
+    let h = EntryHeader::of(w.verify(), b"value");
+    let back = EntryHeader::decode(&h.encode()).unwrap();
+    assert_eq!(back, h);
+    assert!(h.holds(w) && h.holds(w.verify()));
+    assert!(!h.holds(Meta::new(9, 3, 3)) && !h.holds(Meta::new(10, 3, 2)) && !h.holds(Meta::BOTTOM));
+    assert!(h.checks(b"value"));
+    assert!(!h.checks(b"valuf") && !h.checks(b"valu"));
+    assert!(EntryHeader::decode(&[0; ENTRY_ID_BYTES - 1]).is_none());
+}
+
+/// Directory words no client wrote give `Corrupt` errors: never an
+/// overflow (a panic in debug builds) or an address that wrapped.
+#[test]
+fn corrupt_directories_are_errors() {
+    let mut sim = Sim::new(SimConfig { seed: 4, nodes: 2, node_size: 1 << 20, ..SimConfig::default() });
+    let mem = sim.client();
+    let (huge_entries, wrapping_segment, disorder) = sim
+        .block_on(async move {
+            setup(&mem, &NODES[..2]).await;
+            let word = async |node, off: u64, value: u64| {
+                let base = Region::read_root(&mem, node, roots::LOG_DIR).await.unwrap();
+                mem.write(RemoteAddr::new(node, base + off), &value.to_le_bytes()).await.unwrap();
+            };
+            // Node 0: an entry size no geometry has.
+            word(NodeId(0), 8, 1 << 62).await;
+            // Node 1: client 5's first segment at the end of the address space.
+            word(NodeId(1), geo().descriptor(5, 0), 1).await;
+            word(NodeId(1), geo().descriptor(5, 0) + 8, u64::MAX - 64).await;
+            let mut logs = Logs::new();
+            let m = Meta::new(3, 1, 5);
+            let a = logs.locate(&mem, NodeId(0), m).await;
+            let b = logs.locate(&mem, NodeId(1), m).await;
+            // Client 6: segment 1 starts before segment 0.
+            for (s, start) in [(0, 100), (1, 50)] {
+                word(NodeId(1), geo().descriptor(6, s), start).await;
+                word(NodeId(1), geo().descriptor(6, s) + 8, 8192).await;
+            }
+            (a, b, logs.locate(&mem, NodeId(1), Meta::new(120, 1, 6)).await)
+        })
+        .unwrap();
+    assert!(matches!(huge_entries, Err(LogError::Corrupt { what: "impossible geometry", .. })), "{huge_entries:?}");
+    let beyond = Err(LogError::Corrupt { node: NodeId(1), what: "segment beyond the address space" });
+    assert_eq!(wrapping_segment, beyond);
+    assert!(matches!(disorder, Err(LogError::Corrupt { what: "segments out of time order", .. })), "{disorder:?}");
+}
+
+/// Two processes that create one segment on a node at once agree on it.
+#[test]
+fn concurrent_creations_agree() {
+    let mut sim = Sim::new(SimConfig { seed: 11, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+    let admin = sim.client();
+    sim.block_on(async move { setup(&admin, &NODES).await }).unwrap();
+    let found = alloc::rc::Rc::new(core::cell::RefCell::new(alloc::vec::Vec::new()));
+    for _ in 0..3 {
+        let m = sim.client();
+        let found = found.clone();
+        sim.spawn(&m.clone(), async move {
+            let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+            let got = logs.entries(&m, &NODES, 9, place(0, 1, 7), Some(&mut slab)).await;
+            let got: alloc::vec::Vec<RemoteAddr> = got.into_iter().map(|e| e.unwrap().unwrap()).collect();
+            found.borrow_mut().push(got);
+        });
+    }
+    sim.run().unwrap();
+    let found = found.borrow();
+    assert_eq!(found.len(), 3);
+    assert!(found.iter().all(|f| *f == found[0]), "{found:?}");
+}
