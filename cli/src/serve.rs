@@ -31,7 +31,7 @@ use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::msg::MsgError;
 use swarm_core::substrate::msg::area::Geometry;
 use swarm_core::substrate::msg::rpc::{Channel, method};
-use swarm_core::substrate::msg::server::{self, Bare, Stats, ThreadShell};
+use swarm_core::substrate::msg::server::{self, Bare, Shell, Stats, ThreadShell};
 use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
@@ -186,10 +186,11 @@ fn serve_on<M: Memory>(mem: M, node: NodeId, place: &str, shell: &ThreadShell) -
         Err(e) => return Err(format!("{place}: cannot read the store's configuration: {e}")),
     };
     let role = store.as_ref().map_or_else(|| "bare (ping, stats)".to_string(), |c| format!("{}'s server", c.system));
-    println!("serving {node} of {place} as {role}; SIGINT or SIGTERM stops it");
+    let shell =
+        Announcing { inner: shell, line: format!("serving {node} of {place} as {role}; SIGINT or SIGTERM stops it") };
     let served = match &store {
-        Some(cfg) => block_on(systems::serve(mem, node, cfg, shell)),
-        None => block_on(server::serve(mem, node, Geometry::default(), Bare, shell)),
+        Some(cfg) => block_on(systems::serve(mem, node, cfg, &shell)),
+        None => block_on(server::serve(mem, node, Geometry::default(), Bare, &shell)),
     };
     let stats = served.map_err(|e| format!("the server beside {node} stopped: {e}"))?;
     println!(
@@ -201,6 +202,27 @@ fn serve_on<M: Memory>(mem: M, node: NodeId, place: &str, shell: &ThreadShell) -
         stats.resets
     );
     Ok(())
+}
+
+/// A thread's shell that prints its line once the server can be called
+/// (tests and scripts wait for it before they start clients).
+struct Announcing<'a> {
+    inner: &'a ThreadShell,
+    line: String,
+}
+
+impl Shell for Announcing<'_> {
+    fn stopped(&self) -> bool {
+        self.inner.stopped()
+    }
+
+    async fn idle(&self, idle: u32) {
+        self.inner.idle(idle).await
+    }
+
+    fn started(&self) {
+        println!("{}", self.line);
+    }
 }
 
 /// `swarm rpc`.

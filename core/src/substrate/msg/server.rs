@@ -88,6 +88,10 @@ pub trait Shell {
     /// Waits a little: nothing came in the last `idle` passes (0 after a
     /// pass that served something).
     fn idle(&self, idle: u32) -> impl Future<Output = ()>;
+
+    /// The server's area exists and clients may call from now on (a shell
+    /// that announces the server does it here, not before).
+    fn started(&self) {}
 }
 
 /// A server's counters (method [`method::STATS`] answers them, in this
@@ -276,6 +280,7 @@ pub async fn serve<M: Memory, S: Service, H: Shell>(
     shell: &H,
 ) -> Result<Stats, MsgError> {
     let mut server = Server::start(mem, node, geo, service).await?;
+    shell.started();
     server.run(shell).await?;
     Ok(server.stats())
 }
