@@ -120,8 +120,9 @@ impl CxlCluster {
     ///
     /// Each path is a device-dax instance (its used part is zeroed: a
     /// second or so per GiB; one that holds a cluster is refused), an
-    /// empty file, or a path that does not exist (a file is created, mode
-    /// 0600). The nodes are divided evenly among the paths. `node_size` must
+    /// empty file of this user's that no one else may reach (mode 0600),
+    /// or a path that does not exist (a file is created, mode 0600). The
+    /// nodes are divided evenly among the paths. `node_size` must
     /// be a positive multiple of the page size (4 KiB) and of every device's
     /// alignment. On failure the files it created are removed.
     pub fn create(
@@ -188,7 +189,8 @@ impl CxlCluster {
     }
 
     /// Opens and maps the cluster that [`create`](Self::create) made on
-    /// `paths` (the same paths, in the same order), checking every header.
+    /// `paths` (the same paths, in the same order), checking every header,
+    /// and that every file is this user's alone.
     pub fn open(paths: &[impl AsRef<Path>], config: &CxlConfig) -> Result<CxlCluster, CxlError> {
         if paths.is_empty() {
             return Err(CxlError::Config("no device or file given".into()));

@@ -96,7 +96,9 @@ pub(crate) fn default_sysfs() -> PathBuf {
 
 /// Opens `path` for reading and writing and finds out what it is. With
 /// `create`, a path that does not exist becomes a new regular file (mode
-/// 0600, empty).
+/// 0600, empty). A regular file must be this user's alone
+/// ([`swarm_mapped::check_private`]: another user's, or one that group or
+/// others may reach, is refused); a device-dax device is not checked.
 pub(crate) fn open(path: &Path, create: bool, sysfs: &Path) -> Result<Target, CxlError> {
     let mut opts = OpenOptions::new();
     opts.read(true).write(true);
@@ -125,6 +127,8 @@ pub(crate) fn open(path: &Path, create: bool, sysfs: &Path) -> Result<Target, Cx
     if !ft.is_file() {
         return Err(CxlError::invalid(path, "is neither a device-dax character device nor a regular file"));
     }
+    // A file must be ours alone (devices are root's, shared with a group, by design).
+    swarm_mapped::check_private(&meta).map_err(|r| CxlError::invalid(path, r))?;
     Ok(Target { path: path.to_path_buf(), file, dax: None, size: meta.len() })
 }
 

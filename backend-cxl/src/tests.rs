@@ -236,6 +236,17 @@ fn err_of(r: Result<CxlCluster, CxlError>) -> CxlError {
     r.expect_err("expected an error")
 }
 
+/// Writes `bytes` to a new file `path` of mode 0600 (this user's alone, as
+/// the backend requires of any file it opens).
+fn write_private(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap();
+    chmod(path, 0o600);
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
 #[test]
 fn setup_errors_name_the_path_and_the_cause() {
     let s = Scratch::new("/dev/shm", "errors");
@@ -255,13 +266,13 @@ fn setup_errors_name_the_path_and_the_cause() {
     assert!(!s.path("a").exists(), "nothing is left behind");
 
     // A file that holds something else, or too little.
-    std::fs::write(s.path("data"), b"precious").unwrap();
+    write_private(&s.path("data"), b"precious");
     let e = err_of(CxlCluster::create(&[s.path("data")], 1, NODE_SIZE, &cfg));
     assert!(matches!(e, CxlError::AlreadyExists { .. }) && e.to_string().contains("remove it first"), "{e}");
     assert_eq!(std::fs::read(s.path("data")).unwrap(), b"precious", "not overwritten");
     let e = err_of(CxlCluster::open(&[s.path("data")], &cfg));
     assert!(e.to_string().contains("holds no cluster (only 8 bytes)"), "{e}");
-    std::fs::write(s.path("zeros"), vec![0u8; 8192]).unwrap();
+    write_private(&s.path("zeros"), &[0u8; 8192]);
     let e = err_of(CxlCluster::open(&[s.path("zeros")], &cfg));
     assert!(e.to_string().contains("no SWARMCXL header"), "{e}");
     let e = CxlCluster::remove(&[s.path("zeros")], &cfg).unwrap_err();
@@ -284,6 +295,42 @@ fn setup_errors_name_the_path_and_the_cause() {
     assert!(e.to_string().contains("is a directory, not a device-dax"), "{e}");
     let e = err_of(CxlCluster::open(&["/dev/null"], &cfg));
     assert!(e.to_string().contains("not a device-dax instance"), "{e}");
+}
+
+/// A file that others may reach, or that another user owns (tried as
+/// root, who would otherwise use anything), is refused by `create` and
+/// `open` alike, before anything is mapped; a device is not checked (it is
+/// root's and a group's by design: `device_dax_geometry_comes_from_sysfs`).
+#[test]
+fn files_that_are_not_ours_alone_are_refused() {
+    let s = Scratch::new("/dev/shm", "owner");
+    let cfg = CxlConfig::default();
+    // Someone made an empty file, writable by all, where a cluster will go.
+    let planted = s.path("planted");
+    std::fs::write(&planted, b"").unwrap();
+    chmod(&planted, 0o666);
+    let e = err_of(CxlCluster::create(&[&planted], 1, NODE_SIZE, &cfg));
+    let text = e.to_string();
+    assert!(matches!(e, CxlError::Invalid { .. }), "{e:?}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with(&format!("{}: file mode is 666", planted.display())), "{text}");
+    assert_eq!(std::fs::metadata(&planted).unwrap().len(), 0, "nothing written to it");
+    // A cluster's own file, opened to others afterwards.
+    let pool = s.path("pool");
+    drop(CxlCluster::create(&[&pool], 2, NODE_SIZE, &cfg).unwrap());
+    for mode in [0o644, 0o640, 0o604, 0o620] {
+        chmod(&pool, mode);
+        let e = err_of(CxlCluster::open(&[&pool], &cfg)).to_string();
+        assert!(e.starts_with(&format!("{}: file mode is {mode:o}; a cluster's must be 600", pool.display())), "{e}");
+    }
+    chmod(&pool, 0o600);
+    assert!(CxlCluster::open(&[&pool], &cfg).is_ok());
+    // Another user's file (the owner check itself is `swarm_mapped::private`'s test).
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&s.0).unwrap()) == 0 {
+        std::os::unix::fs::chown(&pool, Some(4_000_000_001), None).unwrap();
+        let e = err_of(CxlCluster::open(&[&pool], &cfg)).to_string();
+        assert!(e.contains("owned by uid 4000000001, not by you (uid 0); refusing to use a cluster"), "{e}");
+    }
 }
 
 #[test]

@@ -21,6 +21,13 @@
 //! truncated behind the backend's back would make accesses to the missing
 //! part fault (SIGBUS), which the private directory rules out for everyone
 //! but the owner.
+//!
+//! A cluster must be ours: [`open`](ShmCluster::open) refuses a directory
+//! or file that another user owns or that group or others may reach
+//! ([`swarm_mapped::check_private`]), as ssh refuses a key file, so that a
+//! directory someone else made under a cluster's name (`/dev/shm` is open
+//! to all) is never filled with data they can read; and
+//! [`create`](ShmCluster::create) makes a new directory or fails.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -114,7 +121,7 @@ mod files {
     use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 
-    use swarm_mapped::{Control, MAX_NODES, Words, check_config, control_bytes};
+    use swarm_mapped::{Control, MAX_NODES, Words, check_config, check_private, control_bytes};
 
     use super::*;
 
@@ -159,18 +166,16 @@ mod files {
         }
 
         /// Opens and maps the cluster that [`create`](Self::create) made in
-        /// `dir`, checking its permissions, its control file and the size of
-        /// every node file.
+        /// `dir`, checking that the directory and its files are this user's
+        /// alone (owner and mode, see the module's documentation), its
+        /// control file and the size of every node file.
         pub fn open(dir: impl AsRef<Path>) -> Result<ShmCluster, ShmError> {
             let dir = dir.as_ref();
             let meta = fs::metadata(dir).map_err(|e| ShmError::io(dir, "open directory", e))?;
             if !meta.is_dir() {
                 return Err(ShmError::invalid(dir, "not a directory"));
             }
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(ShmError::invalid(dir, format!("directory mode is {mode:o}; a cluster's must be 700")));
-            }
+            check_private(&meta).map_err(|r| ShmError::invalid(dir, r))?;
             let control_path = dir.join(CONTROL);
             let control_len = usize::try_from(file_len(&control_path)?).unwrap_or(usize::MAX);
             if control_len == 0 || !control_len.is_multiple_of(8) || control_len > control_bytes(MAX_NODES) {
@@ -246,12 +251,15 @@ mod files {
         map(path, &file, bytes)
     }
 
-    /// Maps the existing file `path`, whose length was checked to be `bytes`.
+    /// Maps the existing file `path`, whose length was checked to be
+    /// `bytes`, if it is this user's alone.
     fn map_existing(path: &Path, bytes: usize) -> Result<Words, ShmError> {
         let file =
             OpenOptions::new().read(true).write(true).open(path).map_err(|e| ShmError::io(path, "open file", e))?;
-        // Checked again on the open file: the path might have been replaced.
-        let len = file.metadata().map_err(|e| ShmError::io(path, "stat file", e))?.len();
+        // Checked on the open file: the path might have been replaced.
+        let meta = file.metadata().map_err(|e| ShmError::io(path, "stat file", e))?;
+        check_private(&meta).map_err(|r| ShmError::invalid(path, r))?;
+        let len = meta.len();
         if len != bytes as u64 {
             return Err(ShmError::invalid(path, format!("is {len} bytes, expected {bytes}")));
         }

@@ -140,6 +140,98 @@ mod shared {
         assert!(open_err(&dir.0).contains("control"));
     }
 
+    /// Whether this process runs as root, who may give files away (and
+    /// whom modes do not stop, which is why the owner must be checked).
+    fn root() -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let probe = TempDir::new("probe");
+        fs::create_dir(&probe.0).unwrap();
+        fs::metadata(&probe.0).unwrap().uid() == 0
+    }
+
+    /// A uid that no one has.
+    const STRANGER: u32 = 4_000_000_001;
+
+    /// A cluster is used only if it is ours alone: its directory, control
+    /// file and node files owned by this user and reachable by no one else.
+    #[test]
+    fn open_refuses_what_others_can_reach_or_own() {
+        let dir = TempDir::new("owner");
+        drop(ShmCluster::create(&dir.0, 2, 4096).unwrap());
+        let shown = dir.0.display().to_string();
+
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
+        let e = open_err(&dir.0);
+        assert!(
+            e.starts_with(&format!("{shown}: not a usable cluster: directory mode is 755; a cluster's must be 700"))
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o700)).unwrap();
+
+        for f in ["node-1", "control"] {
+            let file = dir.0.join(f);
+            for m in [0o644, 0o660, 0o606] {
+                fs::set_permissions(&file, fs::Permissions::from_mode(m)).unwrap();
+                let e = open_err(&dir.0);
+                let want =
+                    format!("{}: not a usable cluster: file mode is {m:o}; a cluster's must be 600", file.display());
+                assert!(e.starts_with(&want), "{e}");
+            }
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        assert!(ShmCluster::open(&dir.0).is_ok());
+
+        if !root() {
+            println!("not root: cannot give files away; the owner check is swarm_mapped::private's test");
+            return;
+        }
+        for f in [None, Some("node-0"), Some("control")] {
+            let path = f.map_or_else(|| dir.0.clone(), |f| dir.0.join(f));
+            std::os::unix::fs::chown(&path, Some(STRANGER), None).unwrap();
+            let e = open_err(&dir.0);
+            let want = format!(
+                "{}: not a usable cluster: owned by uid {STRANGER}, not by you (uid 0); \
+                 refusing to use a cluster someone else can control",
+                path.display()
+            );
+            assert_eq!(e, want);
+            std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+        }
+        assert!(ShmCluster::open(&dir.0).is_ok());
+    }
+
+    fn create_err(dir: &Path) -> String {
+        match ShmCluster::create(dir, 1, 4096) {
+            Ok(_) => panic!("{} created", dir.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// `create` never adopts what is already there: a directory someone
+    /// made under the cluster's name, a file, a symbolic link.
+    #[test]
+    fn create_refuses_any_existing_path() {
+        let dir = TempDir::new("planted");
+        fs::create_dir(&dir.0).unwrap();
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = create_err(&dir.0);
+        assert!(e.starts_with(&format!("{}: cannot create directory: ", dir.0.display())), "{e}");
+        assert_eq!(fs::read_dir(&dir.0).unwrap().count(), 0, "nothing made in it");
+        assert_eq!(mode(&dir.0), 0o777, "its mode left alone");
+        fs::remove_dir(&dir.0).unwrap();
+
+        fs::write(&dir.0, b"").unwrap();
+        assert!(create_err(&dir.0).contains("cannot create directory"));
+        fs::remove_file(&dir.0).unwrap();
+
+        let target = TempDir::new("target");
+        fs::create_dir(&target.0).unwrap();
+        std::os::unix::fs::symlink(&target.0, &dir.0).unwrap();
+        assert!(create_err(&dir.0).contains("cannot create directory"));
+        assert_eq!(fs::read_dir(&target.0).unwrap().count(), 0, "nothing made through the link");
+        fs::remove_file(&dir.0).unwrap();
+    }
+
     #[test]
     fn remove_refuses_foreign_files() {
         let dir = TempDir::new("remove");

@@ -50,8 +50,24 @@ pub fn log_geometry(size: u64, chunk: u64, max_value: u64) -> Result<LogGeometry
     })
 }
 
-/// Formats every node of `mem`'s memory: region header, then log directory.
+/// Formats every node of `mem`'s memory: region header (with zeros over
+/// the rest of the region, whatever an earlier run left there), then log
+/// directory.
 pub async fn format_nodes<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeometry) -> Result<(), String> {
+    format_each(mem, size, chunk, geo, false).await
+}
+
+/// [`format_nodes`] of nodes that their backend has just created zeroed
+/// (`ShmCluster::create`, `CxlCluster::create`): only the headers and log
+/// directories are written ([`Region::format_fresh`]), so that the node
+/// files of a new shm cluster stay sparse (RAM is taken as the store
+/// grows) and a device is not zeroed twice.
+pub async fn format_new_nodes<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeometry) -> Result<(), String> {
+    format_each(mem, size, chunk, geo, true).await
+}
+
+/// [`format_nodes`], or [`format_new_nodes`] if `fresh`.
+async fn format_each<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeometry, fresh: bool) -> Result<(), String> {
     let too_small = || {
         format!(
             "nodes of {} are too small for chunks of {} and their writer-log directory",
@@ -61,7 +77,12 @@ pub async fn format_nodes<M: Memory>(mem: &M, size: u64, chunk: u64, geo: LogGeo
     };
     for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
-        Region::format(mem, node, size, chunk).await.map_err(|e| match e {
+        let region = if fresh {
+            Region::format_fresh(mem, node, size, chunk).await
+        } else {
+            Region::format(mem, node, size, chunk).await
+        };
+        region.map_err(|e| match e {
             RegionError::BadLayout(_) => too_small(),
             e => format!("cannot format {node}: {e}"),
         })?;
@@ -131,7 +152,7 @@ fn create_shm(a: &CreateArgs, dir: &Path, geo: LogGeometry) -> Result<String, St
     }
     check_free_space(parent_of(dir), a.nodes as u64, a.size)?;
     let cluster = ShmCluster::create(dir, a.nodes, a.size).map_err(|e| e.to_string())?;
-    if let Err(e) = block_on(format_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
+    if let Err(e) = block_on(format_new_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
         drop(cluster);
         let _ = ShmCluster::remove(dir);
         return Err(e);
@@ -149,7 +170,7 @@ fn create_cxl(a: &CreateArgs, paths: &[PathBuf], geo: LogGeometry) -> Result<Str
     }
     let cluster = CxlCluster::create(paths, a.nodes, a.size, &CxlConfig::default()).map_err(|e| e.to_string())?;
     print_warnings(&cluster);
-    if let Err(e) = block_on(format_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
+    if let Err(e) = block_on(format_new_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
         drop(cluster);
         let _ = CxlCluster::remove(paths, &CxlConfig::default());
         return Err(e);

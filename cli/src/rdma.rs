@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use swarm_backend_rdma::ClusterConfig;
 use swarm_backend_rdma::config::DEFAULT_PORT;
+use swarm_core::Memory;
 use swarm_core::kv::System;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
-use swarm_core::{Memory, NodeId, RemoteAddr};
 use swarm_ycsb::ClientResult;
 use swarm_ycsb::runner::RunSpec;
 use swarm_ycsb::sim::format_cluster;
@@ -106,29 +106,22 @@ pub fn bench(
         }
     }
     let handles = verbs::connect(config, spec.handles() + 1)?;
-    let piece = (u64::from(config.client.buffer) / 4).clamp(4096, 1 << 20);
-    bench_on(handles, spec, system, need, piece, progress)
+    bench_on(handles, spec, system, need, progress)
 }
 
 /// [`bench()`] on connected handles, whatever memory they reach (tests use
-/// the software NIC): the last handle clears the first `need` bytes of
-/// every node, `piece` bytes a write, and formats them; the others become
-/// the clients.
+/// the software NIC): the last handle formats the first `need` bytes of
+/// every node (`Region::format` writes zeros over whatever an earlier run
+/// left there); the others become the clients.
 pub fn bench_on<M: Memory + Send>(
     mut handles: Vec<M>,
     spec: &RunSpec,
     system: System,
     need: u64,
-    piece: u64,
     progress: Arc<AtomicU64>,
 ) -> Result<ClientResult, String> {
     let admin = handles.pop().ok_or("no connected handles")?;
-    block_on(async {
-        for n in 0..admin.node_count() {
-            clear(&admin, NodeId(n as u16), need, piece).await?;
-        }
-        format_cluster(&admin, &spec.store_config(system), need, SystemClock::unix_us()).await
-    })?;
+    block_on(format_cluster(&admin, &spec.store_config(system), need, SystemClock::unix_us()))?;
     drop(admin);
     let pool = Mutex::new(handles);
     // `run_threads` asks for exactly `spec.handles()` handles: one per
@@ -136,21 +129,6 @@ pub fn bench_on<M: Memory + Send>(
     let make =
         || pool.lock().unwrap_or_else(PoisonError::into_inner).pop().expect("a connected handle for every client");
     run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
-}
-
-/// Writes zeros over bytes `0..len` of `node`, so that a store formatted
-/// on memory an earlier run used starts from the state fresh memory has.
-async fn clear<M: Memory>(mem: &M, node: NodeId, len: u64, piece: u64) -> Result<(), String> {
-    let zeros = vec![0u8; piece as usize];
-    let mut at = 0;
-    while at < len {
-        let n = piece.min(len - at);
-        mem.write(RemoteAddr::new(node, at), &zeros[..n as usize])
-            .await
-            .map_err(|e| format!("cannot clear {node}: {e}"))?;
-        at += n;
-    }
-    Ok(())
 }
 
 /// The hardware side, with the `rdma` feature.
@@ -223,7 +201,7 @@ mod tests {
     use swarm_backend_rdma::RdmaMemory;
     use swarm_backend_rdma::softnic::SoftNic;
     use swarm_backend_shm::ShmCluster;
-    use swarm_core::systems;
+    use swarm_core::{NodeId, RemoteAddr, systems};
     use swarm_ycsb::{Distribution, Workload};
 
     #[test]
@@ -273,7 +251,7 @@ mod tests {
             let handles =
                 (0..=spec.handles()).map(|_| RdmaMemory::new(SoftNic::new(cluster.memory(), 1 << 20, 64))).collect();
             let progress = Arc::new(AtomicU64::new(0));
-            let out = bench_on(handles, &spec, system, spec.node_bytes(system), 256 << 10, progress.clone())
+            let out = bench_on(handles, &spec, system, spec.node_bytes(system), progress.clone())
                 .unwrap_or_else(|e| panic!("{}: {e}", system.name()));
             assert_eq!(out.load.count(), spec.keys, "{}", system.name());
             assert_eq!(out.runs.len(), 2);

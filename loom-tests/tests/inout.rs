@@ -62,7 +62,7 @@ mod checks {
     fn setup(mem: &ShmMemory) -> (Replica, RemoteAddr) {
         block_on(async {
             let layout = layout();
-            Region::format(mem, NODE, NODE_SIZE, CHUNK).await.unwrap();
+            Region::format_fresh(mem, NODE, NODE_SIZE, CHUNK).await.unwrap();
             let geo = LogGeometry::new(MAX_VALUE, CHUNK, 1).unwrap();
             writerlog::format(mem, NODE, geo).await.unwrap();
             let mut slab = SlabAllocator::new();

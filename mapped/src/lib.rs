@@ -26,6 +26,9 @@
 //!   roundtrip latency and a time-out for stalled nodes; its read buffers
 //!   are pooled [`MappedBuf`]s; it runs [`Persistence`] hooks around its
 //!   accesses ([`Coherent`], none, by default).
+//! - [`check_private`]: whether a directory or file that a cluster lives in
+//!   is this user's alone, which the backends that map files ask before
+//!   they use one.
 //!
 //! Who uses it:
 //!
@@ -73,6 +76,8 @@ mod control;
 mod error;
 mod memory;
 mod nodes;
+#[cfg(not(loom))]
+mod owner;
 pub mod persist;
 
 #[cfg(not(loom))]
@@ -83,6 +88,8 @@ pub use control::{Control, Fault, control_bytes};
 pub use error::MappedError;
 pub use memory::{DEFAULT_TIMEOUT, MappedMemory};
 pub use nodes::{MAX_NODE_SIZE, MAX_NODES, Nodes, check_config};
+#[cfg(not(loom))]
+pub use owner::{check_private, private};
 pub use persist::{Coherent, Persistence};
 
 #[cfg(all(test, not(loom)))]

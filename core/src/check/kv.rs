@@ -179,7 +179,9 @@ pub fn setup(sim: &mut Sim, cfg: &StoreConfig) -> Result<(), String> {
     let nodes = admin.node_count();
     sim.block_on(async move {
         for n in 0..nodes {
-            Region::format(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.map_err(|e| format!("format: {e}"))?;
+            Region::format_fresh(&admin, NodeId(n as u16), NODE_SIZE, CHUNK)
+                .await
+                .map_err(|e| format!("format: {e}"))?;
         }
         for _ in 0..2 {
             systems::format(&admin, &cfg, 1).await.map_err(|e| format!("set up the store: {e}"))?;

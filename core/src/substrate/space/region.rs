@@ -21,12 +21,23 @@
 //!
 //! Everything read from the header is validated: a garbled header is a
 //! [`RegionError::Corrupt`], never a panic or an out-of-bounds access.
+//!
+//! Memory from an earlier run is garbage until formatted. The protocols
+//! take fresh memory to read as zero (log rows, lock words, replicas, index
+//! buckets, server areas: everything in the chunks handed out here), but a
+//! device-dax region, a persistent-memory file or an RDMA daemon's memory
+//! keeps whatever an earlier run left in it. So [`Region::format`] writes
+//! zeros over every byte of the region after the header (and the whole
+//! header, as it writes it) before it writes the magic word, through the
+//! [`Memory`] interface like any client, so that it holds on every backend
+//! and in the simulator; bytes past the region's `size` are left alone.
 
 use core::fmt;
 
 use super::roots::Root;
 use crate::substrate::memory::{read_word, word_at};
-use crate::{MemError, Memory, NodeId, RemoteAddr};
+use crate::substrate::quorum::{MAX_REPLICAS, join_all};
+use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
 
 /// "SWARMRG1", little endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SWARMRG1");
@@ -42,6 +53,14 @@ pub const ROOTS_OFFSET: u64 = 64;
 pub const ROOT_SLOTS: u64 = (HEADER_SIZE - ROOTS_OFFSET) / 8;
 /// Smallest chunk size accepted.
 pub const MIN_CHUNK: u64 = 4096;
+
+/// Bytes of one write of zeros when [`Region::format`] clears a node.
+const ZERO_PIECE: usize = 64 << 10;
+/// The smallest write of zeros tried, on a backend whose transfers are
+/// too small for [`ZERO_PIECE`] ([`MemErrorKind::TooLarge`]).
+const MIN_ZERO_PIECE: u64 = 64;
+/// What the writes of zeros copy from.
+static ZEROS: [u8; ZERO_PIECE] = [0; ZERO_PIECE];
 
 /// A failure of region management.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -112,10 +131,41 @@ impl Region {
         Ok(())
     }
 
-    /// Writes a fresh header on `node`. Run once, by whoever creates the
-    /// node, before any client opens it; the magic word is written last so
-    /// that a half-written header is never taken for a valid one.
+    /// Writes a fresh region of `size` bytes on `node`: zeros over every
+    /// byte after the header, whatever an earlier run left there (see the
+    /// module's documentation), then the header. Run once, by whoever
+    /// creates the node, before any client opens it; the magic word is
+    /// cleared first and written last, so that neither a half-written
+    /// header nor a half-cleared region is ever taken for a valid one.
+    ///
+    /// The zeros take a pass over the region (64 KiB a write, 8 writes in
+    /// flight); memory that is known to read as zero already can skip it
+    /// with [`format_fresh`](Self::format_fresh).
     pub async fn format<M: Memory>(mem: &M, node: NodeId, size: u64, chunk: u64) -> Result<Region, RegionError> {
+        Self::write_region(mem, node, size, chunk, true).await
+    }
+
+    /// [`format`](Self::format) without the zeros, for memory that reads as
+    /// zero because nothing wrote it since it was made: a new simulated
+    /// node, a cluster just created (`ShmCluster::create` and
+    /// `CxlCluster::create` make zeroed nodes). Zeros written over such
+    /// memory would only cost a pass over it, and, on tmpfs, make every
+    /// page of a sparse node file resident at once. Memory that an earlier
+    /// run may have used (a device, a file or a daemon's memory formatted
+    /// again) needs [`format`](Self::format).
+    pub async fn format_fresh<M: Memory>(mem: &M, node: NodeId, size: u64, chunk: u64) -> Result<Region, RegionError> {
+        Self::write_region(mem, node, size, chunk, false).await
+    }
+
+    /// [`format`](Self::format), zeroing the region after the header if
+    /// `clear`.
+    async fn write_region<M: Memory>(
+        mem: &M,
+        node: NodeId,
+        size: u64,
+        chunk: u64,
+        clear: bool,
+    ) -> Result<Region, RegionError> {
         Self::check_layout(size, chunk)?;
         let mut head = [0u8; HEADER_SIZE as usize];
         head[8..16].copy_from_slice(&VERSION.to_le_bytes());
@@ -123,6 +173,9 @@ impl Region {
         head[24..32].copy_from_slice(&chunk.to_le_bytes());
         head[32..40].copy_from_slice(&HEADER_SIZE.to_le_bytes());
         mem.write(RemoteAddr::new(node, 0), &[0; 8]).await?;
+        if clear {
+            zero(mem, node, HEADER_SIZE, size).await?;
+        }
         mem.write(RemoteAddr::new(node, 8), &head[8..]).await?;
         mem.write(RemoteAddr::new(node, 0), &MAGIC.to_le_bytes()).await?;
         Ok(Region { node, size, chunk, cursor: HEADER_SIZE })
@@ -203,6 +256,29 @@ impl Region {
     }
 }
 
+/// Writes zeros over bytes `from..to` of `node`: [`ZERO_PIECE`] bytes a
+/// write, [`MAX_REPLICAS`] writes in flight at once. A backend that finds
+/// the writes too large ([`MemErrorKind::TooLarge`]) gets them again,
+/// halved, down to [`MIN_ZERO_PIECE`] bytes (writing zeros twice is
+/// harmless).
+async fn zero<M: Memory>(mem: &M, node: NodeId, from: u64, to: u64) -> Result<(), MemError> {
+    let mut piece = ZERO_PIECE as u64;
+    let mut at = from;
+    while at < to {
+        let writes = (0..MAX_REPLICAS as u64)
+            .map(|i| at + i * piece)
+            .take_while(|&start| start < to)
+            .map(|start| mem.write(RemoteAddr::new(node, start), &ZEROS[..piece.min(to - start) as usize]))
+            .collect();
+        match join_all(writes).await.first_error() {
+            None => at = to.min(at + MAX_REPLICAS as u64 * piece),
+            Some(e) if matches!(e.kind, MemErrorKind::TooLarge { .. }) && piece > MIN_ZERO_PIECE => piece /= 2,
+            Some(&e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +309,126 @@ mod tests {
         let mut b = header(1 << 20, 1 << 16, HEADER_SIZE);
         b[0] ^= 1;
         assert!(Region::decode(n, &b).is_err());
+    }
+
+    /// A node full of an earlier run's bytes reads as zero after
+    /// `format`, everywhere after the header, and its header is valid.
+    #[test]
+    fn format_clears_garbage() {
+        use alloc::vec::Vec;
+
+        use crate::sim::{Sim, SimConfig};
+
+        const SIZE: u64 = (1 << 20) + 3 * 4096;
+        let mut sim = Sim::new(SimConfig { seed: 5, nodes: 2, node_size: SIZE + 4096, ..SimConfig::default() });
+        let garbage: Vec<u8> = (0..SIZE + 4096).map(|_| sim.random(1, 255) as u8).collect();
+        let admin = sim.client();
+        let mem = admin.clone();
+        let region = sim
+            .block_on(async move {
+                for n in 0..2 {
+                    mem.write(RemoteAddr::new(NodeId(n), 0), &garbage).await.unwrap();
+                }
+                // A region smaller than the node: the bytes past it are not the region's.
+                Region::format(&mem, NodeId(1), SIZE, 16 << 10).await.unwrap();
+                Region::open(&mem, NodeId(1)).await
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!((region.size, region.chunk, region.cursor), (SIZE, 16 << 10, HEADER_SIZE));
+        let head = sim.peek(1, 0, HEADER_SIZE as usize).unwrap();
+        assert!(Region::decode(NodeId(1), &head).is_ok());
+        assert!(head[40..].iter().all(|&b| b == 0), "reserved words and root slots are unset");
+        let body = sim.peek(1, HEADER_SIZE, (SIZE - HEADER_SIZE) as usize).unwrap();
+        assert_eq!(body.iter().position(|&b| b != 0), None, "every byte after the header is zero");
+        assert!(sim.peek(1, SIZE, 4096).unwrap().iter().all(|&b| b != 0), "past the region: untouched");
+        assert!(sim.peek(0, 0, SIZE as usize).unwrap().iter().all(|&b| b != 0), "the other node: untouched");
+    }
+
+    /// `format_fresh` writes the same header and leaves the rest alone:
+    /// it is only for memory that is zero already.
+    #[test]
+    fn format_fresh_writes_only_the_header() {
+        use crate::sim::{Sim, SimConfig};
+
+        const SIZE: u64 = 1 << 20;
+        let mut sim = Sim::new(SimConfig { seed: 6, nodes: 1, node_size: SIZE, ..SimConfig::default() });
+        let mem = sim.client();
+        sim.block_on(async move {
+            mem.write(RemoteAddr::new(NodeId(0), 0), &[7; SIZE as usize]).await.unwrap();
+            Region::format_fresh(&mem, NodeId(0), SIZE, 16 << 10).await.unwrap();
+        })
+        .unwrap();
+        let head = sim.peek(0, 0, HEADER_SIZE as usize).unwrap();
+        assert_eq!(Region::decode(NodeId(0), &head).map(|r| r.cursor), Ok(HEADER_SIZE));
+        assert!(head[40..].iter().all(|&b| b == 0));
+        assert!(sim.peek(0, HEADER_SIZE, (SIZE - HEADER_SIZE) as usize).unwrap().iter().all(|&b| b == 7));
+    }
+
+    /// A memory whose transfers are at most `max` bytes, as an RDMA
+    /// client with a small buffer arena.
+    struct Limited<M> {
+        mem: M,
+        max: usize,
+        largest_write: core::cell::Cell<usize>,
+    }
+
+    impl<M: Memory> Memory for Limited<M> {
+        type Buf = M::Buf;
+
+        fn node_count(&self) -> usize {
+            self.mem.node_count()
+        }
+
+        async fn read(&self, addr: RemoteAddr, len: usize) -> Result<M::Buf, MemError> {
+            self.mem.read(addr, len).await
+        }
+
+        async fn write(&self, addr: RemoteAddr, data: &[u8]) -> Result<(), MemError> {
+            if data.len() > self.max {
+                return Err(MemError::new(addr.node, MemErrorKind::TooLarge { len: data.len() as u64 }));
+            }
+            self.largest_write.set(self.largest_write.get().max(data.len()));
+            self.mem.write(addr, data).await
+        }
+
+        async fn cas(&self, addr: RemoteAddr, expected: u64, new: u64) -> Result<u64, MemError> {
+            self.mem.cas(addr, expected, new).await
+        }
+
+        async fn pipeline(&self, node: NodeId, ops: &[crate::Op<'_>]) -> Result<crate::Outputs<M::Buf>, MemError> {
+            self.mem.pipeline(node, ops).await
+        }
+
+        fn post_background(&self, node: NodeId, ops: &[crate::Op<'_>]) {
+            self.mem.post_background(node, ops)
+        }
+    }
+
+    /// A backend whose transfers are smaller than format's writes gets
+    /// them in pieces it takes; one that takes none gets its error.
+    #[test]
+    fn format_writes_zeros_in_pieces_the_backend_takes() {
+        use crate::sim::{Sim, SimConfig};
+
+        const SIZE: u64 = 256 << 10;
+        let mut sim = Sim::new(SimConfig { seed: 7, nodes: 1, node_size: SIZE, ..SimConfig::default() });
+        let mem = sim.client();
+        let (largest, tiny) = sim
+            .block_on(async move {
+                mem.write(RemoteAddr::new(NodeId(0), 0), &[9; SIZE as usize]).await.unwrap();
+                let limited = Limited { mem: mem.clone(), max: 5000, largest_write: 0.into() };
+                Region::format(&limited, NodeId(0), SIZE, 16 << 10).await.unwrap();
+                let tiny = Limited { mem, max: 16, largest_write: 0.into() };
+                (limited.largest_write.get(), Region::format(&tiny, NodeId(0), SIZE, 16 << 10).await)
+            })
+            .unwrap();
+        assert_eq!(largest, 4096, "64 KiB halved until it fits");
+        assert!(sim.peek(0, HEADER_SIZE, (SIZE - HEADER_SIZE) as usize).unwrap().iter().all(|&b| b == 0));
+        assert!(
+            matches!(tiny, Err(RegionError::Mem(MemError { kind: MemErrorKind::TooLarge { .. }, .. }))),
+            "{tiny:?}"
+        );
     }
 
     #[test]
