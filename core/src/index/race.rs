@@ -10,6 +10,7 @@ use crate::substrate::memory::word_at;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 use crate::substrate::space::region::Region;
 use crate::substrate::space::roots;
+use crate::substrate::space::slab::{CLASSES, Carry};
 use crate::{MAX_PIPELINE, Memory, NodeId, Op, RemoteAddr};
 
 /// How many times in a row an operation may lose a CAS to other clients
@@ -250,6 +251,25 @@ impl RaceIndex {
                 let (location, k) = Block::decode(&buf, key.len()).map_err(|what| self.corrupt(what))?;
                 view.owners[i] = if k == key { Owner::Key(location) } else { Owner::Other };
             }
+        }
+    }
+
+    /// The free part of the chunk key blocks are carved from, for the next
+    /// holder of this client's id ([`crate::substrate::space::slab`]).
+    pub fn carried(&self) -> Option<Carry> {
+        (self.bump < self.end).then_some(Carry {
+            node: self.geo.node,
+            class: CLASSES as u8,
+            bump: self.bump,
+            end: self.end,
+        })
+    }
+
+    /// Goes on carving key blocks from `c`, a chunk this client's id's
+    /// previous holder carried, if it fits the region.
+    pub fn adopt(&mut self, c: Carry) {
+        if c.class as usize == CLASSES && c.fits(&self.region) {
+            (self.bump, self.end) = (c.bump, c.end);
         }
     }
 

@@ -7,9 +7,9 @@
 //! Each table node holds, found through root slot [`roots::LEASES`]:
 //!
 //! ```text
-//! header      magic | ids | lease length (ns) | 0…
-//! record i    lease word (8) | version (8) | state (8) | payload (3×8)
-//!             | checksum (8) | 0 (8)                      (64 B, id i ≥ 1)
+//! header      magic | ids | lease length (ns) | 0…                 (64 B)
+//! words       lease word of id 0 (unused), 1, …, ids               (8 B each)
+//! records     per id: version (8) | state (8) | payload (160×8) | checksum (8)
 //! ```
 //!
 //! The *lease word* is the holder's nonce and its expiry, in ticks of the
@@ -49,8 +49,17 @@ use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
 /// "SWLEASE1".
 const MAGIC: u64 = u64::from_le_bytes(*b"SWLEASE1");
-/// Bytes of the header and of each record.
-const RECORD: u64 = 64;
+/// Bytes of the header.
+const HEADER: u64 = 64;
+/// Words of a record's payload: what a holder hands to the next (the
+/// SWARM client's log cursor and time, the partly used chunks it carves).
+pub const PAYLOAD_WORDS: usize = 160;
+/// A record's payload.
+pub type Payload = [u64; PAYLOAD_WORDS];
+/// Bytes of a record: version, state, payload, checksum.
+const BODY: usize = 8 * (PAYLOAD_WORDS + 3);
+/// Bytes a record takes in the table (cache lines).
+const RECORD: u64 = (BODY as u64).next_multiple_of(64);
 /// The most ids a table has (ids `1..=MAX_IDS`).
 pub const MAX_IDS: u8 = 127;
 /// The lease length of a store that does not say (`swarm kv init --lease`).
@@ -58,8 +67,6 @@ pub const DEFAULT_LENGTH_NS: u64 = 10_000_000_000;
 /// Bits of a lease word's expiry (ticks); the nonce has the others.
 const EXPIRY_BITS: u32 = 45;
 const EXPIRY_MASK: u64 = (1 << EXPIRY_BITS) - 1;
-/// Bytes of a record after its lease word: version, state, payload, sum.
-const BODY: usize = 48;
 
 /// A failure to claim, keep or give back a lease.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -161,7 +168,7 @@ pub struct Resume {
     /// How it left the id.
     pub state: Resumed,
     /// The last payload it recorded.
-    pub payload: [u64; 3],
+    pub payload: Payload,
     /// Times at or below this may have been used by it (a crashed holder's
     /// expiry plus how far its times may run ahead of its clock); 0 if none.
     pub floor: u64,
@@ -204,7 +211,7 @@ pub struct Held {
 pub async fn format<M: Memory>(mem: &M, node: NodeId, ids: u8, length_ns: u64) -> Result<(), LeaseError> {
     let ids = ids.min(MAX_IDS);
     let mut region = Region::open(mem, node).await?;
-    let bytes = RECORD * (ids as u64 + 1);
+    let bytes = records_at(ids) + RECORD * (ids as u64 + 1);
     let base = region.alloc_chunks(mem, bytes.div_ceil(region.chunk)).await?;
     let mut header = [0u8; 24];
     for (i, w) in [MAGIC, ids as u64, length_ns].into_iter().enumerate() {
@@ -223,14 +230,21 @@ fn expiry_of(word: u64) -> u64 {
     word & EXPIRY_MASK
 }
 
-/// A record's body: version, state, payload, checksum.
-fn encode(id: u8, version: u64, state: u64, payload: [u64; 3]) -> [u8; BODY] {
+/// Where the records start, after the header and the lease words.
+fn records_at(ids: u8) -> u64 {
+    (HEADER + 8 * (ids as u64 + 1)).next_multiple_of(64)
+}
+
+/// A record: version, state, `payload` (zeros after it), checksum.
+fn encode(id: u8, version: u64, state: u64, payload: &[u64]) -> [u8; BODY] {
     let mut b = [0u8; BODY];
-    for (i, w) in [version, state, payload[0], payload[1], payload[2]].into_iter().enumerate() {
-        b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    b[..8].copy_from_slice(&version.to_le_bytes());
+    b[8..16].copy_from_slice(&state.to_le_bytes());
+    for (i, w) in payload.iter().take(PAYLOAD_WORDS).enumerate() {
+        b[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
     }
-    let sum = xxh3_64(&b[..40]) ^ id as u64;
-    b[40..].copy_from_slice(&sum.to_le_bytes());
+    let sum = xxh3_64(&b[..BODY - 8]) ^ id as u64;
+    b[BODY - 8..].copy_from_slice(&sum.to_le_bytes());
     b
 }
 
@@ -239,12 +253,16 @@ const RELEASED: u64 = 2;
 
 /// A record read back: `(version, state, payload)`, or `None` for a bad
 /// checksum (a torn or damaged record counts as absent).
-fn decode(id: u8, b: &[u8]) -> Option<(u64, u64, [u64; 3])> {
-    let w = |i: usize| word_at(b, 8 * i);
-    if b.len() < BODY || w(5)? != xxh3_64(&b[..40]) ^ id as u64 {
+fn decode(id: u8, b: &[u8]) -> Option<(u64, u64, Payload)> {
+    let b = b.get(..BODY)?;
+    if word_at(b, BODY - 8)? != xxh3_64(&b[..BODY - 8]) ^ id as u64 {
         return None;
     }
-    Some((w(0)?, w(1)?, [w(2)?, w(3)?, w(4)?]))
+    let mut payload = [0u64; PAYLOAD_WORDS];
+    for (i, w) in payload.iter_mut().enumerate() {
+        *w = word_at(b, 16 + 8 * i)?;
+    }
+    Some((word_at(b, 0)?, word_at(b, 8)?, payload))
 }
 
 impl LeaseTable {
@@ -287,7 +305,7 @@ impl LeaseTable {
         if w(0)? != MAGIC || ids == 0 || ids > MAX_IDS as u64 || length_ns == 0 {
             return Err(corrupt("bad header"));
         }
-        if base.checked_add(RECORD * (ids + 1)).is_none() {
+        if base.checked_add(records_at(ids as u8) + RECORD * (ids + 1)).is_none() {
             return Err(corrupt("table beyond the address space"));
         }
         Ok((Site { node, base }, ids as u8, length_ns))
@@ -303,8 +321,12 @@ impl LeaseTable {
         self.length_ns
     }
 
+    fn word(&self, s: usize, id: u8) -> RemoteAddr {
+        RemoteAddr::new(self.sites[s].node, self.sites[s].base + HEADER + 8 * id as u64)
+    }
+
     fn record(&self, s: usize, id: u8) -> RemoteAddr {
-        RemoteAddr::new(self.sites[s].node, self.sites[s].base + RECORD * id as u64)
+        RemoteAddr::new(self.sites[s].node, self.sites[s].base + records_at(self.ids) + RECORD * id as u64)
     }
 
     fn need(&self) -> usize {
@@ -378,8 +400,10 @@ impl LeaseTable {
         &self,
         mem: &M,
     ) -> Result<heapless::Vec<Option<[u64; MAX_IDS as usize + 1]>, MAX_REPLICAS>, LeaseError> {
-        let len = (RECORD * (self.ids as u64 + 1)) as usize;
-        let reads = join_all(self.sites.iter().map(|s| mem.read(RemoteAddr::new(s.node, s.base), len)).collect()).await;
+        let len = 8 * (self.ids as usize + 1);
+        let reads =
+            join_all(self.sites.iter().map(|s| mem.read(RemoteAddr::new(s.node, s.base + HEADER), len)).collect())
+                .await;
         if reads.ok < self.need() {
             return Err(LeaseError::NoQuorum);
         }
@@ -390,7 +414,7 @@ impl LeaseTable {
                 Some(Ok(b)) => {
                     let mut w = [0u64; MAX_IDS as usize + 1];
                     for (id, slot) in w.iter_mut().enumerate().skip(1).take(self.ids as usize) {
-                        *slot = word_at(&b, RECORD as usize * id).unwrap_or(u64::MAX);
+                        *slot = word_at(&b, 8 * id).unwrap_or(u64::MAX);
                     }
                     Some(w)
                 }
@@ -424,20 +448,20 @@ impl LeaseTable {
             tries
                 .iter()
                 .map(|&(s, old)| {
-                    let at = self.record(s, id);
+                    let (word, record) = (self.word(s, id), self.record(s, id));
                     async move {
                         let ops = [
-                            Op::Cas { offset: at.offset, expected: old, new: mine },
-                            Op::Read { offset: at.offset + 8, len: BODY },
+                            Op::Cas { offset: word.offset, expected: old, new: mine },
+                            Op::Read { offset: record.offset, len: BODY },
                         ];
-                        mem.pipeline(at.node, &ops).await
+                        mem.pipeline(word.node, &ops).await
                     }
                 })
                 .collect(),
         )
         .await;
         let mut held = [0u64; MAX_REPLICAS];
-        let (mut won, mut best, mut floor) = (0, None::<(u64, u64, [u64; 3])>, 0);
+        let (mut won, mut best, mut floor) = (0, None::<(u64, u64, Payload)>, 0);
         for (k, r) in cas.results.into_iter().enumerate() {
             let (s, old) = tries[k];
             let Some(Ok(out)) = r else { continue };
@@ -461,7 +485,7 @@ impl LeaseTable {
                     .filter(|&s| held[s] != 0)
                     .map(|s| {
                         let old = tries.iter().find(|t| t.0 == s).map_or(0, |t| t.1);
-                        mem.cas(self.record(s, id), mine, old)
+                        mem.cas(self.word(s, id), mine, old)
                     })
                     .collect(),
             )
@@ -469,7 +493,7 @@ impl LeaseTable {
             let _ = back;
             return Ok(None);
         }
-        let (version, state, payload) = best.unwrap_or((0, 0, [0; 3]));
+        let (version, state, payload) = best.unwrap_or((0, 0, [0; PAYLOAD_WORDS]));
         let state = match state {
             RELEASED => Resumed::Released,
             TAKEN => Resumed::Crashed,
@@ -486,7 +510,7 @@ impl LeaseTable {
             version: ((version >> 24) + 1) << 24,
             resume,
         };
-        h.write_record(mem, TAKEN, payload).await?;
+        h.write_record(mem, TAKEN, &payload).await?;
         Ok(Some(h))
     }
 }
@@ -520,7 +544,7 @@ impl Held {
         let t = &self.table;
         let mine = word(self.nonce, now + self.length);
         let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).filter(|&s| self.words[s] != 0).collect();
-        let done = join_all(sites.iter().map(|&s| mem.cas(t.record(s, self.id), self.words[s], mine)).collect()).await;
+        let done = join_all(sites.iter().map(|&s| mem.cas(t.word(s, self.id), self.words[s], mine)).collect()).await;
         let mut kept = 0;
         for (k, r) in done.results.into_iter().enumerate() {
             let s = sites[k];
@@ -544,23 +568,15 @@ impl Held {
 
     /// Records `payload` as taken: from now on this holder may go beyond
     /// it. Written to a majority before it returns.
-    pub async fn record<M: Memory>(&mut self, mem: &M, payload: [u64; 3]) -> Result<(), LeaseError> {
+    pub async fn record<M: Memory>(&mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
         self.write_record(mem, TAKEN, payload).await
     }
 
-    async fn write_record<M: Memory>(&mut self, mem: &M, state: u64, payload: [u64; 3]) -> Result<(), LeaseError> {
+    async fn write_record<M: Memory>(&mut self, mem: &M, state: u64, payload: &[u64]) -> Result<(), LeaseError> {
         self.version += 1;
         let t = &self.table;
         let body = encode(self.id, self.version, state, payload);
-        let writes = join_all(
-            (0..t.sites.len())
-                .map(|s| {
-                    let at = t.record(s, self.id);
-                    mem.write(RemoteAddr::new(at.node, at.offset + 8), &body)
-                })
-                .collect(),
-        )
-        .await;
+        let writes = join_all((0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect()).await;
         if writes.ok < t.need() {
             return Err(LeaseError::NoQuorum);
         }
@@ -569,7 +585,7 @@ impl Held {
 
     /// Gives the id back: `payload` recorded as where this holder stopped,
     /// then its lease words cleared, each after the record on its node.
-    pub async fn release<M: Memory>(mut self, mem: &M, payload: [u64; 3]) -> Result<(), LeaseError> {
+    pub async fn release<M: Memory>(mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
         self.version += 1;
         let t = &self.table;
         let body = encode(self.id, self.version, RELEASED, payload);
@@ -578,13 +594,13 @@ impl Held {
             sites
                 .iter()
                 .map(|&s| {
-                    let at = t.record(s, self.id);
+                    let (word, record) = (t.word(s, self.id), t.record(s, self.id));
                     let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
-                    let _ = ops.push(Op::Write { offset: at.offset + 8, data: &body });
+                    let _ = ops.push(Op::Write { offset: record.offset, data: &body });
                     if self.words[s] != 0 {
-                        let _ = ops.push(Op::Cas { offset: at.offset, expected: self.words[s], new: 0 });
+                        let _ = ops.push(Op::Cas { offset: word.offset, expected: self.words[s], new: 0 });
                     }
-                    async move { mem.pipeline(at.node, &ops).await }
+                    async move { mem.pipeline(word.node, &ops).await }
                 })
                 .collect(),
         )

@@ -19,7 +19,7 @@ use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::cold;
 use crate::substrate::lease::{Held, LeaseError, Resumed};
 use crate::substrate::quorum::MAX_REPLICAS;
-use crate::substrate::space::slab::SlabAllocator;
+use crate::substrate::space::slab::{Carry, SlabAllocator};
 use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
 use crate::swarm::writerlog::{LogError, LogGeometry, Logs, Place};
 use crate::{Memory, NodeId};
@@ -72,7 +72,7 @@ impl Cursor {
         [(self.segment as u64) << 32 | self.next as u64, self.start, last_time]
     }
 
-    fn decode(p: [u64; 3]) -> (Cursor, u64) {
+    fn decode(p: &[u64]) -> (Cursor, u64) {
         (Cursor { segment: (p[0] >> 32) as u32, next: p[0] as u32, start: p[1] }, p[2])
     }
 }
@@ -172,11 +172,14 @@ impl<C: Clock> ClientCtx<C> {
         let mut ctx = Self::new(held.id, clock)?;
         let resume = held.resume();
         // The claim recorded the predecessor's cursor as taken.
-        let (cursor, last) = Cursor::decode(resume.payload);
+        let (cursor, last) = Cursor::decode(&resume.payload);
         ctx.named = cursor.segment;
         ctx.cursor = Some(match resume.state {
             Resumed::Fresh => Cursor::default(),
-            Resumed::Released => cursor,
+            Resumed::Released => {
+                ctx.slab.take_over(&resume.payload);
+                cursor
+            }
             Resumed::Crashed => Cursor { segment: cursor.segment + 1, next: 0, start: 0 },
         });
         ctx.last_time = last.max(resume.floor);
@@ -291,7 +294,7 @@ impl<C: Clock> ClientCtx<C> {
         if let Some(held) = &mut self.lease
             && c.segment > self.named
         {
-            held.record(mem, c.encode(self.last_time)).await?;
+            held.record(mem, &c.encode(self.last_time)).await?;
             self.named = c.segment;
         }
         self.cursor = Some(c);
@@ -346,12 +349,14 @@ impl<C: Clock> ClientCtx<C> {
         Ok(())
     }
 
-    /// Gives the lease back, with where the next holder goes on in the
-    /// log; a client without a lease has nothing to give back.
-    pub async fn release<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
-        let payload = self.cursor.unwrap_or_default().encode(self.last_time);
+    /// Gives the lease back, with where the next holder goes on: in the
+    /// log, and in the partly used chunks of this client's allocator and
+    /// `extra` (the caller's own). A client without a lease has nothing to
+    /// give back.
+    pub async fn release<M: Memory>(&mut self, mem: &M, extra: Option<Carry>) -> Result<(), ClientError> {
+        let head = self.cursor.unwrap_or_default().encode(self.last_time);
         if let Some(held) = self.lease.take() {
-            held.release(mem, payload).await?;
+            held.release(mem, &self.slab.hand_over(head, extra)).await?;
         }
         Ok(())
     }

@@ -209,7 +209,10 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         };
         let mut ctx = ctx.map_err(client_error)?;
         ctx.prepare(&mem).await.map_err(client_error)?;
-        let index = RaceIndex::open(&mem, INDEX_NODE).await?;
+        let mut index = RaceIndex::open(&mem, INDEX_NODE).await?;
+        if let Some(c) = ctx.slab.take_extra(INDEX_NODE) {
+            index.adopt(c);
+        }
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
             max_key: cfg.max_key,
@@ -471,7 +474,7 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
     }
 
     async fn close(&mut self) -> Result<(), KvError> {
-        self.io.ctx.release(&self.io.mem).await.map_err(client_error)
+        self.io.ctx.release(&self.io.mem, self.index.carried()).await.map_err(client_error)
     }
 }
 

@@ -8,11 +8,18 @@
 //! it; there is no global free, as in the systems this toolkit reproduces
 //! (SWARM §4.5 leaves recycling to future work): a client that frees more
 //! than its lists hold leaks the rest until the region is formatted again.
+//!
+//! A client's partly used chunks outlive it: when it gives its leased id
+//! back ([`crate::substrate::lease`]), it hands them to the id's next holder
+//! ([`SlabAllocator::hand_over`], [`SlabAllocator::take_over`]), who goes on
+//! carving them, so that a process that stores one key costs one object per
+//! node, not a chunk.
 
 use core::fmt;
 
+use crate::substrate::lease::{PAYLOAD_WORDS, Payload};
 use crate::substrate::quorum::MAX_REPLICAS;
-use crate::substrate::space::region::{Region, RegionError};
+use crate::substrate::space::region::{HEADER_SIZE, Region, RegionError};
 use crate::{Memory, NodeId, RemoteAddr};
 
 /// Smallest object: one cache line.
@@ -62,6 +69,41 @@ impl fmt::Display for AllocError {
 
 impl core::error::Error for AllocError {}
 
+/// A partly used chunk, handed from a client to its id's next holder: the
+/// free part `bump..end` of the chunk of size class `class` on `node`
+/// (class [`CLASSES`]: a caller's own, the index's key blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Carry {
+    /// The node.
+    pub node: NodeId,
+    /// The size class, or [`CLASSES`] for the caller's own.
+    pub class: u8,
+    /// Next free byte.
+    pub bump: u64,
+    /// End of the chunk.
+    pub end: u64,
+}
+
+/// Chunks a lease payload carries.
+pub const MAX_CARRIED: usize = (PAYLOAD_WORDS - HEAD_WORDS - 1) / 3;
+/// Words of a lease payload before the carried chunks: the user's own
+/// (the SWARM client's log cursor and time).
+pub const HEAD_WORDS: usize = 3;
+
+impl Carry {
+    /// Whether it can be a chunk of `region` that a client took and partly
+    /// used: it comes from remote memory, so it is checked before use.
+    pub fn fits(&self, region: &Region) -> bool {
+        let chunk_end = self.end.checked_sub(HEADER_SIZE).is_some_and(|e| e > 0 && e.is_multiple_of(region.chunk));
+        self.node == region.node
+            && chunk_end
+            && self.end <= region.cursor
+            && self.bump <= self.end
+            && self.bump + region.chunk >= self.end
+            && self.bump.is_multiple_of(MIN_OBJECT)
+    }
+}
+
 #[derive(Default)]
 struct Class {
     /// Next free byte of the current chunk, and its end (both 0: no chunk).
@@ -79,6 +121,8 @@ struct NodeSlabs {
 #[derive(Default)]
 pub struct SlabAllocator {
     nodes: heapless::Vec<NodeSlabs, MAX_NODES>,
+    /// Chunks taken over, for nodes not opened yet.
+    adopted: heapless::Vec<Carry, MAX_CARRIED>,
 }
 
 /// The size class for `size` bytes, and that class's object size.
@@ -103,9 +147,14 @@ impl SlabAllocator {
             Some(i) => i,
             None => {
                 let region = Region::open(mem, node).await?;
-                self.nodes
-                    .push(NodeSlabs { region, classes: Default::default() })
-                    .map_err(|_| AllocError::TooManyNodes)?;
+                let mut classes: [Class; CLASSES] = Default::default();
+                for c in self.adopted.iter().filter(|c| c.node == node && (c.class as usize) < CLASSES) {
+                    if c.fits(&region) {
+                        (classes[c.class as usize].bump, classes[c.class as usize].end) = (c.bump, c.end);
+                    }
+                }
+                self.adopted.retain(|c| c.node != node || c.class as usize >= CLASSES);
+                self.nodes.push(NodeSlabs { region, classes }).map_err(|_| AllocError::TooManyNodes)?;
                 self.nodes.len() - 1
             }
         };
@@ -179,6 +228,59 @@ impl SlabAllocator {
     /// The chunk size of `node`'s region.
     pub async fn chunk_size<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<u64, AllocError> {
         Ok(self.slabs(mem, node).await?.region.chunk)
+    }
+
+    /// Its partly used chunks, for the id's next holder.
+    pub fn carried(&self) -> impl Iterator<Item = Carry> + '_ {
+        let open = self.nodes.iter().flat_map(|s| {
+            s.classes.iter().enumerate().filter(|(_, c)| c.bump < c.end).map(|(class, c)| Carry {
+                node: s.region.node,
+                class: class as u8,
+                bump: c.bump,
+                end: c.end,
+            })
+        });
+        // Those taken over and not used yet go on too.
+        open.chain(self.adopted.iter().copied())
+    }
+
+    /// The lease payload a client gives its id back with: `head` (its own
+    /// words), then its partly used chunks and `extra` (the caller's own,
+    /// class [`CLASSES`]), as many as fit.
+    pub fn hand_over(&self, head: [u64; HEAD_WORDS], extra: Option<Carry>) -> Payload {
+        let mut p = [0u64; PAYLOAD_WORDS];
+        p[..HEAD_WORDS].copy_from_slice(&head);
+        let mut n = 0;
+        for c in extra.into_iter().chain(self.carried()).take(MAX_CARRIED) {
+            let at = HEAD_WORDS + 1 + 3 * n;
+            p[at..at + 3].copy_from_slice(&[(c.node.0 as u64) << 8 | c.class as u64, c.bump, c.end]);
+            n += 1;
+        }
+        p[HEAD_WORDS] = n as u64;
+        p
+    }
+
+    /// Takes over the chunks of a payload an id's previous holder gave it
+    /// back with (only a released id's: a crashed holder may have carved
+    /// them further). Each is used when its node is first opened, if it
+    /// [`fits`](Carry::fits) the node's region.
+    pub fn take_over(&mut self, payload: &Payload) {
+        let n = (payload[HEAD_WORDS] as usize).min(MAX_CARRIED);
+        for i in 0..n {
+            let w = &payload[HEAD_WORDS + 1 + 3 * i..HEAD_WORDS + 4 + 3 * i];
+            let c = Carry { node: NodeId((w[0] >> 8) as u16), class: w[0] as u8, bump: w[1], end: w[2] };
+            if (c.class as usize) <= CLASSES && w[0] >> 24 == 0 {
+                let _ = self.adopted.push(c);
+            }
+        }
+    }
+
+    /// The chunk of the caller's own (class [`CLASSES`]) on `node` that was
+    /// taken over, if any (unchecked: the caller checks it with
+    /// [`Carry::fits`]).
+    pub fn take_extra(&mut self, node: NodeId) -> Option<Carry> {
+        let i = self.adopted.iter().position(|c| c.node == node && c.class as usize == CLASSES)?;
+        Some(self.adopted.swap_remove(i))
     }
 
     /// Returns an object of `size` bytes at `addr` to this client's free list

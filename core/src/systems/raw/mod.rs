@@ -20,14 +20,14 @@ use crate::kv::{
     Written,
 };
 use crate::substrate::clock::Clock;
-use crate::substrate::lease::Held;
+use crate::substrate::lease::{Held, Resumed};
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::class_of;
 
 use crate::baselines::raw::{RawError, RawRegister};
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
-use crate::substrate::space::slab::SlabAllocator;
+use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId, RemoteAddr};
 
@@ -109,11 +109,21 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
             eviction: Eviction::Lru,
         });
         let nodes = mem.node_count();
+        let (mut slab, mut index) = (SlabAllocator::new(), index);
         let lease = match who {
             Who::Id(_) => None,
-            Who::Lease(h) => Some(h),
+            Who::Lease(h) => {
+                // Go on carving the chunks a released id's last holder left.
+                if h.resume().state == Resumed::Released {
+                    slab.take_over(&h.resume().payload);
+                    if let Some(c) = slab.take_extra(INDEX_NODE) {
+                        index.adopt(c);
+                    }
+                }
+                Some(h)
+            }
         };
-        Ok(RawClient { mem, id, lease, clock, slab: SlabAllocator::new(), index, cache, limits: cfg.limits(), nodes })
+        Ok(RawClient { mem, id, lease, clock, slab, index, cache, limits: cfg.limits(), nodes })
     }
 
     /// Renews the lease when half of it has passed (before each change:
@@ -277,7 +287,10 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
 
     async fn close(&mut self) -> Result<(), KvError> {
         match self.lease.take() {
-            Some(h) => h.release(&self.mem, [0; 3]).await.map_err(KvError::Lease),
+            Some(h) => {
+                let payload = self.slab.hand_over([0; HEAD_WORDS], self.index.carried());
+                h.release(&self.mem, &payload).await.map_err(KvError::Lease)
+            }
             None => Ok(()),
         }
     }
