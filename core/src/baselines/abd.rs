@@ -45,8 +45,11 @@ pub async fn write<M: Memory, C: Clock>(
     let m = reg.read_meta(ctx, mem, cache).await?;
     if m.is_deleted() {
         // Seen on one replica of a majority, maybe: on a majority before
-        // the store acts on it (moves the key to fresh replicas).
-        reg.delete(ctx, mem, cache).await?;
+        // the store acts on it (moves the key to fresh replicas). Not in
+        // the mutant `deleted-unconfirmed`.
+        if !cfg!(swarm_mutant = "deleted-unconfirmed") {
+            reg.delete(ctx, mem, cache).await?;
+        }
         return Err(RegError::Deleted);
     }
     // Above the timestamp read, and above this client's earlier times (its

@@ -57,7 +57,7 @@ pub(crate) fn setup(sim: &mut Sim, nodes: usize, layout: Layout) -> Register {
     sim.block_on(async move {
         let geo = LogGeometry::new(layout.max_value, CHUNK, 64).unwrap();
         for n in 0..nodes {
-            Region::format(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.unwrap();
+            Region::format_fresh(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.unwrap();
             writerlog::format(&admin, NodeId(n as u16), geo).await.unwrap();
         }
         let mut ctx = ClientCtx::new(ADMIN, || 0).unwrap();
@@ -223,7 +223,13 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         return Err(format!("seed {seed}: {f}\n{replay}"));
     }
     let h = hist.borrow();
-    let verdict = lincheck::check(&lincheck::Register::new(0), h.operations());
+    let mut verdict = lincheck::check(&lincheck::Register::new(0), h.operations());
+    if verdict.is_unknown() {
+        // Many writers on one register: a long search; ten times the budget
+        // settles the histories of these campaigns (see lincheck's docs).
+        let checker = lincheck::Checker::new().max_steps(10 * lincheck::Checker::DEFAULT_MAX_STEPS);
+        verdict = checker.check(&lincheck::Register::new(0), h.operations());
+    }
     if !verdict.is_linearizable() {
         return Err(format!("seed {seed}: history of {} ops is not linearizable: {verdict:?}\n{replay}", h.len()));
     }

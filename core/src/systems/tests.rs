@@ -493,3 +493,138 @@ mod records {
         }
     }
 }
+
+/// A simulated client whose messages to some nodes are late, once `on`:
+/// each of its operations on a node of `nodes` (only the writes and CASes
+/// if `mutations`) starts `ns` later than asked. Background posts to those
+/// nodes are lost, as if the client died before they left.
+#[derive(Clone)]
+struct Late {
+    mem: SimMemory,
+    nodes: &'static [u16],
+    mutations: bool,
+    ns: u64,
+    on: alloc::rc::Rc<core::cell::Cell<bool>>,
+}
+
+impl Late {
+    fn new(mem: &SimMemory, nodes: &'static [u16], mutations: bool, ns: u64) -> Self {
+        Late { mem: mem.clone(), nodes, mutations, ns, on: Default::default() }
+    }
+
+    fn delays(&self, node: NodeId, mutation: bool) -> bool {
+        self.on.get() && self.nodes.contains(&node.0) && (mutation || !self.mutations)
+    }
+
+    async fn wait(&self, node: NodeId, mutation: bool) {
+        if self.delays(node, mutation) {
+            self.mem.sleep(self.ns).await;
+        }
+    }
+}
+
+fn mutates(ops: &[crate::Op<'_>]) -> bool {
+    ops.iter().any(|op| !matches!(op, crate::Op::Read { .. }))
+}
+
+impl Memory for Late {
+    type Buf = Vec<u8>;
+
+    fn node_count(&self) -> usize {
+        self.mem.node_count()
+    }
+
+    async fn read(&self, addr: crate::RemoteAddr, len: usize) -> Result<Vec<u8>, crate::MemError> {
+        self.wait(addr.node, false).await;
+        self.mem.read(addr, len).await
+    }
+
+    async fn write(&self, addr: crate::RemoteAddr, data: &[u8]) -> Result<(), crate::MemError> {
+        self.wait(addr.node, true).await;
+        self.mem.write(addr, data).await
+    }
+
+    async fn cas(&self, addr: crate::RemoteAddr, expected: u64, new: u64) -> Result<u64, crate::MemError> {
+        self.wait(addr.node, true).await;
+        self.mem.cas(addr, expected, new).await
+    }
+
+    async fn pipeline(&self, node: NodeId, ops: &[crate::Op<'_>]) -> Result<crate::Outputs<Vec<u8>>, crate::MemError> {
+        self.wait(node, mutates(ops)).await;
+        self.mem.pipeline(node, ops).await
+    }
+
+    fn post_background(&self, node: NodeId, ops: &[crate::Op<'_>]) {
+        if !self.delays(node, mutates(ops)) {
+            self.mem.post_background(node, ops)
+        }
+    }
+}
+
+const MS: u64 = 1_000_000;
+
+/// Issue #18, item 1: a deletion marker seen on one replica is written to
+/// a majority before anyone acts on it. The schedule, on replicas a, b, c
+/// (nodes 0, 1, 2) of key k:
+///
+/// 1. P inserts k; U reads it and keeps its location.
+/// 2. D deletes k, but only its CAS on b lands before D crashes.
+/// 3. I inserts k while c is late for it: its write meets the marker in
+///    majority {a, b}, fails as deleted, and I moves k to fresh replicas.
+/// 4. b crashes; U updates k through its cached location, on {a, c}.
+/// 5. A new client gets k through the index: U's value, the last one
+///    acknowledged. If I acted on the marker without writing it to a
+///    majority, U's update lands on the old replicas {a, c}, is
+///    acknowledged, and is lost (the mutant `deleted-unconfirmed`).
+#[test]
+fn a_deletion_marker_on_one_replica_is_confirmed_before_it_is_acted_on() {
+    let mut lost = Vec::new();
+    for name in ["swarm-kv", "dm-abd"] {
+        let cfg = config(named(name), 3, 8);
+        let mut sim = Sim::new(SimConfig { seed: 18, nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() });
+        setup(&mut sim, 3, &cfg);
+        let (p, d, i, u, f) = (sim.client(), sim.client(), sim.client(), sim.client(), sim.client());
+        let start = sim.now();
+        // 2. D: writes and CASes to a and c are late by a second; it crashes
+        // 5 ms after it starts, with only b's marker landed.
+        let late_d = Late::new(&d, &[0, 2], true, 1_000 * MS);
+        let cfg_d = cfg.clone();
+        sim.spawn(&d, async move {
+            late_d.mem.sleep(20 * MS).await;
+            let clock_d = clock(&late_d.mem, 0);
+            let mut dc = connect_any(late_d.clone(), &cfg_d, Who::Id(2), clock_d).await.unwrap();
+            late_d.on.set(true);
+            let _ = dc.delete(b"k").await;
+            unreachable!("D's delete cannot complete before D crashes");
+        });
+        sim.crash_client_at(&d, start + 25 * MS);
+        sim.crash_node_at(1, start + 2_000 * MS, crate::sim::CrashMode::FailFast);
+        let got = sim
+            .block_on(async move {
+                // 1.
+                let mut pc = connect_any(p.clone(), &cfg, Who::Id(1), clock(&p, 0)).await.unwrap();
+                pc.insert(b"k", b"P").await.unwrap();
+                let mut uc = connect_any(u.clone(), &cfg, Who::Id(3), clock(&u, 0)).await.unwrap();
+                assert_eq!(found(uc.get(b"k").await.unwrap()).as_deref(), Some(&b"P"[..]));
+                // 3. c is 100 ms late for I; I's late operations land well
+                // before b crashes.
+                u.sleep(start + 50 * MS - u.now()).await;
+                let late_i = Late::new(&i, &[2], false, 100 * MS);
+                let mut ic = connect_any(late_i.clone(), &cfg, Who::Id(4), clock(&i, 0)).await.unwrap();
+                late_i.on.set(true);
+                ic.insert(b"k", b"I").await.unwrap();
+                assert!(i.now() < start + 1_500 * MS, "I took too long: {} ms", (i.now() - start) / MS);
+                // 4.
+                u.sleep(start + 2_100 * MS - u.now()).await;
+                uc.update(b"k", b"U").await.unwrap().unwrap();
+                // 5.
+                let mut fc = connect_any(f.clone(), &cfg, Who::Id(5), clock(&f, 0)).await.unwrap();
+                owned(fc.get(b"k").await)
+            })
+            .unwrap();
+        if got != Ok(Got::Found(b"U".to_vec())) {
+            lost.push(format!("{name}: {got:?}"));
+        }
+    }
+    assert!(lost.is_empty(), "an acknowledged update was lost (the last get should find U): {lost:?}");
+}
