@@ -60,6 +60,12 @@ impl Model for Register {
 
     fn key(&self, _input: &RegisterOp) {}
 
+    /// Distinct written values: Gibbons and Korach's zones decide it
+    /// (see `zones`).
+    fn proves_linearizable(&self, ops: &[&super::Operation<RegisterOp, RegisterRet>]) -> bool {
+        super::zones::proves_linearizable(self.initial, ops)
+    }
+
     fn is_read_only(&self, input: &RegisterOp) -> bool {
         matches!(input, RegisterOp::Read)
     }
