@@ -18,7 +18,7 @@ use crate::sim::{CrashMode, Sim, SimConfig};
 pub(crate) use super::{TICK_NS, clock, id_of, value};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::region::Region;
-use crate::swarm::client::ClientCtx;
+use crate::swarm::client::{ClientCtx, Paths};
 use crate::swarm::inout::Layout;
 use crate::swarm::maxreg::{RegCache, Register};
 use crate::swarm::safeguess;
@@ -53,11 +53,16 @@ const ADMIN: u8 = 127;
 
 /// Formats every node and creates one register replicated on all of them.
 pub(crate) fn setup(sim: &mut Sim, nodes: usize, layout: Layout) -> Register {
+    setup_sized(sim, nodes, layout, NODE_SIZE)
+}
+
+/// [`setup`] of nodes of `node_size` bytes.
+fn setup_sized(sim: &mut Sim, nodes: usize, layout: Layout, node_size: u64) -> Register {
     let admin = sim.client();
     sim.block_on(async move {
         let geo = LogGeometry::new(layout.max_value, CHUNK, 64).unwrap();
         for n in 0..nodes {
-            Region::format_fresh(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.unwrap();
+            Region::format_fresh(&admin, NodeId(n as u16), node_size, CHUNK).await.unwrap();
             writerlog::format(&admin, NodeId(n as u16), geo).await.unwrap();
         }
         let mut ctx = ClientCtx::new(ADMIN, || 0).unwrap();
@@ -100,6 +105,8 @@ pub(crate) struct RunReport {
     pub write_rtts: Vec<u32>,
     pub read_rtts: Vec<u32>,
     pub paths: [u32; 3],
+    /// The rare paths the clients took, summed.
+    pub taken: Paths,
 }
 
 type Hist = History<RegisterOp, RegisterRet>;
@@ -111,11 +118,13 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         c.protocol.name(),
         c.replicas
     );
+    // A log segment (a chunk) per client on every node, and room to spare.
+    let node_size = NODE_SIZE.max(CHUNK * (8 + 2 * u64::from(c.writers + c.readers)));
     let tail_one_in = if c.tails { SimConfig::default().tail_one_in } else { 0 };
     let cfg = SimConfig {
         seed,
         nodes: c.replicas,
-        node_size: NODE_SIZE,
+        node_size,
         max_piece_gap_ns: 500,
         tail_one_in,
         fifo_per_queue: c.fifo,
@@ -130,7 +139,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         Protocol::SafeGuess => Layout::new(1 + (seed % 2) as u32 * 7, 256).unwrap(),
         Protocol::Abd => abd::layout(256).unwrap(),
     };
-    let reg = setup(&mut sim, c.replicas, layout);
+    let reg = setup_sized(&mut sim, c.replicas, layout, node_size);
     let hist: Rc<RefCell<Hist>> = Rc::new(RefCell::new(History::new()));
     let report = Rc::new(RefCell::new(RunReport::default()));
     let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
@@ -151,10 +160,10 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         sim.spawn(&mem, async move {
             let mut ctx = ClientCtx::new(id, clock(&m, skew)).unwrap();
             let mut cache = RegCache::default();
-            if ctx.prepare(&m).await.is_err() {
+            if let Err(e) = ctx.prepare(&m).await {
                 // A crashed majority of the cluster's nodes (with 5 replicas
                 // and one more node down) is not tolerated: not the case here.
-                failures.borrow_mut().push(format!("client {id}: prepare failed"));
+                failures.borrow_mut().push(format!("client {id}: prepare failed: {e}"));
                 return;
             }
             for seq in 1..=ops {
@@ -197,6 +206,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
                 r.max_rtt = r.max_rtt.max(counted.roundtrips());
                 r.ops += 1;
             }
+            report.borrow_mut().taken.add(&ctx.paths);
         });
         clients.push(mem);
     }
@@ -280,20 +290,45 @@ pub(crate) fn campaign_for(protocol: Protocol, replicas: usize, seed: u64) -> Ca
 /// replay command on the first failure, and prints the summary line: runs,
 /// operations, and the most roundtrips any operation took.
 pub(crate) fn campaign(protocol: Protocol, replicas: usize, runs: u64) {
-    let (mut max_rtt, mut ops) = (0, 0);
+    let (mut max_rtt, mut ops, mut taken, mut writes) = (0, 0, Paths::default(), [0u64; 3]);
     for seed in 0..runs {
         match run_campaign(seed, campaign_for(protocol, replicas, seed)) {
             Ok(r) => {
                 max_rtt = max_rtt.max(r.max_rtt);
                 ops += r.ops;
+                taken.add(&r.taken);
+                for (w, n) in writes.iter_mut().zip(r.paths) {
+                    *w += u64::from(n);
+                }
             }
             Err(e) => panic!("{e}"),
         }
     }
     std::println!(
-        "{}, {replicas} replicas: {runs} runs, {ops} ops, max roundtrips of one op: {max_rtt}",
+        "{}, {replicas} replicas: {runs} runs, {ops} ops, max roundtrips of one op: {max_rtt}; \
+         writes fast / rewritten / reader-locked: {writes:?}; {taken:?}",
         protocol.name()
     );
+    // What the campaign must have exercised, per 1,000 runs: a campaign
+    // that stops reaching a path tests nothing there.
+    let per = |n: u64| n * runs / 1_000;
+    let mut least = alloc::vec![
+        ("out-of-place reads", taken.out_of_place_reads, per(500)),
+        ("write-backs", taken.write_backs, per(500)),
+        ("widened quorums", taken.widened, per(500)),
+    ];
+    if protocol == Protocol::SafeGuess {
+        least.extend([
+            ("slow-path writes", taken.slow_writes, per(500)),
+            ("rewritten writes", writes[1], per(100)),
+            ("writes a reader had locked", writes[2], per(1)),
+            ("reads of GUESSED tuples", taken.unverified_reads, per(100)),
+            ("reader locks", taken.reader_locks, per(10)),
+        ]);
+    }
+    for (path, ran, min) in least {
+        assert!(ran >= min, "{}: {path} ran {ran} times in {runs} runs, fewer than {min}", protocol.name());
+    }
 }
 
 /// Replays one campaign run:

@@ -24,6 +24,38 @@ use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
 use crate::swarm::writerlog::{LogError, LogGeometry, Logs, Place};
 use crate::{Memory, NodeId};
 
+/// How often this client's operations took each of their rare paths:
+/// what a campaign asserts it exercised. Plain counters, bumped where the
+/// path starts (SWARM's §7.8 breakdown, and the paths a test must reach).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Paths {
+    /// Safe-Guess writes whose guess was stale (the strong read, the lock).
+    pub slow_writes: u64,
+    /// Reads that met a GUESSED tuple (Safe-Guess' read loop).
+    pub unverified_reads: u64,
+    /// Of which a reader locked the writer's timestamp.
+    pub reader_locks: u64,
+    /// Reads whose value came from a log entry (no matching in-place copy).
+    pub out_of_place_reads: u64,
+    /// Reads that wrote their tuple back to a majority.
+    pub write_backs: u64,
+    /// Quorum operations that contacted more replicas than a majority (a
+    /// replica of the first majority failed or was suspected).
+    pub widened: u64,
+}
+
+impl Paths {
+    /// The sum of two tallies.
+    pub fn add(&mut self, o: &Paths) {
+        self.slow_writes += o.slow_writes;
+        self.unverified_reads += o.unverified_reads;
+        self.reader_locks += o.reader_locks;
+        self.out_of_place_reads += o.out_of_place_reads;
+        self.write_backs += o.write_backs;
+        self.widened += o.widened;
+    }
+}
+
 /// One client's state.
 pub struct ClientCtx<C> {
     /// This client's id, `1..=MAX_CLIENT`; it names its writes and its log.
@@ -35,6 +67,8 @@ pub struct ClientCtx<C> {
     /// Nodes this client last saw fail (bit `n` for node `n < 32`): the
     /// replicated objects start their majority with the others (SWARM §6).
     pub suspects: u32,
+    /// The rare paths this client's operations took.
+    pub paths: Paths,
     clock: C,
     /// Added to the clock after a stale guess (re-synchronisation), at most
     /// `ahead`.
@@ -154,6 +188,7 @@ impl<C: Clock> ClientCtx<C> {
             logs: Logs::new(),
             slab: SlabAllocator::new(),
             suspects: 0,
+            paths: Paths::default(),
             clock,
             offset: 0,
             ahead,

@@ -293,6 +293,7 @@ impl Register {
             }
         };
         let replies = quorum_first(targets.len(), want, first, op, on_reply).await;
+        ctx.paths.widened += (replies.started.count_ones() as usize > want) as u64;
         // Started but not waited for (the majority answered first). Its
         // first CAS most likely installed `meta`: seed the next MAX with it,
         // so that a slow replica does not stay behind for lack of a retry.
@@ -356,6 +357,7 @@ impl Register {
             }
         };
         let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
+        ctx.paths.widened += (replies.started.count_ones() as usize > self.need()) as u64;
         if !replies.reached(self.need()) {
             return Err(no_quorum(first_err.map(InOutError::Mem)));
         }
@@ -393,7 +395,10 @@ impl Register {
             // The value: a matching in-place copy, else the out-of-place one.
             let value = match in_place {
                 Some(v) => v,
-                None => cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?.1,
+                None => {
+                    ctx.paths.out_of_place_reads += 1;
+                    cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?.1
+                }
             };
             return Ok((max, value));
         }
@@ -412,6 +417,7 @@ impl Register {
         max: Meta,
         in_place: Option<Value<M::Buf>>,
     ) -> Result<(Meta, Value<M::Buf>), RegError> {
+        ctx.paths.write_backs += 1;
         if max.is_deleted() {
             self.write_inner(ctx, mem, cache, max, None, &[], false).await?;
             return Ok((max, Value::empty()));
@@ -458,6 +464,7 @@ impl Register {
             }
         };
         let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
+        ctx.paths.widened += (replies.started.count_ones() as usize > self.need()) as u64;
         if !replies.reached(self.need()) {
             return Err(no_quorum(first_err));
         }

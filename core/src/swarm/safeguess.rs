@@ -101,6 +101,7 @@ async fn slow_write<M: Memory, C: Clock>(
     copy: &LogCopy,
     seen: Meta,
 ) -> Result<(Meta, WritePath), RegError> {
+    ctx.paths.slow_writes += 1;
     // The strong read (Lemma C.5): what it returns is on a majority, a
     // deletion marker included, before this writer acts on it. The mutant
     // `deleted-unconfirmed` acts on the weak read's tuple, as the code once
@@ -159,6 +160,7 @@ async fn read_unverified<M: Memory, C: Clock>(
     cache: &mut RegCache,
     first: (Meta, Value<M::Buf>),
 ) -> Result<(Meta, Value<M::Buf>), RegError> {
+    ctx.paths.unverified_reads += 1;
     let mut seen: heapless::Vec<(Meta, Value<M::Buf>), SEEN> = heapless::Vec::new();
     let _ = seen.push(first);
     for _ in 1..MAX_ITERATIONS {
@@ -178,6 +180,7 @@ async fn read_unverified<M: Memory, C: Clock>(
             return Ok(seen.swap_remove(i));
         }
         if cold(|| lock_for_read(ctx, mem, reg, m)).await? {
+            ctx.paths.reader_locks += 1;
             mark_verified(mem, reg, cache, m, MarkOn::Every);
             return Ok((m, value));
         }

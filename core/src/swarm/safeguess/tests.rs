@@ -12,6 +12,7 @@ use super::*;
 use crate::check::register::*;
 use crate::sim::{Sim, SimConfig};
 use crate::substrate::rtt::Counted;
+use crate::swarm::client::Paths;
 use crate::swarm::inout::Layout;
 
 #[test]
@@ -157,6 +158,40 @@ fn campaign_3_replicas() {
 #[test]
 fn campaign_5_replicas() {
     campaign(Protocol::SafeGuess, 5, 5_000);
+}
+
+/// Lemma C.5 with more writers than a reader once remembered (32): 40
+/// writers and 4 readers on one register, all busy, skewed clocks so that
+/// guesses go stale (the checker's zones settle such histories: a search
+/// would give up). Every read completes (no
+/// `NotWaitFree`, which the campaign counts as a failure) and every
+/// history is linearizable; the readers met GUESSED tuples of many writers.
+#[test]
+fn more_than_32_writers_on_one_register() {
+    let c = Campaign {
+        protocol: Protocol::SafeGuess,
+        replicas: 3,
+        writers: 40,
+        readers: 4,
+        ops: 4,
+        max_skew_ns: 5_000,
+        think_ns: 1_000,
+        min_think_ns: 0,
+        faults: false,
+        mixed: false,
+        tails: true,
+        fifo: false,
+        meta_words: 0,
+        tight: false,
+    };
+    let mut taken = Paths::default();
+    for seed in 0..20 {
+        let r = run_campaign(seed, c).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.ops, 44 * 4, "seed {seed}: every operation completed");
+        taken.add(&r.taken);
+    }
+    std::println!("40 writers, 4 readers, 20 runs: {taken:?}");
+    assert!(taken.unverified_reads >= 20 && taken.slow_writes >= 100, "{taken:?}");
 }
 
 /// Roundtrips of Safe-Guess in the simulator, as the issue asks and the
