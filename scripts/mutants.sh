@@ -16,6 +16,10 @@ MUTANTS=(
   "ring-unchecked|--cfg loom|a torn or foreign message was delivered|cargo test -p swarm-loom-tests --release --test ring"
   "ring-unchecked||answered|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
   "rpc-resend||not linearizable for a counter|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
+  "ack-one||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
+  "guessed-unlocked||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
+  "abd-no-write-back||not linearizable|cargo test -p swarm-core --release --lib baselines::abd::tests::campaign_3_replicas"
+  "deleted-unconfirmed||an acknowledged update was lost|cargo test -p swarm-core --release --lib systems::tests::a_deletion_marker"
 )
 
 only=${1:-}

@@ -157,8 +157,16 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
             (reg.clone(), hist.clone(), report.clone(), failures.clone(), mem.clone());
         let ops = c.ops;
         let protocol = c.protocol;
+        let replicas = c.replicas;
         sim.spawn(&mem, async move {
             let mut ctx = ClientCtx::new(id, clock(&m, skew)).unwrap();
+            // Half the clients once saw a node fail and start their
+            // majorities elsewhere (SWARM §6): otherwise every client
+            // would try the same majority first, and a write that reached
+            // too few replicas would go unnoticed.
+            if m.random(0, 1) == 0 {
+                ctx.suspects = 1 << m.random(0, replicas as u64 - 1);
+            }
             let mut cache = RegCache::default();
             if let Err(e) = ctx.prepare(&m).await {
                 // A crashed majority of the cluster's nodes (with 5 replicas
