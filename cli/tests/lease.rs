@@ -1,0 +1,128 @@
+//! Leased client ids across processes (issue #18): two processes that ask
+//! for one id at once, and an id whose holder was killed with SIGKILL.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{ShmDir, fails, ok};
+
+/// A 3-node cluster with a SWARM-KV store whose leases last `lease`.
+fn store(tag: &str, lease: &str) -> ShmDir {
+    let (dir, _) = ShmDir::named(tag);
+    ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", "16M"]);
+    ok(&["kv", "--dir", dir.arg(), "init", "--system", "swarm-kv", "--keys", "100", "--lease", lease]);
+    dir
+}
+
+/// `swarm kv --id ID shell` on `dir`, its stdin and stdout piped.
+fn shell(dir: &str, id: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .args(["kv", "--dir", dir, "--id", id, "shell"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start swarm kv shell")
+}
+
+/// Sends `line` to a shell and returns the line it answers.
+fn say(stdin: &mut ChildStdin, out: &mut impl BufRead, line: &str) -> String {
+    writeln!(stdin, "{line}").unwrap();
+    stdin.flush().unwrap();
+    let mut answer = String::new();
+    out.read_line(&mut answer).unwrap();
+    answer
+}
+
+/// Two shells started at once ask for id 5: exactly one holds it (its
+/// writes work), the other stops with one line saying the id is held.
+/// Then the holder quits, giving the id back, and a third process gets it
+/// at once. Eight rounds, so that the claims really race.
+#[test]
+fn two_processes_asking_for_one_id_at_once_never_both_get_it() {
+    let dir = store("race", "10s");
+    let d = dir.arg();
+    for round in 0..8 {
+        let mut pair = [shell(d, "5"), shell(d, "5")];
+        // The loser exits by itself; the winner waits for commands.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let loser = loop {
+            if let Some(i) = pair.iter_mut().position(|c| c.try_wait().unwrap().is_some()) {
+                break i;
+            }
+            assert!(Instant::now() < deadline, "round {round}: neither process gave up");
+            thread::sleep(Duration::from_millis(10));
+        };
+        let lost = pair[loser].wait_with_output_ref();
+        assert_eq!(lost.0, Some(1), "round {round}: the loser's exit status");
+        assert!(
+            lost.1.starts_with("error: cannot claim a client id: client id 5 is held by a live client (free in"),
+            "round {round}: {}",
+            lost.1
+        );
+        let winner = &mut pair[1 - loser];
+        assert!(winner.try_wait().unwrap().is_none(), "round {round}: both processes stopped");
+        let mut stdin = winner.stdin.take().unwrap();
+        let mut out = BufReader::new(winner.stdout.take().unwrap());
+        let value = format!("v{round}");
+        assert_eq!(say(&mut stdin, &mut out, &format!("put k {value}")), "OK\n");
+        assert_eq!(say(&mut stdin, &mut out, "get k"), format!("{value}\n"));
+        drop(stdin);
+        assert!(winner.wait().unwrap().success(), "round {round}: the holder quits cleanly");
+        // Given back: the id is free at once.
+        assert_eq!(ok(&["kv", "--dir", d, "--id", "5", "get", "k"]), format!("{value}\n"));
+    }
+}
+
+/// A shell holding id 5 is killed with SIGKILL: the id stays held until
+/// its lease (1 s) and the grace for clock skew (3 s) have passed, then it
+/// is claimed again, and what the killed process acknowledged is there.
+#[test]
+fn a_killed_client_s_id_is_claimed_again_after_its_lease() {
+    let dir = store("kill", "1s");
+    let d = dir.arg();
+    let mut holder = shell(d, "5");
+    let mut stdin = holder.stdin.take().unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    assert_eq!(say(&mut stdin, &mut out, "put k acknowledged"), "OK\n");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let killed = Instant::now();
+    let e = fails(&["kv", "--dir", d, "--id", "5", "get", "k"], 1);
+    assert!(e.contains("client id 5 is held by a live client"), "{e}");
+    // Any other id is free meanwhile.
+    assert_eq!(ok(&["kv", "--dir", d, "get", "k"]), "acknowledged\n");
+    let deadline = killed + Duration::from_secs(15);
+    loop {
+        let tried = common::swarm(&["kv", "--dir", d, "--id", "5", "put", "k", "after"]);
+        if tried.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&tried.stderr);
+        assert!(err.contains("is held by a live client"), "{err}");
+        assert!(Instant::now() < deadline, "id 5 still held 15 s after its holder was killed");
+        thread::sleep(Duration::from_millis(200));
+    }
+    let waited = killed.elapsed();
+    assert!(waited >= Duration::from_millis(2_500), "claimed again after only {waited:?}: before the grace");
+    assert_eq!(ok(&["kv", "--dir", d, "--id", "5", "get", "k"]), "after\n");
+}
+
+/// `wait_with_output` for a child kept in an array: its exit code and the
+/// first line of its stderr.
+trait WaitRef {
+    fn wait_with_output_ref(&mut self) -> (Option<i32>, String);
+}
+
+impl WaitRef for Child {
+    fn wait_with_output_ref(&mut self) -> (Option<i32>, String) {
+        let status = self.wait().unwrap();
+        let mut err = String::new();
+        BufReader::new(self.stderr.take().unwrap()).read_line(&mut err).unwrap();
+        (status.code(), err)
+    }
+}
