@@ -56,7 +56,7 @@ pub async fn write<M: Memory, C: Clock>(
     // log's segments are found by time).
     let (time, place) = ctx.next_write(mem, m).await?;
     let w = Meta::new(time, place.slot, ctx.id).verify();
-    let copy = LogCopy { place, header: EntryHeader::of(w, value) };
+    let copy = LogCopy { place, header: EntryHeader::of(w, reg.layout.tag, value) };
     reg.write(ctx, mem, cache, w, &copy, value).await?;
     Ok(w)
 }

@@ -57,6 +57,11 @@ pub struct Layout {
     /// majority that starts with the first replica still reads in one
     /// roundtrip). See [`Layout::of_replica`].
     pub first_only: bool,
+    /// What the object holds values of (a key-value store's key hash, 0
+    /// for a bare register): mixed into every checksum of its copies, in
+    /// place and out of place, so that a copy of another object (a
+    /// corrupted pointer, a reused buffer) never passes for one of this.
+    pub tag: u64,
 }
 
 impl Layout {
@@ -65,7 +70,12 @@ impl Layout {
         if meta_words == 0 || meta_words > MAX_META_WORDS || max_value > MAX_VALUE {
             return Err(InOutError::BadLayout);
         }
-        Ok(Layout { meta_words, max_value, in_place: true, first_only: false })
+        Ok(Layout { meta_words, max_value, in_place: true, first_only: false, tag: 0 })
+    }
+
+    /// The same, for the values of `tag` (see [`Layout::tag`]).
+    pub fn tagged(self, tag: u64) -> Layout {
+        Layout { tag, ..self }
     }
 
     /// A layout without in-place copy (values only out of place).
@@ -151,10 +161,11 @@ impl core::fmt::Display for InOutError {
     }
 }
 
-/// The hash that binds an in-place copy to its metadata (the flag is left
-/// out: marking a tuple VERIFIED must not invalidate its in-place copy).
-pub fn inplace_hash(meta: Meta, value: &[u8]) -> u64 {
-    xxh3_64_with_seed(value, meta.guessed().0 ^ (value.len() as u64).rotate_left(32))
+/// The hash that binds an in-place copy to its metadata and its object's
+/// tag (the flag is left out: marking a tuple VERIFIED must not invalidate
+/// its in-place copy).
+pub fn inplace_hash(tag: u64, meta: Meta, value: &[u8]) -> u64 {
+    xxh3_64_with_seed(value, meta.guessed().0 ^ (value.len() as u64).rotate_left(32) ^ tag.rotate_left(7))
 }
 
 /// What a client remembers of one replica of one object.
@@ -303,7 +314,7 @@ impl Replica {
 
     fn post_inplace<M: Memory>(&self, mem: &M, layout: &Layout, meta: Meta, value: &[u8]) {
         let mut head = [0u8; INPLACE_HEADER as usize];
-        head[..8].copy_from_slice(&inplace_hash(meta, value).to_le_bytes());
+        head[..8].copy_from_slice(&inplace_hash(layout.tag, meta, value).to_le_bytes());
         head[8..].copy_from_slice(&(value.len() as u64).to_le_bytes());
         let off = self.base + layout.inplace();
         let ops = [Op::Write { offset: off, data: &head }, Op::Write { offset: off + INPLACE_HEADER, data: value }];
@@ -340,7 +351,8 @@ impl Replica {
         let ip = layout.inplace() as usize;
         let (hash, vlen) = (word_at(&buf, ip).ok_or(corrupt)?, word_at(&buf, ip + 8).ok_or(corrupt)?);
         let start = ip + INPLACE_HEADER as usize;
-        let valid = vlen <= layout.max_value && inplace_hash(meta, &buf[start..start + vlen as usize]) == hash;
+        let valid =
+            vlen <= layout.max_value && inplace_hash(layout.tag, meta, &buf[start..start + vlen as usize]) == hash;
         let value = valid.then(|| Value::in_buf(buf, start..start + vlen as usize));
         Ok(Reply { meta, word, value })
     }
@@ -366,7 +378,7 @@ impl Replica {
         }
         let end = usize::try_from(header.len).ok().and_then(|l| l.checked_add(ENTRY_ID_BYTES));
         let end = end.filter(|&e| e <= buf.len()).ok_or(InOutError::Corrupt(self.node))?;
-        if !header.checks(&buf[ENTRY_ID_BYTES..end]) {
+        if !header.checks(layout.tag, &buf[ENTRY_ID_BYTES..end]) {
             return Err(InOutError::Corrupt(self.node));
         }
         Ok((header, Value::in_buf(buf, ENTRY_ID_BYTES..end)))
@@ -423,7 +435,7 @@ mod tests {
                         let place = Place { segment: 0, slot: k, start: 1 };
                         let entry = logs.entries(&m, &[node], w, place, Some(&mut slab)).await[0].unwrap().unwrap();
                         let value = value_of(meta, len);
-                        let header = EntryHeader::of(meta, &value);
+                        let header = EntryHeader::of(meta, 0, &value);
                         let r = rep.write(&m, &layout, entry, seed, meta, &header, &value).await.unwrap();
                         prop_assert!(r.seen >= meta);
                         seed = match r.outcome { MaxOutcome::Installed { .. } => meta.0, MaxOutcome::Superseded { found } => found };

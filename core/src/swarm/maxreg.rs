@@ -588,7 +588,7 @@ mod tests {
                         let v = [id; 16];
                         let copy = LogCopy {
                             place: Place { segment: 0, slot: k as u32, start: 1 },
-                            header: EntryHeader::of(meta, &v),
+                            header: EntryHeader::of(meta, 0, &v),
                         };
                         reg.write(&mut ctx, &mem, &mut cache, meta, &copy, &v).await.unwrap();
                         events.borrow_mut().push((id, meta, t0, mem.now(), true, false));

@@ -80,7 +80,7 @@ pub async fn write<M: Memory, C: Clock>(
     reg.check_value(value)?;
     let (time, place) = ctx.next_write(mem, Meta::BOTTOM).await?;
     let w = Meta::new(time, place.slot, ctx.id);
-    let copy = LogCopy { place, header: EntryHeader::of(w, value) };
+    let copy = LogCopy { place, header: EntryHeader::of(w, reg.layout.tag, value) };
     let m = reg.write_and_read(ctx, mem, cache, w, &copy, value).await?;
     if m == w {
         mark_verified(mem, reg, cache, w, MarkOn::Installed);
@@ -131,7 +131,7 @@ async fn slow_write<M: Memory, C: Clock>(
     // The rewrite is a write of its own, in a log entry of its own.
     let (time2, place2) = ctx.next_write(mem, m).await?;
     let w2 = Meta::new(time2, place2.slot, ctx.id).verify();
-    let copy2 = LogCopy { place: place2, header: EntryHeader::of(w2, value) };
+    let copy2 = LogCopy { place: place2, header: EntryHeader::of(w2, reg.layout.tag, value) };
     reg.write(ctx, mem, cache, w2, &copy2, value).await?;
     Ok((w2, WritePath::Rewritten))
 }

@@ -212,22 +212,23 @@ pub struct EntryHeader {
     pub id: Meta,
     /// Bytes of the value.
     pub len: u64,
-    /// The value's checksum ([`value_sum`]).
+    /// The checksum of the value and its object's tag ([`value_sum`]).
     pub sum: u64,
 }
 
 /// Bytes of an [`EntryHeader`] on memory.
 pub const ENTRY_ID_BYTES: usize = 24;
 
-/// The checksum of `value` in the entry of write `id`.
-pub fn value_sum(id: Meta, value: &[u8]) -> u64 {
-    xxh3_64_with_seed(value, id.guessed().0 ^ (value.len() as u64).rotate_left(29) ^ 0x5357_4c47)
+/// The checksum of `value` in the entry of write `id` to an object tagged
+/// `tag` ([`crate::swarm::inout::Layout::tag`]).
+pub fn value_sum(id: Meta, tag: u64, value: &[u8]) -> u64 {
+    xxh3_64_with_seed(value, id.guessed().0 ^ (value.len() as u64).rotate_left(29) ^ tag.rotate_left(11) ^ 0x5357_4c47)
 }
 
 impl EntryHeader {
-    /// The header of write `id` of `value`.
-    pub fn of(id: Meta, value: &[u8]) -> EntryHeader {
-        EntryHeader { id: id.guessed(), len: value.len() as u64, sum: value_sum(id, value) }
+    /// The header of write `id` of `value` to an object tagged `tag`.
+    pub fn of(id: Meta, tag: u64, value: &[u8]) -> EntryHeader {
+        EntryHeader { id: id.guessed(), len: value.len() as u64, sum: value_sum(id, tag, value) }
     }
 
     /// Its bytes.
@@ -251,9 +252,10 @@ impl EntryHeader {
         !m.is_bottom() && self.id == m
     }
 
-    /// Whether `value` is the value this header describes, whole.
-    pub fn checks(&self, value: &[u8]) -> bool {
-        value.len() as u64 == self.len && value_sum(self.id, value) == self.sum
+    /// Whether `value` is the value this header describes, whole, of an
+    /// object tagged `tag`.
+    pub fn checks(&self, tag: u64, value: &[u8]) -> bool {
+        value.len() as u64 == self.len && value_sum(self.id, tag, value) == self.sum
     }
 }
 

@@ -15,11 +15,13 @@
 //! 16   max value (8)
 //! 24   nodes: 8 × u16
 //! 40   bases: 8 × u64
-//! 104  xxh3 of bytes 0..104
+//! 104  tag: the key's hash (`kv::place::key_hash`)
+//! 112  xxh3 of bytes 0..112
 //! ```
 //!
 //! Everything is checked when read back: a block that fails any check is
-//! corrupt, never trusted.
+//! corrupt, never trusted; a block of another key (a garbled index entry)
+//! is told by its tag, which also seeds every checksum of the key's values.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -29,8 +31,8 @@ use crate::substrate::quorum::MAX_REPLICAS;
 use crate::swarm::inout::{Layout, MAX_META_WORDS, MAX_VALUE, Replica};
 use crate::swarm::maxreg::Register;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"SWKVDSC1");
-const LEN: usize = 112;
+const MAGIC: u64 = u64::from_le_bytes(*b"SWKVDSC2");
+const LEN: usize = 120;
 /// Bytes a descriptor takes on the index node (its allocation class).
 pub const DESCRIPTOR_BYTES: u64 = 128;
 
@@ -46,8 +48,9 @@ pub fn encode(reg: &Register) -> [u8; LEN] {
         b[24 + 2 * i..26 + 2 * i].copy_from_slice(&r.node.0.to_le_bytes());
         b[40 + 8 * i..48 + 8 * i].copy_from_slice(&r.base.to_le_bytes());
     }
-    let sum = xxh3_64(&b[..104]);
-    b[104..].copy_from_slice(&sum.to_le_bytes());
+    b[104..112].copy_from_slice(&reg.layout.tag.to_le_bytes());
+    let sum = xxh3_64(&b[..112]);
+    b[112..].copy_from_slice(&sum.to_le_bytes());
     b
 }
 
@@ -58,7 +61,7 @@ pub fn decode(b: &[u8], nodes: usize) -> Result<Register, &'static str> {
     if word(0)? != MAGIC {
         return Err("bad descriptor magic");
     }
-    if word(104)? != xxh3_64(&b[..104]) {
+    if word(112)? != xxh3_64(&b[..112]) {
         return Err("bad descriptor checksum");
     }
     let n = b[8] as usize;
@@ -68,7 +71,8 @@ pub fn decode(b: &[u8], nodes: usize) -> Result<Register, &'static str> {
     {
         return Err("impossible descriptor");
     }
-    let layout = Layout { meta_words, max_value, in_place: b[9] & 1 == 1, first_only: b[9] & 2 == 2 };
+    let (in_place, first_only, tag) = (b[9] & 1 == 1, b[9] & 2 == 2, word(104)?);
+    let layout = Layout { meta_words, max_value, in_place, first_only, tag };
     let mut replicas = heapless::Vec::new();
     for i in 0..n {
         let node = u16::from_le_bytes([b[24 + 2 * i], b[25 + 2 * i]]);

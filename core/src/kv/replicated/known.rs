@@ -54,14 +54,26 @@ pub(super) enum Cached {
     Boxed(Box<Known>),
 }
 
-/// A [`Known`] of at most [`INLINE`] replicas, without the empty room.
+/// A [`Known`] of at most [`INLINE`] replicas, without the empty room,
+/// and without the layout's tag (the key's hash: the key is at hand when
+/// it is loaded).
 pub(super) struct Compact {
-    layout: Layout,
+    meta_words: u32,
+    max_value: u32,
+    in_place: bool,
+    first_only: bool,
     entry: Entry,
     len: u8,
     nodes: [NodeId; INLINE],
     bases: [u64; INLINE],
     rc: [ReplicaCache; INLINE],
+}
+
+impl Compact {
+    fn layout(&self, tag: u64) -> Layout {
+        let (meta_words, max_value) = (self.meta_words, u64::from(self.max_value));
+        Layout { meta_words, max_value, in_place: self.in_place, first_only: self.first_only, tag }
+    }
 }
 
 impl Cached {
@@ -71,8 +83,13 @@ impl Cached {
         if n > INLINE {
             return Cached::Boxed(Box::new(k));
         }
+        let l = k.reg.layout;
         let mut c = Compact {
-            layout: k.reg.layout,
+            meta_words: l.meta_words,
+            // Cannot truncate: at most MAX_VALUE (64 KiB).
+            max_value: l.max_value as u32,
+            in_place: l.in_place,
+            first_only: l.first_only,
             entry: k.entry,
             len: n as u8,
             nodes: [NodeId(0); INLINE],
@@ -85,12 +102,12 @@ impl Cached {
         Cached::Inline(c)
     }
 
-    /// What is kept, whole.
-    pub fn known(&self) -> Known {
+    /// What is kept, whole, for the key whose hash is `tag`.
+    pub fn known(&self, tag: u64) -> Known {
         match self {
             Cached::Inline(c) => {
-                let mut k = Known::blank(c.layout);
-                self.load(&mut k);
+                let mut k = Known::blank(c.layout(tag));
+                self.load(&mut k, tag);
                 k
             }
             Cached::Boxed(k) => Known::clone(k),
@@ -99,12 +116,12 @@ impl Cached {
 
     /// Copies what is kept over `k`, for an operation to work on (then
     /// [`Cached::keep`]): a client unpacks every key into the same place,
-    /// which stays in its first-level cache.
-    pub fn load(&self, k: &mut Known) {
+    /// which stays in its first-level cache. `tag` is the key's hash.
+    pub fn load(&self, k: &mut Known, tag: u64) {
         match self {
             Cached::Inline(c) => {
                 let n = usize::from(c.len);
-                k.reg.layout = c.layout;
+                k.reg.layout = c.layout(tag);
                 k.reg.replicas.clear();
                 for i in 0..n {
                     // Cannot fail: at most INLINE replicas, fewer than MAX_REPLICAS.
@@ -141,7 +158,7 @@ mod tests {
 
     fn known(n: usize, seed: u64) -> Known {
         let mut reg = Register {
-            layout: Layout::new(1 + (seed % 4) as u32, 100 + seed % 50).unwrap(),
+            layout: Layout::new(1 + (seed % 4) as u32, 100 + seed % 50).unwrap().tagged(seed.rotate_left(5)),
             replicas: heapless::Vec::new(),
         };
         let mut rc = RegCache::default();
@@ -168,10 +185,10 @@ mod tests {
             let k = known(n, seed);
             let c = Cached::new(k.clone());
             prop_assert_eq!(matches!(c, Cached::Inline(_)), n <= INLINE);
-            prop_assert_eq!(c.known(), k.clone());
+            prop_assert_eq!(c.known(k.reg.layout.tag), k.clone());
             // Loaded over another key's knowledge: nothing of it is left.
             let mut other = known(MAX_REPLICAS + 1 - n, !seed);
-            c.load(&mut other);
+            c.load(&mut other, k.reg.layout.tag);
             prop_assert_eq!(other, k);
         }
 
@@ -181,14 +198,14 @@ mod tests {
             let k = known(n, seed);
             let mut c = Cached::new(k.clone());
             let mut work = known(MAX_REPLICAS, 1);
-            c.load(&mut work);
+            c.load(&mut work, k.reg.layout.tag);
             work.rc.replicas[n - 1].max = Meta(learned);
             work.rc.replicas[0].mine = learned;
             c.keep(&work);
             let mut want = k.clone();
             want.rc.replicas[n - 1].max = Meta(learned);
             want.rc.replicas[0].mine = learned;
-            prop_assert_eq!(c.known(), want);
+            prop_assert_eq!(c.known(k.reg.layout.tag), want);
         }
     }
 }

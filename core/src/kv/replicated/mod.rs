@@ -66,7 +66,7 @@ use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
 use crate::{Memory, NodeId, RemoteAddr};
 
 use super::config::StoreConfig;
-use super::place::{INDEX_NODE, RETRIES, node_of};
+use super::place::{INDEX_NODE, RETRIES, key_hash, node_of};
 use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
 use descriptor::DESCRIPTOR_BYTES;
@@ -248,7 +248,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
-        let mut k = self.describe(entry).await?;
+        let mut k = self.describe(key, entry).await?;
         let out = op(&mut self.io, &mut k).await;
         self.cache.insert(key, entry.location, Cached::new(k));
         Ok(Some((out, false)))
@@ -262,7 +262,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         mut op: impl AsyncFnMut(&mut Io<P, M, C>, &mut Known) -> T,
     ) -> Option<T> {
         let (_, cached) = self.cache.get(key)?;
-        cached.load(&mut self.work);
+        cached.load(&mut self.work, key_hash(key));
         let out = op(&mut self.io, &mut self.work).await;
         cached.keep(&self.work);
         Some(out)
@@ -272,21 +272,25 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
     /// from the index and its descriptor (three roundtrips), then cached.
     async fn find(&mut self, key: &[u8]) -> Result<Option<(Known, bool)>, KvError> {
         if let Some((_, cached)) = self.cache.get(key) {
-            return Ok(Some((cached.known(), true)));
+            return Ok(Some((cached.known(key_hash(key)), true)));
         }
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
-        let k = self.describe(entry).await?;
+        let k = self.describe(key, entry).await?;
         self.cache.insert(key, entry.location, Cached::new(k.clone()));
         Ok(Some((k, false)))
     }
 
-    /// Reads the descriptor an index entry points to.
-    async fn describe(&self, entry: Entry) -> Result<Known, KvError> {
+    /// Reads the descriptor `key`'s index entry points to: it must be
+    /// `key`'s (its tag), or the entry is corrupt.
+    async fn describe(&self, key: &[u8], entry: Entry) -> Result<Known, KvError> {
         let at = RemoteAddr::new(INDEX_NODE, entry.location);
         let buf = self.io.mem.read(at, DESCRIPTOR_BYTES as usize).await?;
         let reg = descriptor::decode(&buf, self.nodes).map_err(|_| KvError::Corrupt)?;
+        if reg.layout.tag != key_hash(key) {
+            return Err(KvError::Corrupt);
+        }
         Ok(Known { reg, rc: RegCache::default(), entry })
     }
 
@@ -334,7 +338,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 // Mapped already (by another client, or before our cache
                 // knew): update that register, or if it was deleted, swing
                 // the mapping to ours.
-                let mut k = self.describe(entry).await?;
+                let mut k = self.describe(key, entry).await?;
                 match self.io.write(&mut k, value).await {
                     Ok(()) => {
                         self.cache.insert(key, entry.location, Cached::new(k));
@@ -377,7 +381,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         if missing > (self.replicas - 1) / 2 {
             return Err(KvError::Unavailable);
         }
-        Ok(Register { layout: self.layout, replicas })
+        Ok(Register { layout: self.layout.tagged(key_hash(key)), replicas })
     }
 }
 
@@ -525,6 +529,6 @@ async fn first_write<M: Memory, C: Clock>(
 ) -> Result<(), RegError> {
     let (time, place) = ctx.next_write(mem, Meta::BOTTOM).await?;
     let meta = Meta::new(time, place.slot, ctx.id).verify();
-    let copy = LogCopy { place, header: EntryHeader::of(meta, value) };
+    let copy = LogCopy { place, header: EntryHeader::of(meta, reg.layout.tag, value) };
     reg.write(ctx, mem, rc, meta, &copy, value).await.map(|_| ())
 }

@@ -67,7 +67,7 @@ fn entries_are_found_by_time_and_checked_by_header() {
             let (w0, w1) = (Meta::new(12, 2, 5), Meta::new(55, 2, 5));
             for (m, p) in [(w0, place(0, 2, 10)), (w1, place(1, 2, 50))] {
                 let e = writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab)).await[0].unwrap().unwrap();
-                let header = EntryHeader::of(m, b"v");
+                let header = EntryHeader::of(m, 0, b"v");
                 mem.write(RemoteAddr::new(e.node, e.offset + 8), &header.encode()).await.unwrap();
             }
             let mut reader = Logs::new();
@@ -96,13 +96,14 @@ fn entries_are_found_by_time_and_checked_by_header() {
 #[test]
 fn headers_name_their_write_and_check_their_value() {
     let w = Meta::new(9, 3, 2);
-    let h = EntryHeader::of(w.verify(), b"value");
+    let h = EntryHeader::of(w.verify(), 0, b"value");
     let back = EntryHeader::decode(&h.encode()).unwrap();
     assert_eq!(back, h);
     assert!(h.holds(w) && h.holds(w.verify()));
     assert!(!h.holds(Meta::new(9, 3, 3)) && !h.holds(Meta::new(10, 3, 2)) && !h.holds(Meta::BOTTOM));
-    assert!(h.checks(b"value"));
-    assert!(!h.checks(b"valuf") && !h.checks(b"valu"));
+    assert!(h.checks(0, b"value"));
+    assert!(!h.checks(0, b"valuf") && !h.checks(0, b"valu"));
+    assert!(!h.checks(1, b"value"), "another object's tag");
     assert!(EntryHeader::decode(&[0; ENTRY_ID_BYTES - 1]).is_none());
 }
 

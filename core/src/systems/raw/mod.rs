@@ -14,7 +14,7 @@
 
 use alloc::boxed::Box;
 
-use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
+use crate::kv::place::{INDEX_NODE, RETRIES, key_hash, node_of};
 use crate::kv::{
     Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Who,
     Written,
@@ -135,15 +135,15 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
         }
     }
 
-    /// The register a location names (checked: it comes from memory).
-    fn register(&self, location: u64) -> Result<RawRegister, KvError> {
+    /// `key`'s register at a location (checked: it comes from memory).
+    fn register(&self, key: &[u8], location: u64) -> Result<RawRegister, KvError> {
         let node = (location >> 48) as usize;
         let offset = location & ((1 << 48) - 1);
         if node >= self.nodes || !offset.is_multiple_of(8) {
             return Err(KvError::Corrupt);
         }
         let max_value = self.limits.max_value as u64;
-        Ok(RawRegister { addr: RemoteAddr::new(NodeId(node as u16), offset), max_value })
+        Ok(RawRegister { addr: RemoteAddr::new(NodeId(node as u16), offset), max_value, tag: key_hash(key) })
     }
 
     /// The key's copy: cached, or from the index (then cached).
@@ -158,8 +158,8 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
         }))
     }
 
-    async fn write(&self, location: u64, value: &[u8]) -> Result<(), KvError> {
-        match self.register(location)?.write(&self.mem, value).await {
+    async fn write(&self, key: &[u8], location: u64, value: &[u8]) -> Result<(), KvError> {
+        match self.register(key, location)?.write(&self.mem, value).await {
             Ok(()) => Ok(()),
             Err(RawError::Mem(e)) => Err(e.into()),
             Err(_) => Err(KvError::Corrupt),
@@ -180,11 +180,12 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
 
     async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
+        let mut torn = 0;
         for _ in 0..RETRIES {
             let Some((location, cached)) = self.find(key).await? else {
                 return Ok(Got::NotFound);
             };
-            match self.register(location)?.read(&self.mem).await {
+            match self.register(key, location)?.read(&self.mem).await {
                 Ok((buf, range)) => return Ok(Got::Found(Value::in_buf(buf, range))),
                 Err(RawError::Deleted) => {
                     self.cache.remove(key);
@@ -192,11 +193,17 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
                         return Ok(Got::Deleted);
                     }
                 }
+                // Read during a write, or garbled: read again (through the
+                // index: the cached location may be what is wrong).
+                Err(RawError::Torn) => {
+                    torn += 1;
+                    self.cache.remove(key);
+                }
                 Err(RawError::Mem(e)) => return Err(e.into()),
                 Err(_) => return Err(KvError::Corrupt),
             }
         }
-        Err(KvError::Contended)
+        Err(if torn > 0 { KvError::Corrupt } else { KvError::Contended })
     }
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
@@ -205,7 +212,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         let Some((location, _)) = self.find(key).await? else {
             return Ok(Err(Missing::NotFound));
         };
-        self.write(location, value).await?;
+        self.write(key, location, value).await?;
         Ok(Ok(Written))
     }
 
@@ -223,7 +230,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
             },
         };
         for _ in 0..RETRIES {
-            let reg = self.register(entry.location)?;
+            let reg = self.register(key, entry.location)?;
             let (mem, index) = (&self.mem, &mut self.index);
             let unmap = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
             let (tomb, unmap) = crate::substrate::join::join2(reg.delete(mem), unmap).await;
@@ -247,13 +254,13 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         self.limits.check(key, value)?;
         self.keep().await?;
         if let Some((location, _)) = self.cache.get(key) {
-            self.write(location, value).await?;
+            self.write(key, location, value).await?;
             return Ok(Written);
         }
         let node = node_of(key, 0, self.nodes);
         let size = RawRegister::size(self.limits.max_value as u64);
         let addr = self.slab.alloc(&self.mem, node, size).await?;
-        let reg = RawRegister { addr, max_value: self.limits.max_value as u64 };
+        let reg = RawRegister { addr, max_value: self.limits.max_value as u64, tag: key_hash(key) };
         let mut failed = None;
         let (mem, index) = (&self.mem, &mut self.index);
         let ready = async {
@@ -270,7 +277,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
             Some(Insert::New(e)) => e,
             Some(Insert::Exists(e)) => {
                 self.slab.free(addr, size);
-                self.write(e.location, value).await?;
+                self.write(key, e.location, value).await?;
                 e
             }
             None => {
