@@ -7,7 +7,8 @@
 //!   processes (with the parent's final reads) must be linearizable.
 //! - `kill_minus_nine_mid_write`: a client process updating keys in a
 //!   tight loop is killed with SIGKILL; every key must stay readable by
-//!   the others, hold a value that was written, and take new updates.
+//!   the others, hold a value that was written and is no older than the
+//!   last update acknowledged to the killed writer, and take new updates.
 //!
 //! Both re-execute the test binary as children (role in `SWARM_KV_MP_ROLE`),
 //! and time operations with a logical clock: a counter in a second, tiny
@@ -284,8 +285,16 @@ fn kill_minus_nine_mid_write() {
         .filter_map(|l| l.parse().ok())
         .chain((0..KEYS).map(|k| (loader as u64) << 32 | k))
         .collect();
+    // The last update of each key acknowledged to the writer before it died.
+    let mut acked = std::collections::HashMap::new();
+    for v in std::fs::read_to_string(dir.0.join("acks")).unwrap().lines().filter_map(|l| l.parse::<u64>().ok()) {
+        let seq = v & 0xffff_ffff;
+        let last = acked.entry(seq % KEYS).or_insert(0);
+        *last = seq.max(*last);
+    }
+    assert!(acked.len() as u64 == KEYS, "the writer was killed before it updated every key");
     // Every key readable by another client, with a value that was written,
-    // and it takes new updates.
+    // no older than its last acknowledged update, and it takes new updates.
     let other = CLIENTS + 2;
     let mut s = connect(mem, other);
     for k in 0..KEYS {
@@ -293,6 +302,11 @@ fn kill_minus_nine_mid_write() {
             Ok(Got::Found(v)) => {
                 let id = id_of(&v).expect("a torn or foreign value");
                 assert!(written.contains(&id), "key {k}: value {id:#x} was never written");
+                let last = acked[&k];
+                assert!(
+                    id >> 32 == 1 && id & 0xffff_ffff >= last,
+                    "key {k}: read {id:#x}, older than the acknowledged update of seq {last}: a write was lost"
+                );
             }
             other => panic!("key {k}: {other:?}"),
         }
@@ -306,18 +320,22 @@ fn kill_minus_nine_mid_write() {
 }
 
 /// Updates keys round-robin until killed; each value's id is appended to
-/// `intents` (and flushed) before it is written.
+/// `intents` (and flushed) before it is written, and to `acks` once the
+/// update returned.
 fn writer_child(dir: &Path) {
     let (store, _clock) = open(dir);
     let id = 1;
     let mut s = connect(store.memory(), id);
-    let mut intents = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("intents")).unwrap();
+    let append = |name: &str| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name)).unwrap();
+    let (mut intents, mut acks) = (append("intents"), append("acks"));
     for seq in 1.. {
         let k = seq % KEYS;
         let v = (id as u64) << 32 | seq;
         writeln!(intents, "{v}").unwrap();
         intents.flush().unwrap();
         block_on(s.update(&key(k), &value(v))).unwrap().unwrap();
+        writeln!(acks, "{v}").unwrap();
+        acks.flush().unwrap();
     }
 }
 

@@ -24,27 +24,6 @@ use swarm_core::swarm::inout::{Layout, Replica};
 use swarm_core::swarm::meta::Meta;
 use swarm_core::{MemError, Memory, RemoteAddr};
 
-/// Raises the CAS word at `addr` to `value` if it is smaller: a max register
-/// emulated with compare-and-swap, as protocols keep timestamps. Returns the
-/// word's value afterwards as this writer knows it (at least `value`).
-///
-/// Starts from the guess 0 and follows what each failed CAS returns: `cur`
-/// always holds a value the word had, so the loop ends when the word is
-/// already at least `value`, or when the swap succeeded.
-pub async fn raise_max<M: Memory>(mem: &M, addr: RemoteAddr, value: u64) -> Result<u64, MemError> {
-    let mut cur = 0;
-    loop {
-        if cur >= value {
-            return Ok(cur);
-        }
-        let prev = mem.cas(addr, cur, value).await?;
-        if prev == cur {
-            return Ok(value);
-        }
-        cur = prev;
-    }
-}
-
 /// A deliberately wrong max register: a blind write, which can lower the
 /// value when writers race. It exists to show that the loom check catches
 /// the bug.

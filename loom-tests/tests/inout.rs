@@ -205,7 +205,7 @@ mod checks {
                 });
                 let snapshot = block_on(read_in_place(&cluster.memory(), replica, &layout())).unwrap();
                 let InPlace { meta, hash, value } = snapshot;
-                let accepted = inplace_hash(meta, &value) == hash;
+                let accepted = inplace_hash(layout().tag, meta, &value) == hash;
                 if accepted {
                     assert!(belongs(meta, &value), "in-n-out violated: the hash accepts {value:x?} with {meta:?}");
                 }

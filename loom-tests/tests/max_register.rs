@@ -1,5 +1,6 @@
-//! A max register emulated with CAS over the shared-memory backend's loom
-//! mode: every interleaving of two writers is explored, and the wrong
+//! The core's max register emulated with CAS
+//! (`swarm_core::objects::max::cas_max`) over the shared-memory backend's
+//! loom mode: every interleaving of two writers is explored, and the wrong
 //! variant (a blind write) is shown to be caught.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p swarm-loom-tests --release`.
@@ -9,10 +10,11 @@ mod checks {
     use std::future::Future;
 
     use swarm_backend_shm::{ShmCluster, ShmMemory};
+    use swarm_core::objects::max::{MaxOutcome, cas_max};
     use swarm_core::substrate::exec::block_on;
     use swarm_core::substrate::memory::read_word;
     use swarm_core::{MemError, NodeId, RemoteAddr};
-    use swarm_loom_tests::{blind_write_max, explore, raise_max};
+    use swarm_loom_tests::{blind_write_max, explore};
 
     const REGISTER: RemoteAddr = RemoteAddr::new(NodeId(0), 0);
 
@@ -50,7 +52,13 @@ mod checks {
 
     #[test]
     fn cas_max_register_keeps_the_max() {
-        two_writers(|mem, v| async move { raise_max(&mem, REGISTER, v).await });
+        two_writers(|mem, v| async move {
+            // From the guess 0: the word's value afterwards as this writer knows it.
+            Ok(match cas_max(&mem, REGISTER, 0, v).await? {
+                MaxOutcome::Installed { .. } => v,
+                MaxOutcome::Superseded { found } => found,
+            })
+        });
     }
 
     /// The check can fail: a blind write lets the smaller value win.

@@ -32,6 +32,7 @@ use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
 use crate::substrate::lease::Want;
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::Region;
+use crate::swarm::client::Paths;
 use crate::{Memory, NodeId, systems};
 
 /// Bytes of each simulated node.
@@ -106,6 +107,17 @@ pub struct Summary {
     pub runs: u64,
     /// Operations checked in all.
     pub ops: usize,
+    /// The rare paths the clients took, summed.
+    pub paths: Paths,
+}
+
+/// What one run checked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ran {
+    /// Operations checked.
+    pub ops: usize,
+    /// The rare paths the clients took (of those that did not crash).
+    pub paths: Paths,
 }
 
 /// Runs seeds `from..from + runs` of `system` on `replicas` nodes; the
@@ -114,7 +126,9 @@ pub struct Summary {
 pub fn campaign(system: System, replicas: usize, from: u64, runs: u64) -> Result<Summary, String> {
     let mut s = Summary::default();
     for seed in from..from + runs {
-        s.ops += run(seed, &KvCampaign::for_seed(system, replicas, seed))?;
+        let ran = run(seed, &KvCampaign::for_seed(system, replicas, seed))?;
+        s.ops += ran.ops;
+        s.paths.add(&ran.paths);
         s.runs += 1;
     }
     Ok(s)
@@ -122,13 +136,13 @@ pub fn campaign(system: System, replicas: usize, from: u64, runs: u64) -> Result
 
 /// One seeded run: the number of operations checked, or what went wrong
 /// and the command that replays it.
-pub fn run(seed: u64, c: &KvCampaign) -> Result<usize, String> {
+pub fn run(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     struct Run<'a> {
         seed: u64,
         c: &'a KvCampaign,
     }
     impl Visit for Run<'_> {
-        type Out = Result<usize, String>;
+        type Out = Result<Ran, String>;
         fn visit<S: KvSystem>(self) -> Self::Out {
             run_typed::<S>(self.seed, self.c)
         }
@@ -191,7 +205,7 @@ pub fn setup(sim: &mut Sim, cfg: &StoreConfig) -> Result<(), String> {
     .map_err(|e| format!("setup: {e}"))?
 }
 
-fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
+fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let mut sim = Sim::new(SimConfig {
         seed,
         nodes: c.replicas,
@@ -203,6 +217,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
     setup(&mut sim, &cfg)?;
     let hist = Rc::new(RefCell::new(Hist::new()));
     let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
+    let taken: Rc<RefCell<Paths>> = Rc::default();
     let start = sim.now();
     let shared = c.shared_keys();
     let mut clients = Vec::new();
@@ -210,6 +225,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
         let mem = sim.client();
         let skew = sim.random(0, c.max_skew_ns) / TICK_NS;
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
+        let taken = taken.clone();
         let (keys, ops, clients_n, leases) = (c.keys, c.ops, c.clients as u64, c.leases);
         sim.spawn(&mem, async move {
             let clk = clock(&m, skew);
@@ -240,6 +256,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
                     return failures.borrow_mut().push(e);
                 }
             }
+            taken.borrow_mut().add(&s.paths());
             if let Err(e) = s.close().await {
                 failures.borrow_mut().push(format!("client {id}: close: {e}"));
             }
@@ -313,5 +330,6 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<usize, String> {
         }
         return Err(format!("history of {} ops is not linearizable: {verdict}\n{trace}", h.len()));
     }
-    Ok(h.len())
+    let paths = *taken.borrow();
+    Ok(Ran { ops: h.len(), paths })
 }

@@ -10,6 +10,7 @@ use core::ops::Deref;
 use core::pin::Pin;
 
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
+use crate::swarm::client::Paths;
 
 type Op<'a, T> = Pin<Box<dyn Future<Output = Result<T, KvError>> + 'a>>;
 
@@ -23,6 +24,7 @@ trait DynClient<V> {
     fn get<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Got<V>>;
     fn delete<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Result<Written, Missing>>;
     fn close(&mut self) -> Op<'_, ()>;
+    fn paths(&self) -> Paths;
 }
 
 impl<K: KvClient> DynClient<K::Value> for K {
@@ -52,6 +54,10 @@ impl<K: KvClient> DynClient<K::Value> for K {
 
     fn close(&mut self) -> Op<'_, ()> {
         Box::pin(KvClient::close(self))
+    }
+
+    fn paths(&self) -> Paths {
+        KvClient::paths(self)
     }
 }
 
@@ -97,5 +103,9 @@ impl<V: Deref<Target = [u8]>> KvClient for AnyClient<'_, V> {
 
     async fn close(&mut self) -> Result<(), KvError> {
         self.inner.close().await
+    }
+
+    fn paths(&self) -> Paths {
+        self.inner.paths()
     }
 }

@@ -127,6 +127,13 @@ pub trait KvClient {
     fn close(&mut self) -> impl Future<Output = Result<(), KvError>> {
         async { Ok(()) }
     }
+
+    /// How often this client's operations took the rare paths of SWARM's
+    /// objects (none for a store without them): what campaigns assert
+    /// they exercised.
+    fn paths(&self) -> crate::swarm::client::Paths {
+        crate::swarm::client::Paths::default()
+    }
 }
 
 /// A boxed client is a client: stores whose clients hold tens of KiB of
@@ -162,6 +169,10 @@ impl<K: KvClient + ?Sized> KvClient for alloc::boxed::Box<K> {
 
     fn close(&mut self) -> impl Future<Output = Result<(), KvError>> {
         (**self).close()
+    }
+
+    fn paths(&self) -> crate::swarm::client::Paths {
+        (**self).paths()
     }
 }
 

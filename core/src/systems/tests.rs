@@ -270,12 +270,33 @@ fn corrupt_locations_give_errors() {
     }
 }
 
-/// Runs a campaign and prints its summary; panics with the replay command
-/// on the first failure.
+/// Runs a campaign and prints its summary, with the rare paths its
+/// clients took; panics with the replay command on the first failure, or
+/// if a path the store has ran fewer times than it must (per 1,000 runs)
+/// for the campaign to test it.
 fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
-    match run_campaign(named(system), replicas, from, runs) {
-        Ok(s) => std::println!("{system}, {replicas} replicas: {} runs, {} ops, all linearizable", s.runs, s.ops),
-        Err(e) => panic!("{e}"),
+    let s = run_campaign(named(system), replicas, from, runs).unwrap_or_else(|e| panic!("{e}"));
+    let p = s.paths;
+    std::println!("{system}, {replicas} replicas: {} runs, {} ops, all linearizable; {p:?}", s.runs, s.ops);
+    let per = |n: u64| n * runs / 1_000;
+    let least: &[(&str, u64, u64)] = match system {
+        "swarm-kv" => &[
+            ("slow-path writes", p.slow_writes, per(100)),
+            ("reads of GUESSED tuples", p.unverified_reads, per(100)),
+            ("reader locks", p.reader_locks, per(10)),
+            ("out-of-place reads", p.out_of_place_reads, per(100)),
+            ("write-backs", p.write_backs, per(100)),
+            ("widened quorums", p.widened, per(100)),
+        ],
+        "dm-abd" => &[
+            ("out-of-place reads", p.out_of_place_reads, per(1_000)),
+            ("write-backs", p.write_backs, per(100)),
+            ("widened quorums", p.widened, per(100)),
+        ],
+        _ => &[],
+    };
+    for &(path, ran, min) in least {
+        assert!(ran >= min, "{system}: {path} ran {ran} times in {runs} runs, fewer than {min}");
     }
 }
 
@@ -336,7 +357,7 @@ fn replay() {
     let c = KvCampaign::for_seed(system, replicas, seed);
     std::println!("{c:?}");
     match run(seed, &c) {
-        Ok(n) => std::println!("ok: {n} ops"),
+        Ok(r) => std::println!("ok: {} ops, {:?}", r.ops, r.paths),
         Err(e) => panic!("{e}"),
     }
 }

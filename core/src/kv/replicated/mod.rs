@@ -480,6 +480,10 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
     async fn close(&mut self) -> Result<(), KvError> {
         self.io.ctx.release(&self.io.mem, self.index.carried()).await.map_err(client_error)
     }
+
+    fn paths(&self) -> crate::swarm::client::Paths {
+        self.io.ctx.paths
+    }
 }
 
 /// The base of a replica that could not be allocated: beyond any node's
