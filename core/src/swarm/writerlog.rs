@@ -531,7 +531,10 @@ impl Logs {
             let empty: heapless::Vec<usize, MAX_REPLICAS> =
                 (0..missing.len()).filter(|&k| found[k].is_some_and(|(_, off)| off == 0)).collect();
             let targets: heapless::Vec<NodeId, MAX_REPLICAS> = empty.iter().map(|&k| missing[k].1.node).collect();
-            let chunks = slab.alloc_chunk_each(mem, &targets).await;
+            // A segment takes what its entries need (an object of its size
+            // class: a quarter of a chunk for small values), not a chunk.
+            let bytes = self.nodes.first().map_or(0, |d| d.geo.per_segment * d.geo.entry_size);
+            let chunks = slab.alloc_each(mem, &targets, bytes).await;
             let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
             for (j, chunk) in chunks.into_iter().enumerate() {
                 match chunk {
@@ -567,7 +570,11 @@ impl Logs {
                 found[k] = match r {
                     Some(Ok(outs)) => match outs.get(1).and_then(OpOutput::cas) {
                         Some(0) => Some((place.start, chunk)),
-                        Some(prev) => Some((place.start, prev)),
+                        Some(prev) => {
+                            // Another process created it first: ours goes back.
+                            slab.free(RemoteAddr::new(missing[k].1.node, chunk), bytes);
+                            Some((place.start, prev))
+                        }
                         None => None,
                     },
                     Some(Err(e)) => {

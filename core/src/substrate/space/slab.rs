@@ -225,6 +225,66 @@ impl SlabAllocator {
         out
     }
 
+    /// Allocates `size` bytes on each of `nodes` (an object of its size
+    /// class on each, as [`alloc`](Self::alloc) would), taking the new
+    /// chunks that some of them need on all of them at once: no roundtrip
+    /// when every node's current chunk has room, else one. Results are in
+    /// the order of `nodes`.
+    pub async fn alloc_each<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        size: u64,
+    ) -> heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> {
+        let mut out: heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> =
+            nodes.iter().map(|_| Err(AllocError::BadSize { size })).collect();
+        let Some((class, obj)) = class_of(size) else { return out };
+        // The nodes whose class has no free object and no room left.
+        let mut short: heapless::Vec<NodeId, MAX_REPLICAS> = heapless::Vec::new();
+        for (i, &node) in nodes.iter().enumerate() {
+            match self.slabs(mem, node).await {
+                Ok(s) if obj > s.region.chunk => {}
+                Ok(s) => {
+                    let c = &s.classes[class];
+                    if c.free.is_empty() && c.end - c.bump < obj {
+                        let _ = short.push(node);
+                    }
+                    out[i] = Ok(RemoteAddr::new(node, 0));
+                }
+                Err(e) => out[i] = Err(e),
+            }
+        }
+        let chunks = self.alloc_chunk_each(mem, &short).await;
+        for (&node, chunk) in short.iter().zip(chunks) {
+            let i = nodes.iter().position(|&n| n == node).unwrap_or(0);
+            match chunk {
+                Ok(chunk) => {
+                    if let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == node) {
+                        let c = &mut s.classes[class];
+                        (c.bump, c.end) = (chunk.offset, chunk.offset + s.region.chunk);
+                    }
+                }
+                Err(e) => out[i] = Err(e),
+            }
+        }
+        for (i, &node) in nodes.iter().enumerate() {
+            if out[i].is_err() {
+                continue;
+            }
+            let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == node) else { continue };
+            let c = &mut s.classes[class];
+            out[i] = match c.free.pop() {
+                Some(off) => Ok(RemoteAddr::new(node, off)),
+                None => {
+                    let off = c.bump;
+                    c.bump += obj;
+                    Ok(RemoteAddr::new(node, off))
+                }
+            };
+        }
+        out
+    }
+
     /// The chunk size of `node`'s region.
     pub async fn chunk_size<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<u64, AllocError> {
         Ok(self.slabs(mem, node).await?.region.chunk)
@@ -307,5 +367,39 @@ mod tests {
         assert_eq!(class_of(32 << 20), Some((19, 32 << 20)));
         assert_eq!(class_of((32 << 20) + 1), None);
         assert_eq!(class_of(u64::MAX), None);
+    }
+
+    /// Objects on several nodes at once: chunks are taken together when
+    /// needed (one roundtrip), objects share a chunk, and a node that is
+    /// not there answers its own error.
+    #[test]
+    fn alloc_each_takes_chunks_together_and_packs_objects() {
+        use crate::sim::{Sim, SimConfig};
+        use crate::substrate::rtt::Counted;
+        use crate::substrate::space::Region;
+
+        let mut sim = Sim::new(SimConfig { nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+        let mem = sim.client();
+        let (first, second, rtts, missing) = sim
+            .block_on(async move {
+                for n in 0..3 {
+                    Region::format_fresh(&mem, NodeId(n), 1 << 20, 64 << 10).await.unwrap();
+                }
+                let nodes = [NodeId(0), NodeId(1), NodeId(2)];
+                let mut slab = SlabAllocator::new();
+                let first = slab.alloc_each(&mem, &nodes, 16 << 10).await;
+                let c = Counted::new(&mem);
+                let second = slab.alloc_each(&c, &nodes, 16 << 10).await;
+                let rtts = c.roundtrips();
+                let missing = slab.alloc_each(&mem, &[NodeId(7)], 64).await;
+                (first, second, rtts, missing)
+            })
+            .unwrap();
+        for (a, b) in first.iter().zip(&second) {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!((a.node, b.offset), (b.node, a.offset + (16 << 10)), "the second object follows the first");
+        }
+        assert_eq!(rtts, 0, "room in every chunk: no roundtrip");
+        assert!(missing[0].is_err());
     }
 }
