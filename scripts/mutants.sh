@@ -35,7 +35,7 @@ for entry in "${MUTANTS[@]}"; do
   set -e
   if [ "$rc" -ne 0 ] && grep -q -- "$marker" "$log"; then
     caught=$(grep -m1 -oE 'seed [0-9]+' "$log" || true)
-    echo "caught: ${caught:-by the model checker} ($marker)"
+    echo "caught: ${caught:-by its check} ($marker)"
   else
     echo "NOT CAUGHT: '$cmd' exited $rc without '$marker'; its output ends:"
     tail -n 20 "$log"

@@ -62,7 +62,11 @@
 //! each searched alone from every state the object could be in
 //! ([`Model::window_states`]): a window that no state can start is a
 //! violation, found without searching the whole history. [`Checker::max_steps`]
-//! bounds the work, and the answer may be [`CheckResult::Unknown`].
+//! bounds the work, and the answer may be [`CheckResult::Unknown`]. A
+//! model may also prove a key's history linearizable without a search
+//! ([`Model::proves_linearizable`]): a [`Register`] whose written values are
+//! distinct is decided by Gibbons and Korach's zones in `O(n log n)`, which
+//! settles histories of dozens of concurrent writers that no search would.
 //!
 //! Crates that exist for this (stateright's `LinearizabilityTester`, ports of
 //! Porcupine) need `std` and bring large dependency trees, or lack pending
