@@ -246,7 +246,7 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
         KvCommand::Get { key } => get(&mut store, key).map(|out| print!("{out}")),
         KvCommand::Put { key, value } => put(&mut store, key, value).map(|out| print!("{out}")),
         KvCommand::Delete { key } => delete(&mut store, key).map(|out| print!("{out}")),
-        KvCommand::Shell => shell(&mut store),
+        KvCommand::Shell => shell(&mut store, std::time::Duration::from_millis((cfg.lease_ms as u64 / 4).max(1))),
         KvCommand::Init(_) | KvCommand::Info => Ok(()),
     };
     // The id goes back whether the command succeeded or not.
@@ -381,23 +381,47 @@ fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
 }
 
 /// The shell: one command per line of stdin; errors are printed and the
-/// shell goes on. A prompt when stdin is a terminal.
-fn shell(s: &mut Client) -> Result<(), String> {
-    let stdin = std::io::stdin();
-    let interactive = stdin.is_terminal();
+/// shell goes on. A prompt when stdin is a terminal. Stdin is read on a
+/// thread of its own, so that while no command comes the shell renews its
+/// lease every `renew` (a shell waiting for input keeps its client id).
+fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
+    use std::sync::mpsc::{RecvTimeoutError, channel};
+
+    let interactive = std::io::stdin().is_terminal();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        loop {
+            let mut line = String::new();
+            let read = stdin.lock().read_line(&mut line).map(|n| (n > 0).then_some(line));
+            let more = matches!(read, Ok(Some(_)));
+            if tx.send(read).is_err() || !more {
+                return;
+            }
+        }
+    });
     let mut out = std::io::stdout();
-    let mut line = String::new();
     loop {
         if interactive {
             let _ = write!(out, "swarm> ");
             let _ = out.flush();
         }
-        line.clear();
-        match stdin.lock().read_line(&mut line) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
+        let line = loop {
+            match rx.recv_timeout(renew) {
+                Ok(read) => break read,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(e) = block_on(s.keep()) {
+                        let _ = writeln!(out, "error: cannot keep the client id: {e}");
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        };
+        let line = match line {
+            Ok(Some(line)) => line,
+            Ok(None) => return Ok(()),
             Err(e) => return Err(format!("cannot read stdin: {e}")),
-        }
+        };
         match shell_line(s, &line) {
             None => return Ok(()),
             Some(Ok(text)) => {

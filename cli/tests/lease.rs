@@ -1,5 +1,6 @@
 //! Leased client ids across processes (issue #18): two processes that ask
-//! for one id at once, and an id whose holder was killed with SIGKILL.
+//! for one id at once, an id whose holder was killed with SIGKILL, and a
+//! shell that keeps its id while it waits for input.
 
 mod common;
 
@@ -110,6 +111,26 @@ fn a_killed_client_s_id_is_claimed_again_after_its_lease() {
     let waited = killed.elapsed();
     assert!(waited >= Duration::from_millis(2_500), "claimed again after only {waited:?}: before the grace");
     assert_eq!(ok(&["kv", "--dir", d, "--id", "5", "get", "k"]), "after\n");
+}
+
+/// A shell that waits for input longer than its lease and grace keeps
+/// its id (it renews while idle): another process cannot claim it, and the
+/// shell's next write works.
+#[test]
+fn an_idle_shell_keeps_its_id() {
+    let dir = store("idle", "1s");
+    let d = dir.arg();
+    let mut holder = shell(d, "5");
+    let mut stdin = holder.stdin.take().unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    assert_eq!(say(&mut stdin, &mut out, "put k first"), "OK\n");
+    thread::sleep(Duration::from_secs(6));
+    let e = fails(&["kv", "--dir", d, "--id", "5", "get", "k"], 1);
+    assert!(e.contains("client id 5 is held by a live client"), "{e}");
+    assert_eq!(say(&mut stdin, &mut out, "put k second"), "OK\n");
+    drop(stdin);
+    assert!(holder.wait().unwrap().success());
+    assert_eq!(ok(&["kv", "--dir", d, "--id", "5", "get", "k"]), "second\n");
 }
 
 /// `wait_with_output` for a child kept in an array: its exit code and the

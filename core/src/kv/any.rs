@@ -24,6 +24,7 @@ trait DynClient<V> {
     fn get<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Got<V>>;
     fn delete<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Result<Written, Missing>>;
     fn close(&mut self) -> Op<'_, ()>;
+    fn keep(&mut self) -> Op<'_, ()>;
     fn paths(&self) -> Paths;
 }
 
@@ -54,6 +55,10 @@ impl<K: KvClient> DynClient<K::Value> for K {
 
     fn close(&mut self) -> Op<'_, ()> {
         Box::pin(KvClient::close(self))
+    }
+
+    fn keep(&mut self) -> Op<'_, ()> {
+        Box::pin(KvClient::keep(self))
     }
 
     fn paths(&self) -> Paths {
@@ -103,6 +108,10 @@ impl<V: Deref<Target = [u8]>> KvClient for AnyClient<'_, V> {
 
     async fn close(&mut self) -> Result<(), KvError> {
         self.inner.close().await
+    }
+
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.inner.keep().await
     }
 
     fn paths(&self) -> Paths {

@@ -128,6 +128,15 @@ pub trait KvClient {
         async { Ok(()) }
     }
 
+    /// Renews this client's lease on its id if half of it has passed.
+    /// Writes renew it on their own; a client that may stay idle for
+    /// longer than its lease (a shell waiting for input) calls this
+    /// meanwhile, or its id may be claimed by another process (its next
+    /// write then fails). A client without a lease has nothing to renew.
+    fn keep(&mut self) -> impl Future<Output = Result<(), KvError>> {
+        async { Ok(()) }
+    }
+
     /// How often this client's operations took the rare paths of SWARM's
     /// objects (none for a store without them): what campaigns assert
     /// they exercised.
@@ -169,6 +178,10 @@ impl<K: KvClient + ?Sized> KvClient for alloc::boxed::Box<K> {
 
     fn close(&mut self) -> impl Future<Output = Result<(), KvError>> {
         (**self).close()
+    }
+
+    fn keep(&mut self) -> impl Future<Output = Result<(), KvError>> {
+        (**self).keep()
     }
 
     fn paths(&self) -> crate::swarm::client::Paths {

@@ -299,6 +299,15 @@ impl<C: Clock> ClientCtx<C> {
         Ok((time, Place { segment: c.segment, slot: c.next, start: c.start }))
     }
 
+    /// Renews the lease, if any, when half of it has passed (writes do it
+    /// on their own; an idle client calls this).
+    pub async fn keep<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
+        match &self.lease {
+            Some(held) if held.needs_renewal(self.clock.now()) => self.renew(mem).await,
+            _ => Ok(()),
+        }
+    }
+
     async fn renew<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
         let now = self.clock.now();
         let Some(held) = &mut self.lease else { return Ok(()) };

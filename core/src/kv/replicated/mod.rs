@@ -481,6 +481,10 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         self.io.ctx.release(&self.io.mem, self.index.carried()).await.map_err(client_error)
     }
 
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.io.ctx.keep(&self.io.mem).await.map_err(client_error)
+    }
+
     fn paths(&self) -> crate::swarm::client::Paths {
         self.io.ctx.paths
     }

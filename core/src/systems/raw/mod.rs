@@ -128,7 +128,7 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
 
     /// Renews the lease when half of it has passed (before each change:
     /// a get uses nothing its id names).
-    async fn keep(&mut self) -> Result<(), KvError> {
+    async fn keep_lease(&mut self) -> Result<(), KvError> {
         match &mut self.lease {
             Some(h) => h.keep(&self.mem, self.clock.now()).await.map_err(KvError::Lease),
             None => Ok(()),
@@ -208,7 +208,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
-        self.keep().await?;
+        self.keep_lease().await?;
         let Some((location, _)) = self.find(key).await? else {
             return Ok(Err(Missing::NotFound));
         };
@@ -221,7 +221,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     /// deleted already).
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
-        self.keep().await?;
+        self.keep_lease().await?;
         let mut entry = match self.cache.remove(key) {
             Some((_, entry)) => entry,
             None => match Box::pin(self.index.lookup(&self.mem, key)).await? {
@@ -252,7 +252,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     /// existing key is updated in place instead.
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
-        self.keep().await?;
+        self.keep_lease().await?;
         if let Some((location, _)) = self.cache.get(key) {
             self.write(key, location, value).await?;
             return Ok(Written);
@@ -290,6 +290,10 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         };
         self.cache.insert(key, entry.location, entry);
         Ok(Written)
+    }
+
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.keep_lease().await
     }
 
     async fn close(&mut self) -> Result<(), KvError> {
