@@ -14,8 +14,8 @@ use crate::{NodeId, RemoteAddr};
 
 /// "SWIDXRC1", little endian: the index header's magic word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SWIDXRC1");
-/// Version of the layout below.
-pub const VERSION: u64 = 1;
+/// Version of the layout below (2: slot words carry a check).
+pub const VERSION: u64 = 2;
 /// Bytes of the header; the bucket groups follow it.
 pub const HEADER_BYTES: u64 = 64;
 /// Slots in one bucket (a 64-byte cache line).
@@ -44,7 +44,8 @@ const LEN_SHIFT: u32 = 48;
 /// The slot's tombstone bit: the key was removed; the pointer still names
 /// its last block, so the slot stays dedicated to that key.
 pub const TOMB: u64 = 1 << 47;
-const PTR_MASK: u64 = TOMB - 1;
+const CHECK_SHIFT: u32 = 39;
+const PTR_MASK: u64 = (1 << CHECK_SHIFT) - 1;
 /// Seed offset of the second hash function.
 const SECOND_HASH: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -54,9 +55,14 @@ const SECOND_HASH: u64 = 0x9E37_79B9_7F4A_7C15;
 /// bit 63..56  fingerprint (8 bits of the key's hash)
 /// bit 55..48  key length in bytes
 /// bit 47      tombstone
-/// bit 46..0   offset of the key block / 64
+/// bit 46..39  check: 8 bits of a hash of the fingerprint, length and offset
+/// bit 38..0   offset of the key block / 64 (nodes of up to 32 TiB)
 /// ```
-/// The word 0 is an empty slot that no key ever used.
+/// The word 0 is an empty slot that no key ever used. A word whose check
+/// fails was garbled ([`SlotWord::is_sound`]): it matches no key, and a
+/// lookup that meets one among its key's candidates and finds the key
+/// nowhere else says the index is corrupt rather than that the key is not
+/// there.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct SlotWord(pub u64);
 
@@ -71,7 +77,15 @@ impl SlotWord {
             return None;
         }
         let t = if tomb { TOMB } else { 0 };
-        Some(SlotWord(((fp as u64) << FP_SHIFT) | ((key_len as u64) << LEN_SHIFT) | t | (block / BLOCK_ALIGN)))
+        let body = ((fp as u64) << FP_SHIFT) | ((key_len as u64) << LEN_SHIFT) | (block / BLOCK_ALIGN);
+        Some(SlotWord(body | t | (check_of(body) << CHECK_SHIFT)))
+    }
+
+    /// Whether the word is empty or its check holds (the tombstone bit is
+    /// outside the check: tombstoning is one bit set by CAS).
+    pub fn is_sound(self) -> bool {
+        let body = self.0 & !(TOMB | (0xFF << CHECK_SHIFT));
+        self.0 == 0 || (self.0 >> CHECK_SHIFT) & 0xFF == check_of(body)
     }
 
     /// Whether the slot was never used.
@@ -104,15 +118,21 @@ impl SlotWord {
         (self.0 & PTR_MASK) * BLOCK_ALIGN
     }
 
-    /// Whether the word is used (live or tomb) with this fingerprint and length.
+    /// Whether the word is used (live or tomb) with this fingerprint and
+    /// length, and sound.
     pub fn matches(self, kh: &KeyHash) -> bool {
-        self.0 != 0 && self.fp() == kh.fp && self.key_len() == kh.len as usize
+        self.0 != 0 && self.fp() == kh.fp && self.key_len() == kh.len as usize && self.is_sound()
     }
 
     /// The same word with the tombstone bit set.
     pub fn tombstone(self) -> SlotWord {
         SlotWord(self.0 | TOMB)
     }
+}
+
+/// The check of a slot word's fingerprint, length and offset: 8 bits.
+fn check_of(body: u64) -> u64 {
+    body.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56
 }
 
 /// Bytes of the block of a key of `key_len` bytes.

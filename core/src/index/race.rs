@@ -384,11 +384,15 @@ impl RaceIndex {
     async fn do_lookup<M: Memory>(&self, mem: &M, key: &[u8], kh: &KeyHash) -> Result<Option<Entry>, IndexError> {
         let mut view = self.read_view(mem, kh).await?;
         self.resolve(mem, key, kh, &mut view, false).await?;
-        Ok(view.live().map(|(i, location)| Entry {
+        let found = view.live().map(|(i, location)| Entry {
             location,
             slot: RemoteAddr::new(self.geo.node, view.cands[i].offset),
             word: view.words[i].0,
-        }))
+        });
+        if found.is_none() && view.words[..view.len()].iter().any(|w| !w.is_sound()) {
+            return Err(self.corrupt("a garbled slot word may hide the key"));
+        }
+        Ok(found)
     }
 
     /// Checks that `e` can be a live mapping of the key with hash `kh`.

@@ -263,8 +263,8 @@ fn corrupt_locations_give_errors() {
             .unwrap();
         std::println!("{}: {right} right, {errors} errors, {} other answers", system.name(), other.len());
         assert!(errors > 0, "{}: no garbled word gave an error", system.name());
-        // A garbled index slot may hide the key (not found): the index's
-        // words carry no checksum yet. Never a value that was not written.
+        // A slot word zeroed or with its tombstone bit flipped may hide the
+        // key (not found); never a value that was not written.
         let wrong: Vec<_> = other.iter().filter(|(_, g)| !matches!(g, Ok(Got::NotFound))).collect();
         assert!(wrong.is_empty(), "{}: wrong answers {wrong:?}", system.name());
     }
@@ -676,8 +676,8 @@ fn a_deletion_marker_on_one_replica_is_confirmed_before_it_is_acted_on() {
 /// random values, a flipped bit or zero (1 to 8 at once, among the words
 /// that hold something: index, descriptors, replicas, logs, lease tables), then every key read
 /// by a new client. Answers are the last value written, an error, or not
-/// found (a garbled index slot hides its key: the index carries no
-/// checksum yet), never another value. Prints the figures.
+/// found (a slot word zeroed, or with its tombstone bit flipped, hides its
+/// key), never another value. Prints the figures.
 #[test]
 fn random_corruption_never_returns_a_wrong_value() {
     const KEYS: u64 = 24;
