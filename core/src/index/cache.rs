@@ -24,6 +24,12 @@ use alloc::vec::Vec;
 use hashbrown::HashTable;
 use xxhash_rust::xxh3::xxh3_64;
 
+/// The hash the cache files a key under (xxHash3 of its bytes), which it
+/// keeps with the entry ([`LocationCache::get_hashed`]).
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxh3_64(key)
+}
+
 /// Which entry a full cache gives up.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Eviction {
@@ -147,11 +153,18 @@ impl<P> LocationCache<P> {
             return None;
         }
         let (keys, slots, mk) = (&self.keys, &self.slots, self.cfg.max_key);
-        self.table.find(xxh3_64(key), |&i| key_of(keys, mk, slots, i) == key).copied()
+        self.table.find(key_hash(key), |&i| key_of(keys, mk, slots, i) == key).copied()
     }
 
     /// The key's location and payload, counting a use (and a hit or a miss).
     pub fn get(&mut self, key: &[u8]) -> Option<(u64, &mut P)> {
+        self.get_hashed(key).map(|(location, _, payload)| (location, payload))
+    }
+
+    /// [`get`](Self::get), with the key's [`key_hash`], which the cache
+    /// keeps: a store that needs the hash of a cached key (to check what it
+    /// reads against the key) need not compute it again.
+    pub fn get_hashed(&mut self, key: &[u8]) -> Option<(u64, u64, &mut P)> {
         let Some(i) = self.find(key) else {
             self.stats.misses += 1;
             return None;
@@ -159,7 +172,7 @@ impl<P> LocationCache<P> {
         self.stats.hits += 1;
         self.touch(i);
         let s = &mut self.slots[i as usize];
-        Some((s.location, s.payload.as_mut()?))
+        Some((s.location, s.hash, s.payload.as_mut()?))
     }
 
     /// The key's location and payload, without counting a use.
@@ -194,7 +207,7 @@ impl<P> LocationCache<P> {
         } else {
             None
         };
-        let hash = xxh3_64(key);
+        let hash = key_hash(key);
         let slot =
             Slot { hash, key_len: key.len() as u32, location, payload: Some(payload), prev: NIL, next: NIL, list: NIL };
         let i = match self.free_slots.pop() {

@@ -15,7 +15,7 @@
 //! 16   max value (8)
 //! 24   nodes: 8 × u16
 //! 40   bases: 8 × u64
-//! 104  tag: the key's hash (`kv::place::key_hash`)
+//! 104  tag: the key's hash (`index::cache::key_hash`)
 //! 112  xxh3 of bytes 0..112
 //! ```
 //!

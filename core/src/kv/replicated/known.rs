@@ -55,8 +55,8 @@ pub(super) enum Cached {
 }
 
 /// A [`Known`] of at most [`INLINE`] replicas, without the empty room,
-/// and without the layout's tag (the key's hash: the key is at hand when
-/// it is loaded).
+/// and without the layout's tag (the key's hash, which the location cache
+/// keeps with the entry).
 pub(super) struct Compact {
     meta_words: u32,
     max_value: u32,

@@ -66,9 +66,10 @@ use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
 use crate::{Memory, NodeId, RemoteAddr};
 
 use super::config::StoreConfig;
-use super::place::{INDEX_NODE, RETRIES, key_hash, node_of};
+use super::place::{INDEX_NODE, RETRIES, node_of};
 use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
+use crate::index::cache::key_hash;
 use descriptor::DESCRIPTOR_BYTES;
 use known::{Cached, Known};
 
@@ -261,8 +262,8 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         key: &[u8],
         mut op: impl AsyncFnMut(&mut Io<P, M, C>, &mut Known) -> T,
     ) -> Option<T> {
-        let (_, cached) = self.cache.get(key)?;
-        cached.load(&mut self.work, key_hash(key));
+        let (_, tag, cached) = self.cache.get_hashed(key)?;
+        cached.load(&mut self.work, tag);
         let out = op(&mut self.io, &mut self.work).await;
         cached.keep(&self.work);
         Some(out)
@@ -271,8 +272,8 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
     /// The key's register: cached (no roundtrip, maybe stale: the flag), or
     /// from the index and its descriptor (three roundtrips), then cached.
     async fn find(&mut self, key: &[u8]) -> Result<Option<(Known, bool)>, KvError> {
-        if let Some((_, cached)) = self.cache.get(key) {
-            return Ok(Some((cached.known(key_hash(key)), true)));
+        if let Some((_, tag, cached)) = self.cache.get_hashed(key) {
+            return Ok(Some((cached.known(tag), true)));
         }
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);

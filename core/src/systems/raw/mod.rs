@@ -14,7 +14,7 @@
 
 use alloc::boxed::Box;
 
-use crate::kv::place::{INDEX_NODE, RETRIES, key_hash, node_of};
+use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
 use crate::kv::{
     Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Who,
     Written,
@@ -25,7 +25,7 @@ use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::class_of;
 
 use crate::baselines::raw::{RawError, RawRegister};
-use crate::index::cache::{CacheConfig, Eviction, LocationCache};
+use crate::index::cache::{CacheConfig, Eviction, LocationCache, key_hash};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
 use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 use crate::substrate::value::Value;
@@ -135,31 +135,33 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
         }
     }
 
-    /// `key`'s register at a location (checked: it comes from memory).
-    fn register(&self, key: &[u8], location: u64) -> Result<RawRegister, KvError> {
+    /// The register at a location (checked: it comes from memory) of the
+    /// key whose hash is `tag`.
+    fn register(&self, tag: u64, location: u64) -> Result<RawRegister, KvError> {
         let node = (location >> 48) as usize;
         let offset = location & ((1 << 48) - 1);
         if node >= self.nodes || !offset.is_multiple_of(8) {
             return Err(KvError::Corrupt);
         }
         let max_value = self.limits.max_value as u64;
-        Ok(RawRegister { addr: RemoteAddr::new(NodeId(node as u16), offset), max_value, tag: key_hash(key) })
+        Ok(RawRegister { addr: RemoteAddr::new(NodeId(node as u16), offset), max_value, tag })
     }
 
-    /// The key's copy: cached, or from the index (then cached).
-    async fn find(&mut self, key: &[u8]) -> Result<Option<(u64, bool)>, KvError> {
-        if let Some((location, _)) = self.cache.get(key) {
-            return Ok(Some((location, true)));
+    /// The key's copy and the key's hash: cached (the cache keeps the
+    /// hash), or from the index (then cached); whether it was cached.
+    async fn find(&mut self, key: &[u8]) -> Result<Option<(u64, u64, bool)>, KvError> {
+        if let Some((location, tag, _)) = self.cache.get_hashed(key) {
+            return Ok(Some((location, tag, true)));
         }
         let found = Box::pin(self.index.lookup(&self.mem, key)).await?;
         Ok(found.map(|e| {
             self.cache.insert(key, e.location, e);
-            (e.location, false)
+            (e.location, key_hash(key), false)
         }))
     }
 
-    async fn write(&self, key: &[u8], location: u64, value: &[u8]) -> Result<(), KvError> {
-        match self.register(key, location)?.write(&self.mem, value).await {
+    async fn write(&self, tag: u64, location: u64, value: &[u8]) -> Result<(), KvError> {
+        match self.register(tag, location)?.write(&self.mem, value).await {
             Ok(()) => Ok(()),
             Err(RawError::Mem(e)) => Err(e.into()),
             Err(_) => Err(KvError::Corrupt),
@@ -182,10 +184,10 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         self.limits.check_key(key)?;
         let mut torn = 0;
         for _ in 0..RETRIES {
-            let Some((location, cached)) = self.find(key).await? else {
+            let Some((location, tag, cached)) = self.find(key).await? else {
                 return Ok(Got::NotFound);
             };
-            match self.register(key, location)?.read(&self.mem).await {
+            match self.register(tag, location)?.read(&self.mem).await {
                 Ok((buf, range)) => return Ok(Got::Found(Value::in_buf(buf, range))),
                 Err(RawError::Deleted) => {
                     self.cache.remove(key);
@@ -209,10 +211,10 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
         self.keep_lease().await?;
-        let Some((location, _)) = self.find(key).await? else {
+        let Some((location, tag, _)) = self.find(key).await? else {
             return Ok(Err(Missing::NotFound));
         };
-        self.write(key, location, value).await?;
+        self.write(tag, location, value).await?;
         Ok(Ok(Written))
     }
 
@@ -229,8 +231,9 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
                 None => return Ok(Err(Missing::NotFound)),
             },
         };
+        let tag = key_hash(key);
         for _ in 0..RETRIES {
-            let reg = self.register(key, entry.location)?;
+            let reg = self.register(tag, entry.location)?;
             let (mem, index) = (&self.mem, &mut self.index);
             let unmap = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
             let (tomb, unmap) = crate::substrate::join::join2(reg.delete(mem), unmap).await;
@@ -253,14 +256,15 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
         self.keep_lease().await?;
-        if let Some((location, _)) = self.cache.get(key) {
-            self.write(key, location, value).await?;
+        if let Some((location, tag, _)) = self.cache.get_hashed(key) {
+            self.write(tag, location, value).await?;
             return Ok(Written);
         }
+        let tag = key_hash(key);
         let node = node_of(key, 0, self.nodes);
         let size = RawRegister::size(self.limits.max_value as u64);
         let addr = self.slab.alloc(&self.mem, node, size).await?;
-        let reg = RawRegister { addr, max_value: self.limits.max_value as u64, tag: key_hash(key) };
+        let reg = RawRegister { addr, max_value: self.limits.max_value as u64, tag };
         let mut failed = None;
         let (mem, index) = (&self.mem, &mut self.index);
         let ready = async {
@@ -277,7 +281,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
             Some(Insert::New(e)) => e,
             Some(Insert::Exists(e)) => {
                 self.slab.free(addr, size);
-                self.write(key, e.location, value).await?;
+                self.write(tag, e.location, value).await?;
                 e
             }
             None => {
