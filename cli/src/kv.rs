@@ -31,7 +31,7 @@ use swarm_backend_shm::{ShmBuf, ShmCluster, ShmMemory};
 use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, StoreConfig, System, Who, Written};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
-use swarm_core::substrate::lease::Want;
+use swarm_core::substrate::lease::{Held, LeaseError, Want};
 use swarm_core::substrate::space::region::Region;
 use swarm_core::substrate::value::Value;
 use swarm_core::swarm::writerlog::Logs;
@@ -238,8 +238,7 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
         None => Want::Any,
     };
     let clock = SystemClock { epoch_us };
-    let held = block_on(systems::claim(&mem, &cfg, &clock, want, std::process::id()))
-        .map_err(|e| format!("cannot claim a client id: {e}"))?;
+    let held = claim(&mem, &cfg, &clock, want)?;
     let mut store = block_on(systems::connect_any(mem, &cfg, Who::Lease(held), clock))
         .map_err(|e| format!("cannot connect: {e}"))?;
     let done = match &a.command {
@@ -378,6 +377,26 @@ fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
         "update" => update(s, key, value),
         other => Err(format!("unknown command '{other}' (type help)")),
     })
+}
+
+/// Claims a client id for this process. With no `--id`, while every id is
+/// held by a live process it waits for one to be given back (a `swarm kv`
+/// command holds its id for a few milliseconds), for up to the lease
+/// length, then says so.
+fn claim(mem: &ShmMemory, cfg: &StoreConfig, clock: &SystemClock, want: Want) -> Result<Held, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(u64::from(cfg.lease_ms));
+    let mut pause = 1;
+    loop {
+        match block_on(systems::claim(mem, cfg, clock, want, std::process::id())) {
+            Err(KvError::Lease(LeaseError::NoFreeId { .. }))
+                if want == Want::Any && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(pause + u64::from(std::process::id() % 3)));
+                pause = (pause * 2).min(50);
+            }
+            claimed => return claimed.map_err(|e| format!("cannot claim a client id: {e}")),
+        }
+    }
 }
 
 /// The shell: one command per line of stdin; errors are printed and the

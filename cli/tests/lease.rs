@@ -11,10 +11,16 @@ use std::time::{Duration, Instant};
 
 use common::{ShmDir, fails, ok};
 
-/// A 3-node cluster with a SWARM-KV store whose leases last `lease`.
+/// A 3-node cluster of 16 MiB nodes with a SWARM-KV store whose leases
+/// last `lease`.
 fn store(tag: &str, lease: &str) -> ShmDir {
+    store_of(tag, lease, "16M")
+}
+
+/// [`store`] on nodes of `size`.
+fn store_of(tag: &str, lease: &str, size: &str) -> ShmDir {
     let (dir, _) = ShmDir::named(tag);
-    ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", "16M"]);
+    ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", size]);
     ok(&["kv", "--dir", dir.arg(), "init", "--system", "swarm-kv", "--keys", "100", "--lease", lease]);
     dir
 }
@@ -131,6 +137,32 @@ fn an_idle_shell_keeps_its_id() {
     drop(stdin);
     assert!(holder.wait().unwrap().success());
     assert_eq!(ok(&["kv", "--dir", d, "--id", "5", "get", "k"]), "second\n");
+}
+
+/// More `swarm kv` processes at once than the store has ids (8): each
+/// waits for an id to be given back, and every one succeeds. (Nodes of
+/// 256 MiB: all 8 ids writing at once each take chunks of their own.)
+#[test]
+fn more_processes_than_ids_wait_their_turn() {
+    let dir = store_of("crowd", "10s", "256M");
+    let d = dir.arg().to_string();
+    let puts: Vec<_> = (0..16)
+        .map(|p| {
+            let d = d.clone();
+            thread::spawn(move || {
+                for i in 0..5 {
+                    let (k, v) = (format!("k{p}-{i}"), format!("v{p}-{i}"));
+                    assert_eq!(ok(&["kv", "--dir", &d, "put", &k, &v]), "OK\n");
+                }
+            })
+        })
+        .collect();
+    for p in puts {
+        p.join().unwrap();
+    }
+    for p in 0..16 {
+        assert_eq!(ok(&["kv", "--dir", &d, "get", &format!("k{p}-4")]), format!("v{p}-4\n"));
+    }
 }
 
 /// `wait_with_output` for a child kept in an array: its exit code and the
