@@ -217,6 +217,14 @@ impl Sim {
         self.world.borrow_mut().schedule(at, Event::SlowNode { node, factor });
     }
 
+    /// Stalls `node` from `at` for `ns`: what reaches it meanwhile waits,
+    /// and is applied when the stall ends (answered then, or timed out by
+    /// the client after [`SimConfig::timeout_ns`]). A node that is slow for
+    /// a while, not a crash: nothing is lost.
+    pub fn stall_node_at(&mut self, node: usize, at: u64, ns: u64) {
+        self.world.borrow_mut().schedule(at, Event::StallNode { node, until: at.saturating_add(ns) });
+    }
+
     /// Crashes `client` at virtual time `at`: its tasks are dropped wherever
     /// they are, and its transfers in flight are cut short.
     pub fn crash_client_at(&mut self, client: &SimMemory, at: u64) {

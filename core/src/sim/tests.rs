@@ -153,6 +153,40 @@ fn crashed_node_fails_fast_or_hangs_until_timeout() {
 }
 
 #[test]
+fn stalled_node_applies_late_or_times_out() {
+    let cfg = SimConfig::default().fixed_latency(1_000);
+    let timeout = cfg.timeout_ns;
+    let mut sim = Sim::new(cfg);
+    // Short stall: the write waits it out and lands.
+    sim.stall_node_at(1, 0, 10_000);
+    // Long stall from 20 µs: the next write times out, and still lands after.
+    sim.stall_node_at(1, 20_000, 4 * timeout);
+    let mem = sim.client();
+    let probe = sim.client();
+    let (first, second, during, elapsed) = sim
+        .block_on(async move {
+            let t0 = mem.now();
+            let first = mem.write(addr(1, 0), &[1; 8]).await;
+            let first_at = mem.now() - t0;
+            mem.sleep(20_000 - mem.now()).await;
+            let t1 = mem.now();
+            let second = mem.write(addr(1, 8), &[2; 8]).await;
+            let during = probe.read(addr(1, 8), 8).await;
+            (first.map(|_| first_at), second.map(|_| mem.now() - t1), during, mem.now())
+        })
+        .unwrap();
+    let first = first.unwrap();
+    assert!((10_000..=11_000).contains(&first), "answered once the stall ended: {first}");
+    assert_eq!(second.unwrap_err().kind, MemErrorKind::TimedOut);
+    assert_eq!(during.unwrap_err().kind, MemErrorKind::TimedOut);
+    assert!(elapsed < 20_000 + 4 * timeout);
+    let idle = sim.client();
+    sim.block_on(async move { idle.sleep(5 * timeout).await }).unwrap();
+    assert_eq!(sim.peek(1, 8, 8).unwrap(), vec![2; 8], "a timed-out write still lands when the node resumes");
+    assert_eq!(sim.in_flight(), 0);
+}
+
+#[test]
 fn crash_during_an_operation_fails_it() {
     let mut sim = Sim::new(SimConfig::default().fixed_latency(1_000));
     sim.crash_node_at(0, 200, CrashMode::FailFast);

@@ -80,6 +80,8 @@ struct Group {
     cut: usize,
     /// The node was down when a piece arrived.
     failed: bool,
+    /// Pieces applied so far.
+    applied: usize,
     slot: Option<Rc<RefCell<Slot<OpResult>>>>,
 }
 
@@ -89,6 +91,7 @@ pub(crate) enum Event {
     Timer { slot: Rc<RefCell<Slot<()>>> },
     CrashNode { node: usize, mode: CrashMode },
     SlowNode { node: usize, factor: u64 },
+    StallNode { node: usize, until: u64 },
     CrashClient { client: u32 },
     SlowClient { client: u32, factor: u64 },
     StallClient { client: u32, until: u64 },
@@ -99,6 +102,9 @@ struct NodeState {
     mem: Vec<u8>,
     down: Option<CrashMode>,
     slow: u64,
+    /// Stalled until this time (a paused memory node, an overloaded
+    /// switch): what arrives meanwhile waits and is applied after.
+    stalled_until: u64,
 }
 
 /// One line of the trace: something that happened to memory.
@@ -146,8 +152,9 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
 
 impl World {
     pub(crate) fn new(cfg: SimConfig) -> Self {
-        let nodes =
-            (0..cfg.nodes).map(|_| NodeState { mem: vec![0; cfg.node_size as usize], down: None, slow: 1 }).collect();
+        let nodes = (0..cfg.nodes)
+            .map(|_| NodeState { mem: vec![0; cfg.node_size as usize], down: None, slow: 1, stalled_until: 0 })
+            .collect();
         World {
             rng: Rng::new(cfg.seed),
             cfg,
@@ -230,6 +237,7 @@ impl World {
             outputs: Vec::with_capacity(ops.len()),
             cut: usize::MAX,
             failed: false,
+            applied: 0,
             slot,
         };
         for (i, op) in ops.iter().enumerate() {
@@ -300,6 +308,10 @@ impl World {
             Event::Timer { slot } => slot.borrow_mut().fill(()),
             Event::CrashNode { node, mode } => self.nodes[node].down = Some(mode),
             Event::SlowNode { node, factor } => self.nodes[node].slow = factor.max(1),
+            Event::StallNode { node, until } => {
+                let n = &mut self.nodes[node];
+                n.stalled_until = n.stalled_until.max(until);
+            }
             Event::CrashClient { client } => self.crash_client(client),
             Event::SlowClient { client, factor } => {
                 self.slow_clients.insert(client, factor.max(1));
@@ -334,6 +346,13 @@ impl World {
             self.record(e);
             return;
         }
+        let until = self.nodes[node].stalled_until;
+        if until > now {
+            // Applied when the stall ends, in the order it arrived.
+            self.schedule(until, Event::Apply { group: id, piece: p });
+            return;
+        }
+        g.applied += 1;
         let piece = &g.pieces[p];
         let mem = &mut self.nodes[node].mem;
         let e = match (&g.ops[piece.op], &mut g.outputs[piece.op]) {
@@ -366,6 +385,25 @@ impl World {
     fn respond(&mut self, id: u64) {
         let Some(g) = self.groups.get(&id) else { return };
         let node = NodeId(g.node as u16);
+        if !g.failed && g.applied < g.pieces.len().min(g.cut) && g.slot.is_some() {
+            // Held by a stalled node: answered after it, or timed out (the
+            // node may still apply it later, as a late request is).
+            let deadline = g.posted_at + self.cfg.timeout_ns;
+            if self.now < deadline {
+                let after = self.nodes[g.node].stalled_until + self.cfg.max_latency_ns;
+                self.schedule(after.min(deadline), Event::Respond { group: id });
+                return;
+            }
+            let e = TraceEntry { time: self.now, client: g.client, node: node.0, kind: b'r', offset: 0, len: 1 };
+            let after = self.nodes[g.node].stalled_until + self.cfg.max_latency_ns;
+            self.record(e);
+            if let Some(slot) = self.groups.get_mut(&id).and_then(|g| g.slot.take()) {
+                slot.borrow_mut().fill(Err(MemError::new(node, MemErrorKind::TimedOut)));
+            }
+            // Forgotten once the node got to it.
+            self.schedule(after, Event::Respond { group: id });
+            return;
+        }
         if g.failed && g.slot.is_some() {
             let mode = self.nodes[g.node].down.unwrap_or(CrashMode::Hang);
             let deadline = g.posted_at + self.cfg.timeout_ns;
