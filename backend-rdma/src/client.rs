@@ -492,4 +492,12 @@ impl<N: Nic> Memory for RdmaMemory<N> {
             }
         }
     }
+
+    fn now_ns(&self) -> Option<u64> {
+        Some(swarm_mapped::monotonic_ns())
+    }
+
+    fn poll_alarm(&self, cx: &mut std::task::Context<'_>, at_ns: u64) -> std::task::Poll<()> {
+        swarm_mapped::poll_alarm(cx, at_ns)
+    }
 }

@@ -26,6 +26,7 @@ use swarm_core::kv::{Got, KvClient, KvSystem, StoreConfig, Who};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::Want;
+use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::systems::{self, swarm_kv::SwarmKv};
 use swarm_core::{Memory, NodeId, RemoteAddr};
@@ -317,6 +318,73 @@ fn kill_minus_nine_mid_write() {
             other => panic!("key {k} after update: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_new_process_works_at_once_while_a_node_is_stalled() {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        if let Some(run) = role.strip_prefix("fresh-") {
+            fresh_child(run, Path::new(&std::env::var(DIR_ENV).unwrap()));
+        }
+        return;
+    }
+    let dir = TempDir::new("stall");
+    let (store, _clock) = create(&dir.0);
+    let loader = CLIENTS + 1;
+    let mut s = connect(store.memory(), loader);
+    for k in 0..KEYS {
+        block_on(s.insert(&key(k), &value((loader as u64) << 32 | k))).unwrap();
+    }
+    block_on(s.close()).unwrap();
+    // A fresh process on the healthy store, then one while node 1 (not
+    // the index's) is stalled: the second waits for nothing (its stalled
+    // operations would wait an hour), and takes at most a roundtrip more.
+    Children::spawn("a_new_process_works_at_once_while_a_node_is_stalled", &dir.0, ["fresh-healthy".to_string()])
+        .wait_success();
+    store.set_fault(NodeId(1), Fault::Stalled).unwrap();
+    Children::spawn("a_new_process_works_at_once_while_a_node_is_stalled", &dir.0, ["fresh-stalled".to_string()])
+        .wait_success();
+    let rtts = |run: &str| -> Vec<u32> {
+        let text = std::fs::read_to_string(dir.0.join(format!("rtts-{run}"))).unwrap();
+        text.split_whitespace().map(|w| w.parse().unwrap()).collect()
+    };
+    let (healthy, stalled) = (rtts("healthy"), rtts("stalled"));
+    eprintln!("roundtrips (connect, first get, first update): healthy {healthy:?}, node 1 stalled {stalled:?}");
+    for (what, (h, s)) in ["connect", "first get", "first update"].iter().zip(healthy.iter().zip(&stalled)) {
+        assert!(s <= &(h + 1), "{what}: {s} roundtrips with node 1 stalled, {h} without");
+    }
+}
+
+/// Connects with a stall time-out of an hour, gets and updates every key
+/// and writes the roundtrips of its connection, first get and first
+/// update to `rtts-{run}`.
+fn fresh_child(run: &str, dir: &Path) {
+    let (store, _clock) = open(dir);
+    let mem = Counted::new(store.memory().with_timeout(Duration::from_secs(3600)));
+    let id = CLIENTS + 3;
+    let mut s = block_on(async {
+        let clock = SystemClock { epoch_us: systems::open(&mem).await?.epoch_us };
+        let held = systems::claim(&mem, &config(), &clock, Want::Id(id), std::process::id()).await?;
+        SwarmKv::connect(&mem, &config(), Who::Lease(held), clock).await
+    })
+    .expect("connect");
+    let mut rtts = vec![mem.roundtrips()];
+    for k in 0..KEYS {
+        mem.reset();
+        let got = block_on(s.get(&key(k))).unwrap();
+        assert!(matches!(got, Got::Found(v) if id_of(&v).is_some()), "key {k}");
+        if k == 0 {
+            rtts.push(mem.roundtrips());
+        }
+        mem.reset();
+        block_on(s.update(&key(k), &value((id as u64) << 32 | k))).unwrap().unwrap();
+        if k == 0 {
+            rtts.push(mem.roundtrips());
+        }
+    }
+    block_on(s.close()).unwrap();
+    let line: Vec<String> = rtts.iter().map(|r| r.to_string()).collect();
+    std::fs::write(dir.join(format!("rtts-{run}")), line.join(" ")).unwrap();
 }
 
 /// Updates keys round-robin until killed; each value's id is appended to

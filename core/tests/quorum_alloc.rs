@@ -7,6 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use swarm_core::substrate::exec::{block_on, yield_now};
+use swarm_core::substrate::late::Plan;
 use swarm_core::substrate::quorum::quorum_first;
 
 struct Counting;
@@ -40,7 +41,7 @@ async fn replica(i: usize, down: &[usize]) -> Result<usize, ()> {
 /// Allocations made by a `quorum_first` of `n` replicas needing `need`.
 fn allocations(n: usize, need: usize, down: &[usize]) -> (usize, usize) {
     let before = ALLOCS.load(Ordering::Relaxed);
-    let replies = block_on(quorum_first(n, need, u16::MAX, |i| replica(i, down), |_, _| {}));
+    let replies = block_on(quorum_first(n, need, Plan::trusting(u16::MAX), |i| replica(i, down), |_, _| {}));
     let made = ALLOCS.load(Ordering::Relaxed) - before;
     (made, replies.ok)
 }

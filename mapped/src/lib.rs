@@ -86,7 +86,7 @@ pub use atomic::{WORD, Words};
 pub use buf::MappedBuf;
 pub use control::{Control, Fault, control_bytes};
 pub use error::MappedError;
-pub use memory::{DEFAULT_TIMEOUT, MappedMemory};
+pub use memory::{DEFAULT_TIMEOUT, MappedMemory, monotonic_ns, poll_alarm};
 pub use nodes::{MAX_NODE_SIZE, MAX_NODES, Nodes, check_config};
 #[cfg(not(loom))]
 pub use owner::{check_private, private};

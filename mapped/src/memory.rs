@@ -41,7 +41,8 @@
 //! hooks run.
 
 use std::future::{Future, poll_fn};
-use std::task::Poll;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use swarm_core::substrate::exec::yield_now;
@@ -397,4 +398,29 @@ impl<P: Persistence> Memory for MappedMemory<P> {
     fn read_inbox(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<MappedBuf, MemError>> {
         self.read_after(addr, len, Duration::ZERO)
     }
+
+    fn now_ns(&self) -> Option<u64> {
+        Some(monotonic_ns())
+    }
+
+    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+        poll_alarm(cx, at_ns)
+    }
+}
+
+/// [`Memory::poll_alarm`] on [`monotonic_ns`]'s clock, spinning as the
+/// operations do: the task is woken at once until the alarm is due.
+pub fn poll_alarm(cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+    if monotonic_ns() >= at_ns {
+        return Poll::Ready(());
+    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
+}
+
+/// Nanoseconds since this process first asked: the clock of
+/// [`Memory::now_ns`] for every handle of the process.
+pub fn monotonic_ns() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }

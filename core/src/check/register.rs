@@ -165,7 +165,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
             // would try the same majority first, and a write that reached
             // too few replicas would go unnoticed.
             if m.random(0, 1) == 0 {
-                ctx.suspects = 1 << m.random(0, replicas as u64 - 1);
+                ctx.nodes.note(NodeId(m.random(0, replicas as u64 - 1) as u16), true);
             }
             let mut cache = RegCache::default();
             if let Err(e) = ctx.prepare(&m).await {

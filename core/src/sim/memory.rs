@@ -4,7 +4,7 @@ use alloc::rc::Rc;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 use core::future::{Future, poll_fn};
-use core::task::Poll;
+use core::task::{Context, Poll};
 
 use super::world::{Event, OpResult, Slot, World};
 use crate::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, RemoteAddr};
@@ -99,6 +99,19 @@ impl Memory for SimMemory {
 
     fn post_background(&self, node: NodeId, ops: &[Op<'_>]) {
         let _ = self.world.borrow_mut().post(self.client, node, ops, None, false);
+    }
+
+    fn now_ns(&self) -> Option<u64> {
+        Some(self.now())
+    }
+
+    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+        let mut w = self.world.borrow_mut();
+        if w.now >= at_ns {
+            return Poll::Ready(());
+        }
+        w.alarm(self.client, at_ns, cx.waker());
+        Poll::Pending
     }
 
     /// A local access: [`crate::sim::SimConfig::local_latency_ns`], no tail.

@@ -10,7 +10,7 @@
 //! groups to one node, overlap and complete in any order; the pieces of one
 //! group are applied in order (the ordered pipeline).
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::rc::Rc;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -89,6 +89,7 @@ pub(crate) enum Event {
     Apply { group: u64, piece: usize },
     Respond { group: u64 },
     Timer { slot: Rc<RefCell<Slot<()>>> },
+    Alarm { client: u32, waker: Waker },
     CrashNode { node: usize, mode: CrashMode },
     SlowNode { node: usize, factor: u64 },
     StallNode { node: usize, until: u64 },
@@ -146,6 +147,9 @@ pub(crate) struct World {
     /// Clients stalled (a paused process), until when: the executor does
     /// not poll their tasks meanwhile.
     pub(crate) stalled: BTreeMap<u32, u64>,
+    /// Alarms set and not yet rung, per client and time: a task that polls
+    /// for the same alarm again sets it once.
+    alarms: BTreeSet<(u32, u64)>,
 }
 
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -171,12 +175,20 @@ impl World {
             queues: BTreeMap::new(),
             slow_clients: BTreeMap::new(),
             stalled: BTreeMap::new(),
+            alarms: BTreeSet::new(),
         }
     }
 
     pub(crate) fn schedule(&mut self, at: u64, ev: Event) {
         self.seq += 1;
         self.events.insert((at.max(self.now), self.seq), ev);
+    }
+
+    /// Wakes `waker` at time `at`, unless `client` set that alarm already.
+    pub(crate) fn alarm(&mut self, client: u32, at: u64, waker: &Waker) {
+        if self.alarms.insert((client, at)) {
+            self.schedule(at, Event::Alarm { client, waker: waker.clone() });
+        }
     }
 
     pub(crate) fn has_events(&self) -> bool {
@@ -306,6 +318,10 @@ impl World {
             Event::Apply { group, piece } => self.apply(group, piece),
             Event::Respond { group } => self.respond(group),
             Event::Timer { slot } => slot.borrow_mut().fill(()),
+            Event::Alarm { client, waker } => {
+                self.alarms.remove(&(client, t));
+                waker.wake();
+            }
             Event::CrashNode { node, mode } => self.nodes[node].down = Some(mode),
             Event::SlowNode { node, factor } => self.nodes[node].slow = factor.max(1),
             Event::StallNode { node, until } => {

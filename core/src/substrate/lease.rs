@@ -41,8 +41,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::cold;
+use crate::substrate::late::{Watch, late};
 use crate::substrate::memory::word_at;
-use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
+use crate::substrate::quorum::{MAX_REPLICAS, join_timely, majority};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
 use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
@@ -265,12 +266,24 @@ fn decode(id: u8, b: &[u8]) -> Option<(u64, u64, Payload)> {
     Some((word_at(b, 0)?, word_at(b, 8)?, payload))
 }
 
+/// How long a lease operation waits for every site before it goes on with
+/// a majority, ns: a site left out of a claim stays out of the lease (it
+/// cannot be renewed there), so a merely slow node is waited for, a
+/// stalled one costs this, not a time-out (SWARM §7.7).
+pub const LEASE_PATIENCE_NS: u64 = 50_000_000;
+
+fn patience<M: Memory>(mem: &M) -> Watch<'_> {
+    Watch::on(mem).at_least(LEASE_PATIENCE_NS)
+}
+
 impl LeaseTable {
     /// The table on `nodes`, from each node's header (a majority must
     /// answer, and agree).
     pub async fn open<M: Memory>(mem: &M, nodes: &[NodeId]) -> Result<LeaseTable, LeaseError> {
         let nodes = &nodes[..nodes.len().min(MAX_REPLICAS)];
-        let found = join_all(nodes.iter().map(|&n| Self::site(mem, n)).collect()).await;
+        let futs = nodes.iter().map(|&n| Self::site(mem, n)).collect();
+        let (found, _) =
+            join_timely(futs, majority(nodes.len()), patience(mem), |i| LeaseError::Mem(late(nodes[i]))).await;
         let mut table = LeaseTable { sites: heapless::Vec::new(), nodes: nodes.len(), ids: 0, length_ns: 0 };
         let mut first_err = None;
         for r in found.results.into_iter().flatten() {
@@ -401,9 +414,8 @@ impl LeaseTable {
         mem: &M,
     ) -> Result<heapless::Vec<Option<[u64; MAX_IDS as usize + 1]>, MAX_REPLICAS>, LeaseError> {
         let len = 8 * (self.ids as usize + 1);
-        let reads =
-            join_all(self.sites.iter().map(|s| mem.read(RemoteAddr::new(s.node, s.base + HEADER), len)).collect())
-                .await;
+        let futs = self.sites.iter().map(|s| mem.read(RemoteAddr::new(s.node, s.base + HEADER), len)).collect();
+        let (reads, _) = join_timely(futs, self.need(), patience(mem), |i| late(self.sites[i].node)).await;
         if reads.ok < self.need() {
             return Err(LeaseError::NoQuorum);
         }
@@ -444,22 +456,21 @@ impl LeaseTable {
         let is_free = |w: u64| w == 0 || expiry_of(w) + grace < now;
         let tries: heapless::Vec<(usize, u64), MAX_REPLICAS> =
             (0..self.sites.len()).filter_map(|s| seen(s).filter(|&w| is_free(w)).map(|w| (s, w))).collect();
-        let cas = join_all(
-            tries
-                .iter()
-                .map(|&(s, old)| {
-                    let (word, record) = (self.word(s, id), self.record(s, id));
-                    async move {
-                        let ops = [
-                            Op::Cas { offset: word.offset, expected: old, new: mine },
-                            Op::Read { offset: record.offset, len: BODY },
-                        ];
-                        mem.pipeline(word.node, &ops).await
-                    }
-                })
-                .collect(),
-        )
-        .await;
+        let futs = tries
+            .iter()
+            .map(|&(s, old)| {
+                let (word, record) = (self.word(s, id), self.record(s, id));
+                async move {
+                    let ops = [
+                        Op::Cas { offset: word.offset, expected: old, new: mine },
+                        Op::Read { offset: record.offset, len: BODY },
+                    ];
+                    mem.pipeline(word.node, &ops).await
+                }
+            })
+            .collect();
+        let node = |k: usize| self.sites[tries[k].0].node;
+        let (cas, _) = join_timely(futs, self.need(), patience(mem), |k| late(node(k))).await;
         let mut held = [0u64; MAX_REPLICAS];
         let (mut won, mut best, mut floor) = (0, None::<(u64, u64, Payload)>, 0);
         for (k, r) in cas.results.into_iter().enumerate() {
@@ -480,17 +491,17 @@ impl LeaseTable {
             }
         }
         if won < self.need() {
-            let back = join_all(
-                (0..self.sites.len())
-                    .filter(|&s| held[s] != 0)
-                    .map(|s| {
-                        let old = tries.iter().find(|t| t.0 == s).map_or(0, |t| t.1);
-                        mem.cas(self.word(s, id), mine, old)
-                    })
-                    .collect(),
-            )
-            .await;
-            let _ = back;
+            // Undone where it can be now; a late site keeps the word until
+            // it expires.
+            let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..self.sites.len()).filter(|&s| held[s] != 0).collect();
+            let futs = sites
+                .iter()
+                .map(|&s| {
+                    let old = tries.iter().find(|t| t.0 == s).map_or(0, |t| t.1);
+                    mem.cas(self.word(s, id), mine, old)
+                })
+                .collect();
+            let _ = join_timely(futs, 0, patience(mem), |k| late(self.sites[sites[k]].node)).await;
             return Ok(None);
         }
         let (version, state, payload) = best.unwrap_or((0, 0, [0; PAYLOAD_WORDS]));
@@ -544,7 +555,8 @@ impl Held {
         let t = &self.table;
         let mine = word(self.nonce, now + self.length);
         let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).filter(|&s| self.words[s] != 0).collect();
-        let done = join_all(sites.iter().map(|&s| mem.cas(t.word(s, self.id), self.words[s], mine)).collect()).await;
+        let futs = sites.iter().map(|&s| mem.cas(t.word(s, self.id), self.words[s], mine)).collect();
+        let (done, _) = join_timely(futs, t.need(), patience(mem), |k| late(t.sites[sites[k]].node)).await;
         let mut kept = 0;
         for (k, r) in done.results.into_iter().enumerate() {
             let s = sites[k];
@@ -576,7 +588,8 @@ impl Held {
         self.version += 1;
         let t = &self.table;
         let body = encode(self.id, self.version, state, payload);
-        let writes = join_all((0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect()).await;
+        let futs = (0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect();
+        let (writes, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[s].node)).await;
         if writes.ok < t.need() {
             return Err(LeaseError::NoQuorum);
         }
@@ -590,21 +603,19 @@ impl Held {
         let t = &self.table;
         let body = encode(self.id, self.version, RELEASED, payload);
         let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).collect();
-        let done = join_all(
-            sites
-                .iter()
-                .map(|&s| {
-                    let (word, record) = (t.word(s, self.id), t.record(s, self.id));
-                    let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
-                    let _ = ops.push(Op::Write { offset: record.offset, data: &body });
-                    if self.words[s] != 0 {
-                        let _ = ops.push(Op::Cas { offset: word.offset, expected: self.words[s], new: 0 });
-                    }
-                    async move { mem.pipeline(word.node, &ops).await }
-                })
-                .collect(),
-        )
-        .await;
+        let futs = sites
+            .iter()
+            .map(|&s| {
+                let (word, record) = (t.word(s, self.id), t.record(s, self.id));
+                let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+                let _ = ops.push(Op::Write { offset: record.offset, data: &body });
+                if self.words[s] != 0 {
+                    let _ = ops.push(Op::Cas { offset: word.offset, expected: self.words[s], new: 0 });
+                }
+                async move { mem.pipeline(word.node, &ops).await }
+            })
+            .collect();
+        let (done, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[sites[s]].node)).await;
         if done.ok < t.need() {
             return Err(LeaseError::NoQuorum);
         }

@@ -24,6 +24,7 @@
 
 use core::future::Future;
 use core::ops::Deref;
+use core::task::{Context, Poll};
 
 use crate::substrate::addr::{check_range, check_word};
 use crate::{MemError, MemErrorKind, NodeId, RemoteAddr};
@@ -181,6 +182,23 @@ pub trait Memory {
     fn note_served(&self, ops: u32) {
         let _ = ops;
     }
+
+    /// This client's monotonic time, in nanoseconds from an origin of the
+    /// backend's choosing: what tells a quorum that the replicas it
+    /// started with are late ([`crate::substrate::late`]). `None` (the
+    /// default) where the backend keeps no time: quorums then widen only
+    /// when a replica fails.
+    fn now_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// Ready once [`Memory::now_ns`] has reached `at_ns`; otherwise
+    /// arranges for the task to be woken when it does (or sooner), as an
+    /// operation's completion would. Never ready by default.
+    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+        let _ = (cx, at_ns);
+        Poll::Pending
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
@@ -216,6 +234,14 @@ impl<M: Memory + ?Sized> Memory for &M {
 
     fn note_served(&self, ops: u32) {
         (**self).note_served(ops)
+    }
+
+    fn now_ns(&self) -> Option<u64> {
+        (**self).now_ns()
+    }
+
+    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+        (**self).poll_alarm(cx, at_ns)
     }
 }
 

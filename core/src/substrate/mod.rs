@@ -10,6 +10,7 @@ pub mod clock;
 pub mod error;
 pub mod exec;
 pub mod join;
+pub mod late;
 pub mod lease;
 pub mod memory;
 #[cfg(feature = "alloc")]

@@ -17,6 +17,7 @@ use core::pin::{Pin, pin};
 use core::task::Poll;
 
 use crate::substrate::exec::{Cold, cold, pin_cold};
+use crate::substrate::late::{Plan, Watch};
 
 /// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
 pub const MAX_REPLICAS: usize = 8;
@@ -69,6 +70,9 @@ pub struct Tally {
     pub started: u16,
     /// Which answered (their result went to the caller).
     pub answered: u16,
+    /// Which were awaited when they became late ([`crate::substrate::late`])
+    /// and had not answered when the wait ended.
+    pub late: u16,
 }
 
 impl Tally {
@@ -88,52 +92,115 @@ pub fn mask(n: usize, f: impl Fn(usize) -> bool) -> u16 {
     (0..n.min(MAX_REPLICAS)).filter(|&i| f(i)).fold(0, |m, i| m | 1 << i)
 }
 
+/// When a wait ends (besides when every started future answered).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// When this many succeeded, or so many failed that they cannot.
+    Quorum(usize),
+    /// Only when every one answered.
+    All,
+    /// Every one, unless some are late: then as [`Until::Quorum`].
+    Timely(usize),
+}
+
 /// Polls every future of `futs` concurrently until `need` of them returned
 /// `Ok`, or until `need` can no longer be reached, or until all completed.
 pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) -> Replies<T, E>
 where
     F: Future<Output = Result<T, E>>,
 {
-    collect(futs, Some(need)).await
+    collect(futs, Until::Quorum(need), None).await.0
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
-/// successfully or not: for work that must reach every node it can.
+/// successfully or not: for work that must reach every node.
 pub async fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> Replies<T, E>
 where
     F: Future<Output = Result<T, E>>,
 {
-    collect(futs, None).await
+    collect(futs, Until::All, None).await.0
 }
 
-/// [`quorum`] and [`join_all`]: every future started at once, their
-/// results kept by index.
-async fn collect<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: Option<usize>) -> Replies<T, E>
+/// Polls every future of `futs` concurrently until all of them completed,
+/// or, once those still awaited are late (`watch`), until `need`
+/// succeeded: for work that should reach every node it can, of which a
+/// majority is enough. With `need` 0, nothing is waited for long (see
+/// [`Watch::courtesy`]); with a `need` above their number, every one is
+/// (as [`join_all`]). The late ones are dropped, and answer `late(i)`,
+/// as a time-out would (their operations may still be applied). The
+/// tally says which they were.
+pub async fn join_timely<F, T, E>(
+    futs: heapless::Vec<F, MAX_REPLICAS>,
+    need: usize,
+    watch: Watch<'_>,
+    late: impl Fn(usize) -> E,
+) -> (Replies<T, E>, Tally)
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let watch = if need == 0 { watch.courtesy() } else { watch };
+    let until = if need > futs.len() { Until::All } else { Until::Timely(need) };
+    let (mut replies, tally) = collect(futs, until, Some(watch)).await;
+    for i in BitIter(tally.late) {
+        if let Some(slot) = replies.results.get_mut(i) {
+            *slot = Some(Err(late(i)));
+            replies.failed += 1;
+        }
+    }
+    (replies, tally)
+}
+
+/// [`quorum`], [`join_all`] and [`join_timely`]: every future started at
+/// once, their results kept by index.
+async fn collect<F, T, E>(
+    futs: heapless::Vec<F, MAX_REPLICAS>,
+    until: Until,
+    watch: Option<Watch<'_>>,
+) -> (Replies<T, E>, Tally)
 where
     F: Future<Output = Result<T, E>>,
 {
     let mut results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS> = futs.iter().map(|_| None).collect();
     let slots = futs.into_iter().map(|f| Some(cold(|| f))).collect();
-    let tally = gather(slots, 0, need, None::<fn(usize) -> F>, |i, r| results[i] = Some(r)).await;
-    Replies { results, ok: tally.ok, failed: tally.failed }
+    let plan = Plan { first: 0, probe: 0, watch };
+    let tally = gather(slots, plan, until, None::<fn(usize) -> F>, |i, r| results[i] = Some(r)).await;
+    (Replies { results, ok: tally.ok, failed: tally.failed }, tally)
+}
+
+/// The indices of the bits set in a mask, lowest first.
+struct BitIter(u16);
+
+impl Iterator for BitIter {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
+    }
 }
 
 /// Majority first (SWARM §6): starts `op(i)` for only `need` of the
-/// replicas `0..n`, those in the mask `first` before the others, each in
-/// index order; each time one fails, starts one more, so that `need` can
-/// still succeed, until `need` did or every replica answered. Saves the
-/// bandwidth and work of the replicas beyond a majority; a failed (or
-/// timed-out) replica costs a roundtrip more.
+/// replicas `0..n`, those in `plan.first` before the others, each in
+/// index order, and the probes of `plan.probe` with them; each time one
+/// fails, starts one more, so that `need` can still succeed, and once
+/// those awaited are late (`plan.watch`), starts all the others; until
+/// `need` succeeded or every replica answered. Saves the bandwidth and
+/// work of the replicas beyond a majority; a failed replica costs a
+/// roundtrip more, a late one a little waiting.
 ///
 /// Each reply goes to `on_reply(i, result)` as it arrives (replica `i`);
-/// the tally says which were started and which answered.
+/// the tally says which were started, which answered and which were late.
 ///
 /// (A plain function returning `gather`'s future, not an `async fn`: on
 /// every common path, a level of future less to poll.)
 pub fn quorum_first<F, T, E>(
     n: usize,
     need: usize,
-    first: u16,
+    plan: Plan<'_>,
     op: impl FnMut(usize) -> F,
     on_reply: impl FnMut(usize, Result<T, E>),
 ) -> impl Future<Output = Tally>
@@ -141,7 +208,7 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let slots = (0..n.min(MAX_REPLICAS)).map(|_| None).collect();
-    gather(slots, first, Some(need), Some(op), on_reply)
+    gather(slots, plan, Until::Quorum(need), Some(op), on_reply)
 }
 
 /// How many of the futures that [`quorum_first`] starts are kept inline in
@@ -160,18 +227,19 @@ enum At {
     Boxed,
 }
 
-/// Polls the futures in `slots` concurrently until `need` (if given)
-/// succeeded, `need` is out of reach, or all completed, handing each result
-/// to `on_reply` as it comes. Empty slots are started with `more` (those in
-/// `first` before the others, each in index order) whenever fewer than
-/// `need` could still succeed: at the start, and after each failure. The
-/// first [`INLINE`] futures `more` makes are kept inline; the others, and
-/// those given in `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot
-/// per possible replica would make every caller's future large.
+/// Polls the futures in `slots` concurrently until `until` says the wait
+/// is over or all completed, handing each result to `on_reply` as it
+/// comes. Empty slots are started with `more` (those in `plan.first`
+/// before the others, each in index order, and `plan.probe` at once)
+/// whenever fewer than needed could still succeed: at the start, after
+/// each failure, and all of them once those awaited are late. The first
+/// [`INLINE`] futures `more` makes are kept inline; the others, and those
+/// given in `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot per
+/// possible replica would make every caller's future large.
 async fn gather<F, T, E>(
     slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
-    first: u16,
-    need: Option<usize>,
+    plan: Plan<'_>,
+    until: Until,
     mut more: Option<impl FnMut(usize) -> F>,
     mut on_reply: impl FnMut(usize, Result<T, E>),
 ) -> Tally
@@ -180,6 +248,7 @@ where
 {
     let n = slots.len();
     let all: u16 = if n == 0 { 0 } else { u16::MAX >> (16 - n) };
+    let (first, mut watch) = (plan.first, plan.watch);
     let mut tally = Tally::default();
     let mut at = [At::Nowhere; MAX_REPLICAS];
     // Started and not failed: succeeded or pending.
@@ -191,7 +260,14 @@ where
             live += 1;
         }
     }
-    let need_live = need.unwrap_or(n);
+    let mut need_live = match until {
+        Until::Quorum(need) => need,
+        Until::All | Until::Timely(_) => n,
+    };
+    // Probes go first, on top of the majority.
+    let mut probe = plan.probe & all & !tally.started;
+    let mut probes = 0;
+    let mut late_rang = false;
     let mut futs = pin!((slots, heapless::Vec::<F, INLINE>::new()));
     poll_fn(|cx| {
         // SAFETY: structural pinning of the elements of two pinned
@@ -209,14 +285,25 @@ where
         };
         let slots = slots.as_mut_slice();
         loop {
-            // Start replicas until `need` can succeed even if no other fails.
+            // Start replicas until `need` can succeed even if no other
+            // fails, and the probes.
             while let Some(make) = more.as_mut()
                 && tally.started != all
-                && live < need_live
+                && live < need_live + probes
             {
                 let idle = all & !tally.started;
-                let pick = if idle & first != 0 { idle & first } else { idle };
+                let pick = if probe != 0 {
+                    probe
+                } else if idle & first != 0 {
+                    idle & first
+                } else {
+                    idle
+                };
                 let i = pick.trailing_zeros() as usize;
+                if probe != 0 {
+                    probe &= !(1 << i);
+                    probes += 1;
+                }
                 if !inline.is_full() {
                     at[i] = At::Inline(inline.len() as u8);
                     // Cannot fail: it is not full.
@@ -259,17 +346,35 @@ where
                 }
             }
             let done = tally.answered == all;
-            let enough = need.is_some_and(|need| tally.ok >= need || n.saturating_sub(tally.failed) < need);
+            let reached = |need: usize| tally.ok >= need || n.saturating_sub(tally.failed) < need;
+            let enough = match until {
+                Until::Quorum(need) => reached(need),
+                Until::All => false,
+                Until::Timely(need) => late_rang && reached(need),
+            };
             if enough || done {
                 return Poll::Ready(());
             }
             // A failure calls for another replica: start it and poll it now.
-            if !failed_now || tally.started == all {
-                return Poll::Pending;
+            if failed_now && tally.started != all {
+                continue;
             }
+            // About to sleep: are those awaited late? Then everyone is
+            // called on (or, for a timely join, a majority will do).
+            if !late_rang
+                && let Some(w) = watch.as_mut()
+                && w.poll_late(cx, tally.answered != 0).is_ready()
+            {
+                late_rang = true;
+                tally.late = tally.started & !tally.answered;
+                need_live = n;
+                continue;
+            }
+            return Poll::Pending;
         }
     })
     .await;
+    tally.late &= !tally.answered;
     tally
 }
 
@@ -330,7 +435,7 @@ mod tests {
             after(spec[i].0, spec[i].1)
         };
         // Replicas 1 and 2 are suspected: 0, 3 and 4 go first.
-        let r = block_on(quorum_first(5, 3, mask(5, |i| i != 1 && i != 2), op, |_, _| {}));
+        let r = block_on(quorum_first(5, 3, Plan::trusting(mask(5, |i| i != 1 && i != 2)), op, |_, _| {}));
         assert!(r.reached(3));
         assert_eq!(started.borrow().as_slice(), &[0, 3, 4], "only a majority is started");
         let spec = [(0, Err("down")), (2, Ok(1)), (5, Ok(2)), (1, Err("down")), (0, Ok(4))];
@@ -339,7 +444,7 @@ mod tests {
             let _ = started.borrow_mut().push(i);
             after(spec[i].0, spec[i].1)
         };
-        let r = block_on(quorum_first(5, 3, mask(5, |_| true), op, |_, _| {}));
+        let r = block_on(quorum_first(5, 3, Plan::trusting(mask(5, |_| true)), op, |_, _| {}));
         assert!(r.reached(3));
         assert_eq!(started.borrow().as_slice(), &[0, 1, 2, 3, 4], "each failure starts one more");
         assert_eq!((r.ok, r.failed), (3, 2));
@@ -354,25 +459,25 @@ mod tests {
         let tally = block_on(quorum_first(
             3,
             2,
-            0b110,
+            Plan::trusting(0b110),
             |i| after(spec[i].0, spec[i].1),
             |i, r| {
                 let _ = seen.push((i, r));
             },
         ));
         assert_eq!(seen.as_slice(), &[(2, Err("down")), (1, Ok(1)), (0, Ok(0))]);
-        assert_eq!(tally, Tally { ok: 2, failed: 1, started: 0b111, answered: 0b111 });
+        assert_eq!(tally, Tally { ok: 2, failed: 1, started: 0b111, answered: 0b111, late: 0 });
         // Two failures: the majority is out of reach, the slow 0 is not waited for.
         let spec = [(1000, Ok(0)), (0, Err("down")), (0, Err("down"))];
-        let tally = block_on(quorum_first(3, 2, 0b111, |i| after(spec[i].0, spec[i].1), |_, _| {}));
-        assert_eq!(tally, Tally { ok: 0, failed: 2, started: 0b111, answered: 0b110 });
+        let tally = block_on(quorum_first(3, 2, Plan::trusting(0b111), |i| after(spec[i].0, spec[i].1), |_, _| {}));
+        assert_eq!(tally, Tally { ok: 0, failed: 2, started: 0b111, answered: 0b110, late: 0 });
         assert!(!tally.reached(2));
     }
 
     #[test]
     fn majority_first_gives_up_when_too_many_fail() {
         let spec = [(0, Err("down")), (2, Ok(1)), (1, Err("down"))];
-        let r = block_on(quorum_first(3, 2, 0b111, |i| after(spec[i].0, spec[i].1), |_, _| {}));
+        let r = block_on(quorum_first(3, 2, Plan::trusting(0b111), |i| after(spec[i].0, spec[i].1), |_, _| {}));
         assert!(!r.reached(2));
         assert_eq!(r.failed, 2);
     }

@@ -135,4 +135,12 @@ impl<M: Memory> Memory for Counted<M> {
         self.served.set(self.served.get().saturating_add(ops));
         self.mem.note_served(ops)
     }
+
+    fn now_ns(&self) -> Option<u64> {
+        self.mem.now_ns()
+    }
+
+    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+        self.mem.poll_alarm(cx, at_ns)
+    }
 }

@@ -17,8 +17,9 @@
 
 use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::cold;
+use crate::substrate::late::NodeView;
 use crate::substrate::lease::{Held, LeaseError, Resumed};
-use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::space::slab::{Carry, SlabAllocator};
 use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
 use crate::swarm::writerlog::{LogError, LogGeometry, Logs, Place};
@@ -64,9 +65,9 @@ pub struct ClientCtx<C> {
     pub logs: Logs,
     /// Remote memory allocation.
     pub slab: SlabAllocator,
-    /// Nodes this client last saw fail (bit `n` for node `n < 32`): the
-    /// replicated objects start their majority with the others (SWARM §6).
-    pub suspects: u32,
+    /// The nodes this client last saw fail or come late: the replicated
+    /// objects start their majority with the others (SWARM §6).
+    pub nodes: NodeView,
     /// The rare paths this client's operations took.
     pub paths: Paths,
     clock: C,
@@ -187,7 +188,7 @@ impl<C: Clock> ClientCtx<C> {
             id,
             logs: Logs::new(),
             slab: SlabAllocator::new(),
-            suspects: 0,
+            nodes: NodeView::default(),
             paths: Paths::default(),
             clock,
             offset: 0,
@@ -260,23 +261,6 @@ impl<C: Clock> ClientCtx<C> {
         let now = self.clock.now() + self.offset;
         if seen.time() >= now {
             self.offset = (self.offset + seen.time() + 1 - now).min(self.ahead);
-        }
-    }
-
-    /// Whether `node` failed the last time this client used it.
-    pub fn suspects(&self, node: NodeId) -> bool {
-        node.0 < 32 && self.suspects & (1 << node.0) != 0
-    }
-
-    /// Remembers how `node` answered: failed (unreachable or timed out),
-    /// or not.
-    pub fn note(&mut self, node: NodeId, failed: bool) {
-        if node.0 < 32 {
-            if failed {
-                self.suspects |= 1 << node.0;
-            } else {
-                self.suspects &= !(1 << node.0);
-            }
         }
     }
 
@@ -383,7 +367,9 @@ impl<C: Clock> ClientCtx<C> {
         let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
             (0..mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
         for group in nodes.chunks(MAX_REPLICAS) {
-            for entry in self.logs.entries(mem, group, self.id, place, Some(&mut self.slab)).await {
+            for entry in
+                self.logs.entries(mem, group, self.id, place, Some(&mut self.slab), majority(group.len())).await
+            {
                 match entry {
                     Ok(_) | Err(LogError::Mem(_)) => {}
                     Err(e) => return Err(e.into()),

@@ -18,7 +18,8 @@
 use crate::objects::max::MaxOutcome;
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
-use crate::substrate::quorum::{MAX_REPLICAS, majority, mask, quorum, quorum_first};
+use crate::substrate::late::Plan;
+use crate::substrate::quorum::{MAX_REPLICAS, Tally, majority, quorum, quorum_first};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::{InOutError, Layout, Replica, ReplicaCache, Reply, WriteReply, max_word};
@@ -151,13 +152,27 @@ impl Register {
     /// Notes whether replica `r`'s node failed, from one of its answers.
     fn note<C: Clock, T, E: NodeFailure>(&self, ctx: &mut ClientCtx<C>, r: usize, res: &Result<T, E>) {
         let failed = res.as_ref().err().is_some_and(NodeFailure::is_node_failure);
-        ctx.note(self.replicas[r].node, failed);
+        ctx.nodes.note(self.replicas[r].node, failed);
     }
 
-    /// The replicas this client does not suspect (majority first tries
-    /// them before the others).
-    fn trusted<C: Clock>(&self, ctx: &ClientCtx<C>, replica: impl Fn(usize) -> usize, n: usize) -> u16 {
-        mask(n, |j| !ctx.suspects(self.replicas[replica(j)].node))
+    /// How a quorum operation on `n` of the replicas (the `j`th being
+    /// replica `replica(j)`) starts: the replicas this client does not
+    /// suspect first ([`crate::substrate::late`]).
+    fn plan<'m, M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &'m M,
+        replica: impl Fn(usize) -> usize,
+        n: usize,
+    ) -> Plan<'m> {
+        ctx.nodes.plan(mem, n, |j| self.replicas[replica(j)].node)
+    }
+
+    /// After a quorum operation: its late replicas become suspects, and
+    /// whether it contacted more than `want` is counted.
+    fn learn<C: Clock>(&self, ctx: &mut ClientCtx<C>, tally: &Tally, replica: impl Fn(usize) -> usize, want: usize) {
+        ctx.nodes.learn(tally, |j| self.replicas[replica(j)].node);
+        ctx.paths.widened += (tally.started.count_ones() as usize > want) as u64;
     }
 
     /// Checks that `value` fits the register, before anything is spent on it.
@@ -211,6 +226,31 @@ impl Register {
         value: &[u8],
         read: bool,
     ) -> Result<Meta, RegError> {
+        match self.write_once(ctx, mem, cache, meta, copy, value, read, false).await {
+            // A replica left out for being late when it was looked up may
+            // be needed after all (another failed since): once more,
+            // waiting for every replica's log entry.
+            Err(RegError::NoQuorum(_)) => {
+                cold(|| self.write_once(ctx, mem, cache, meta, copy, value, read, true)).await
+            }
+            r => r,
+        }
+    }
+
+    /// One try of [`Register::write_inner`]: `patient`, it waits for the
+    /// log entry of every replica that answers, however late.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_once<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        meta: Meta,
+        copy: Option<&LogCopy>,
+        value: &[u8],
+        read: bool,
+        patient: bool,
+    ) -> Result<Meta, RegError> {
         self.check_value(value)?;
         let n = self.replicas.len();
         // The replicas this client knows to hold `meta` or more (none for a
@@ -232,9 +272,15 @@ impl Register {
         // Where the value goes on each replica that is behind (cached, so
         // usually no roundtrip). A replica whose log cannot be reached now
         // is left out, like one that does not answer.
+        // Those this client suspects are left out (as failed) while
+        // enough others are behind (SWARM §6), unless `patient`.
+        let want = need - already;
+        let suspect = |r: usize| ctx.nodes.suspects(self.replicas[r].node);
+        let trusted = (0..n).filter(|&r| known & (1 << r) == 0 && !suspect(r)).count();
+        let skip = |r: usize| !patient && trusted >= want && suspect(r);
         let (mut behind, mut nodes) = ([0usize; MAX_REPLICAS], heapless::Vec::<NodeId, MAX_REPLICAS>::new());
         for (r, rep) in self.replicas.iter().enumerate() {
-            if known & (1 << r) == 0 {
+            if known & (1 << r) == 0 && !skip(r) {
                 behind[nodes.len()] = r;
                 let _ = nodes.push(rep.node);
             }
@@ -248,7 +294,9 @@ impl Register {
         };
         if let (false, Some(c)) = (found, copy) {
             entries.clear();
-            let looked_up = cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab))).await;
+            let looked_up =
+                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab), usize::MAX))
+                    .await;
             for (j, entry) in looked_up.into_iter().enumerate() {
                 match entry {
                     Ok(Some(e)) => {
@@ -278,7 +326,7 @@ impl Register {
             }
         };
         let want = need - already;
-        let first = self.trusted(ctx, |j| targets[j].0, targets.len());
+        let plan = self.plan(ctx, mem, |j| targets[j].0, targets.len());
         let on_reply = |j: usize, res: Result<WriteReply, InOutError>| {
             let r = targets[j].0;
             self.note(ctx, r, &res);
@@ -295,8 +343,8 @@ impl Register {
                 Err(e) => first_err = first_err.or(Some(e)),
             }
         };
-        let replies = quorum_first(targets.len(), want, first, op, on_reply).await;
-        ctx.paths.widened += (replies.started.count_ones() as usize > want) as u64;
+        let replies = quorum_first(targets.len(), want, plan, op, on_reply).await;
+        self.learn(ctx, &replies, |j| targets[j].0, want);
         // Started but not waited for (the majority answered first). Its
         // first CAS most likely installed `meta`: seed the next MAX with it,
         // so that a slow replica does not stay behind for lack of a retry.
@@ -346,7 +394,7 @@ impl Register {
     ) -> Result<Meta, RegError> {
         let words = self.layout.meta_words as usize;
         let op = |r: usize| mem.read(RemoteAddr::new(self.replicas[r].node, self.replicas[r].base), 8 * words);
-        let first = self.trusted(ctx, |r| r, self.replicas.len());
+        let plan = self.plan(ctx, mem, |r| r, self.replicas.len());
         let (mut max, mut first_err) = (Meta::BOTTOM, None);
         let on_reply = |r: usize, res: Result<M::Buf, crate::MemError>| {
             self.note(ctx, r, &res);
@@ -359,8 +407,8 @@ impl Register {
                 Err(e) => first_err = first_err.or(Some(e)),
             }
         };
-        let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
-        ctx.paths.widened += (replies.started.count_ones() as usize > self.need()) as u64;
+        let replies = quorum_first(self.replicas.len(), self.need(), plan, op, on_reply).await;
+        self.learn(ctx, &replies, |r| r, self.need());
         if !replies.reached(self.need()) {
             return Err(no_quorum(first_err.map(InOutError::Mem)));
         }
@@ -445,7 +493,7 @@ impl Register {
     ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
         let (layout, id) = (self.layout, ctx.id);
         let op = |r: usize| self.replicas[r].read(mem, layout.of_replica(r), id);
-        let first = self.trusted(ctx, |r| r, self.replicas.len());
+        let plan = self.plan(ctx, mem, |r| r, self.replicas.len());
         let (mut max, mut holders, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, None, None);
         let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {
             self.note(ctx, r, &res);
@@ -467,8 +515,8 @@ impl Register {
                 }
             }
         };
-        let replies = quorum_first(self.replicas.len(), self.need(), first, op, on_reply).await;
-        ctx.paths.widened += (replies.started.count_ones() as usize > self.need()) as u64;
+        let replies = quorum_first(self.replicas.len(), self.need(), plan, op, on_reply).await;
+        self.learn(ctx, &replies, |r| r, self.need());
         if !replies.reached(self.need()) {
             return Err(no_quorum(first_err));
         }
@@ -487,7 +535,13 @@ impl Register {
         max: Meta,
     ) -> Result<(LogCopy, Value<M::Buf>), RegError> {
         let mut last = RegError::Corrupt(self.replicas[0].node);
-        for (r, &rep) in self.replicas.iter().enumerate() {
+        // Nodes this client suspects last (SWARM §6): one of them may keep
+        // the read waiting.
+        let suspect = |r: usize| ctx.nodes.suspects(self.replicas[r].node);
+        let mut order: heapless::Vec<usize, MAX_REPLICAS> = (0..self.replicas.len()).filter(|&r| !suspect(r)).collect();
+        order.extend((0..self.replicas.len()).filter(|&r| suspect(r)));
+        for r in order {
+            let rep = self.replicas[r];
             if holders != 0 && holders & (1 << r) == 0 {
                 continue;
             }

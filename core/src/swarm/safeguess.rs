@@ -43,7 +43,7 @@
 use crate::objects::tslock::{Mode, try_lock};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
-use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
@@ -118,9 +118,7 @@ async fn slow_write<M: Memory, C: Clock>(
     if !m.is_deleted() {
         ctx.resync(m);
     }
-    let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
-    let locks = lock_words(ctx, mem, &nodes, w, copy).await?;
-    if !try_lock(mem, &locks, w.lock_ts(), Mode::Write).await.map_err(|e| no_quorum(e, reg))? {
+    if !lock(ctx, mem, reg, w, copy, Mode::Write).await? {
         return Ok((w, WritePath::ReaderLocked));
     }
     if m.is_deleted() {
@@ -199,9 +197,32 @@ async fn lock_for_read<M: Memory, C: Clock>(
     m: Meta,
 ) -> Result<bool, RegError> {
     let (copy, _) = reg.read_out_of_place(ctx, mem, 0, m).await?;
+    lock(ctx, mem, reg, m, &copy, Mode::Read).await
+}
+
+/// TRYLOCK(`m`'s timestamp, `mode`) on the lock words of `m`'s log entry
+/// on the register's nodes, those this client suspects left out (as
+/// failed) while a majority is not suspected (SWARM §6); if that fails,
+/// once more with every node (TRYLOCK may run again: it only ever moves
+/// words towards `(ts, mode)`).
+async fn lock<M: Memory, C: Clock>(
+    ctx: &mut ClientCtx<C>,
+    mem: &M,
+    reg: &Register,
+    m: Meta,
+    copy: &LogCopy,
+    mode: Mode,
+) -> Result<bool, RegError> {
     let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
-    let locks = lock_words(ctx, mem, &nodes, m, &copy).await?;
-    try_lock(mem, &locks, m.lock_ts(), Mode::Read).await.map_err(|e| no_quorum(e, reg))
+    let trusted = nodes.iter().filter(|&&n| !ctx.nodes.suspects(n)).count();
+    if trusted >= majority(nodes.len()) && trusted < nodes.len() {
+        let locks = lock_words(ctx, mem, &nodes, m, copy, true).await?;
+        if let Ok(won) = try_lock(mem, &locks, m.lock_ts(), mode).await {
+            return Ok(won);
+        }
+    }
+    let locks = lock_words(ctx, mem, &nodes, m, copy, false).await?;
+    try_lock(mem, &locks, m.lock_ts(), mode).await.map_err(|e| no_quorum(e, reg))
 }
 
 /// Which replicas a background mark goes to.
@@ -235,20 +256,25 @@ fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Me
 /// The timestamp lock of the write that produced `m`, whose log entry is
 /// `copy`: word 0 of the entry on each of `nodes` (the register's; the
 /// entry is created where missing, so that every process agrees on the
-/// same 2f+1 words); `None` for a node that cannot be reached.
+/// same 2f+1 words); `None` for a node that cannot be reached, or that
+/// this client suspects if `trusted_only`.
 async fn lock_words<M: Memory, C: Clock>(
     ctx: &mut ClientCtx<C>,
     mem: &M,
     nodes: &[crate::NodeId],
     m: Meta,
     copy: &LogCopy,
+    trusted_only: bool,
 ) -> Result<heapless::Vec<Option<RemoteAddr>, MAX_REPLICAS>, RegError> {
+    let asked: heapless::Vec<crate::NodeId, MAX_REPLICAS> =
+        nodes.iter().copied().filter(|&n| !trusted_only || !ctx.nodes.suspects(n)).collect();
+    let found = ctx.logs.entries(mem, &asked, m.client(), copy.place, Some(&mut ctx.slab), usize::MAX).await;
     let mut words = heapless::Vec::new();
-    for entry in ctx.logs.entries(mem, nodes, m.client(), copy.place, Some(&mut ctx.slab)).await {
-        let word = match entry {
-            Ok(a) => a,
-            Err(LogError::Corrupt { node, .. }) => return Err(RegError::Corrupt(node)),
-            Err(_) => None,
+    for n in nodes {
+        let word = match asked.iter().position(|a| a == n).map(|k| &found[k]) {
+            Some(Ok(a)) => *a,
+            Some(Err(LogError::Corrupt { node, .. })) => return Err(RegError::Corrupt(*node)),
+            Some(Err(_)) | None => None,
         };
         let _ = words.push(word);
     }

@@ -47,8 +47,9 @@ use core::fmt;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::substrate::late::{Watch, late};
 use crate::substrate::memory::word_at;
-use crate::substrate::quorum::{MAX_REPLICAS, join_all};
+use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
 use crate::substrate::space::slab::{AllocError, SlabAllocator};
@@ -363,30 +364,40 @@ impl Logs {
         if let Some(i) = self.nodes.iter().position(|d| d.node == node) {
             return Ok(&mut self.nodes[i]);
         }
-        let corrupt = |what| LogError::Corrupt { node, what };
-        let base = Region::read_root(mem, node, roots::LOG_DIR).await?;
-        if base == 0 {
-            return Err(LogError::NoLog(node));
-        }
-        let h = mem.read(RemoteAddr::new(node, base), 8 * HEADER_WORDS as usize).await?;
-        let word = |i: usize| word_at(&h, 8 * i).ok_or(corrupt("truncated header"));
-        let (magic, entry_size, segments, per_segment) = (word(0)?, word(1)?, word(2)?, word(3)?);
-        if magic != MAGIC || entry_size < ENTRY_HEADER || entry_size % 64 != 0 || segments == 0 || per_segment == 0 {
-            return Err(corrupt("bad header"));
-        }
-        // At most what `LogGeometry::new` makes: every product of them fits
-        // in 64 bits.
-        let largest = (ENTRY_HEADER + crate::swarm::inout::MAX_VALUE).next_multiple_of(64);
-        if segments > 1 << 20 || per_segment > MAX_PER_SEGMENT || entry_size > largest {
-            return Err(corrupt("impossible geometry"));
-        }
-        let geo = LogGeometry { entry_size, segments, per_segment };
-        if base.checked_add(geo.dir_bytes()).is_none() {
-            return Err(corrupt("directory beyond the address space"));
-        }
-        let d = NodeDir { node, base, geo, cache: [Known::default(); CACHE] };
-        self.nodes.push(d).map_err(|_| corrupt("too many nodes"))?;
+        let d = load_dir(mem, node).await?;
+        self.nodes.push(d).map_err(|_| LogError::Corrupt { node, what: "too many nodes" })?;
         Ok(self.nodes.last_mut().expect("just pushed"))
+    }
+
+    /// Loads the directories of those of `nodes` not known yet, all at
+    /// once, leaving out those that are late once `need` of `nodes` are
+    /// known; whether each is known.
+    async fn open_dirs<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        need: usize,
+    ) -> heapless::Vec<Result<(), LogError>, MAX_REPLICAS> {
+        let mut out: heapless::Vec<Result<(), LogError>, MAX_REPLICAS> = nodes.iter().map(|_| Ok(())).collect();
+        let unknown: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..nodes.len()).filter(|&i| !self.nodes.iter().any(|d| d.node == nodes[i])).collect();
+        if unknown.is_empty() {
+            return out;
+        }
+        let futs = unknown.iter().map(|&i| load_dir(mem, nodes[i])).collect();
+        let node = |k: usize| nodes[unknown[k]];
+        let need = need.saturating_sub(nodes.len() - unknown.len());
+        let (loaded, _) = join_timely(futs, need, Watch::on(mem), |k| LogError::Mem(late(node(k)))).await;
+        for (k, r) in loaded.results.into_iter().enumerate() {
+            out[unknown[k]] = match r {
+                Some(Ok(d)) => {
+                    self.nodes.push(d).map_err(|_| LogError::Corrupt { node: node(k), what: "too many nodes" })
+                }
+                Some(Err(e)) => Err(e),
+                None => Err(LogError::Mem(late(node(k)))),
+            };
+        }
+        out
     }
 
     /// The geometry of `node`'s logs.
@@ -476,20 +487,54 @@ impl Logs {
     /// or a reader writing a value back), on all nodes at once: at most
     /// three roundtrips (descriptors, chunks, start and CAS) however many
     /// nodes there are. Without `alloc`, a segment a node does not hold is
-    /// `Ok(None)`.
+    /// `Ok(None)`. Nodes that are late once `need` of them have their
+    /// entry are left out (as timed out), unless fewer than `need` got
+    /// one: those are then waited for.
     pub async fn entries<M: Memory>(
         &mut self,
         mem: &M,
         nodes: &[NodeId],
         client: u8,
         place: Place,
+        mut alloc: Option<&mut SlabAllocator>,
+        need: usize,
+    ) -> heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> {
+        let nodes = &nodes[..nodes.len().min(MAX_REPLICAS)];
+        let mut out = self.entries_once(mem, nodes, client, place, alloc.as_deref_mut(), need).await;
+        // Counting the nodes that need no work as successes may have left
+        // out a slow node that is needed after all (another failed).
+        let timed_out = |r: &Result<Option<RemoteAddr>, LogError>| {
+            matches!(r, Err(LogError::Mem(e)) if e.kind == crate::MemErrorKind::TimedOut)
+        };
+        if out.iter().filter(|r| matches!(r, Ok(Some(_)))).count() < need && out.iter().any(timed_out) {
+            let again: heapless::Vec<usize, MAX_REPLICAS> = (0..out.len()).filter(|&i| timed_out(&out[i])).collect();
+            let late: heapless::Vec<NodeId, MAX_REPLICAS> = again.iter().map(|&i| nodes[i]).collect();
+            let waited = self.entries_once(mem, &late, client, place, alloc, usize::MAX).await;
+            for (k, r) in waited.into_iter().enumerate() {
+                out[again[k]] = r;
+            }
+        }
+        out
+    }
+
+    /// One pass of [`Logs::entries`]: late nodes are left out once `need`
+    /// have their entry or need no work (`usize::MAX`: none is).
+    async fn entries_once<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        client: u8,
+        place: Place,
         alloc: Option<&mut SlabAllocator>,
+        need: usize,
     ) -> heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> {
         // (index in `nodes`, descriptor address)
         let mut missing: heapless::Vec<(usize, RemoteAddr), MAX_REPLICAS> = heapless::Vec::new();
         let mut out: heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> = heapless::Vec::new();
-        for (i, &node) in nodes.iter().take(MAX_REPLICAS).enumerate() {
-            let d = match self.dir(mem, node).await {
+        let open = self.open_dirs(mem, nodes, need).await;
+        for (i, (&node, opened)) in nodes.iter().zip(open).enumerate() {
+            let found = self.nodes.iter_mut().find(|d| d.node == node);
+            let d = match opened.and(found.ok_or(LogError::Corrupt { node, what: "too many nodes" })) {
                 Ok(d) => d,
                 Err(e) => {
                     let _ = out.push(Err(e));
@@ -515,7 +560,10 @@ impl Logs {
             return out;
         }
         // What the nodes hold: (start, offset), or nothing yet.
-        let reads = join_all(missing.iter().map(|m| mem.read(m.1, 16)).collect()).await;
+        let futs = missing.iter().map(|m| mem.read(m.1, 16)).collect();
+        let known = out.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let need = need.saturating_sub(known);
+        let (reads, _) = join_timely(futs, need, Watch::on(mem), |k| late(missing[k].1.node)).await;
         let mut found: heapless::Vec<Option<(u64, u64)>, MAX_REPLICAS> = heapless::Vec::new();
         for (k, r) in reads.results.into_iter().enumerate() {
             let _ = found.push(match r {
@@ -534,7 +582,10 @@ impl Logs {
             // A segment takes what its entries need (an object of its size
             // class: a quarter of a chunk for small values), not a chunk.
             let bytes = self.nodes.first().map_or(0, |d| d.geo.per_segment * d.geo.entry_size);
-            let chunks = slab.alloc_each(mem, &targets, bytes).await;
+            let created = found.iter().filter(|f| f.is_some_and(|(_, off)| off != 0)).count();
+            let need = need.saturating_sub(created);
+            let chunks = slab.alloc_each(mem, &targets, bytes, need).await;
+
             let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
             for (j, chunk) in chunks.into_iter().enumerate() {
                 match chunk {
@@ -549,22 +600,20 @@ impl Logs {
             }
             // The start, then the offset: whoever sees the offset sees the start.
             let start = place.start.to_le_bytes();
-            let creates = join_all(
-                claims
-                    .iter()
-                    .map(|&(k, chunk)| {
-                        let (at, start) = (missing[k].1, &start);
-                        async move {
-                            let ops = [
-                                Op::Write { offset: at.offset, data: start },
-                                Op::Cas { offset: at.offset + 8, expected: 0, new: chunk },
-                            ];
-                            mem.pipeline(at.node, &ops).await
-                        }
-                    })
-                    .collect(),
-            )
-            .await;
+            let futs = claims
+                .iter()
+                .map(|&(k, chunk)| {
+                    let (at, start) = (missing[k].1, &start);
+                    async move {
+                        let ops = [
+                            Op::Write { offset: at.offset, data: start },
+                            Op::Cas { offset: at.offset + 8, expected: 0, new: chunk },
+                        ];
+                        mem.pipeline(at.node, &ops).await
+                    }
+                })
+                .collect();
+            let (creates, _) = join_timely(futs, need, Watch::on(mem), |j| late(missing[claims[j].0].1.node)).await;
             for (j, r) in creates.results.into_iter().enumerate() {
                 let (k, chunk) = claims[j];
                 found[k] = match r {
@@ -620,6 +669,33 @@ impl Logs {
         let row = mem.read(RemoteAddr::new(node, base + geo.row(client)), geo.row_bytes() as usize).await?;
         Ok((0..geo.segments as u32).rev().find(|&s| word_at(&row, 16 * s as usize + 8).is_some_and(|o| o != 0)))
     }
+}
+
+/// `node`'s log directory: its place and geometry, from the node's root
+/// slot and header (checked: remote memory is untrusted).
+async fn load_dir<M: Memory>(mem: &M, node: NodeId) -> Result<NodeDir, LogError> {
+    let corrupt = |what| LogError::Corrupt { node, what };
+    let base = Region::read_root(mem, node, roots::LOG_DIR).await?;
+    if base == 0 {
+        return Err(LogError::NoLog(node));
+    }
+    let h = mem.read(RemoteAddr::new(node, base), 8 * HEADER_WORDS as usize).await?;
+    let word = |i: usize| word_at(&h, 8 * i).ok_or(corrupt("truncated header"));
+    let (magic, entry_size, segments, per_segment) = (word(0)?, word(1)?, word(2)?, word(3)?);
+    if magic != MAGIC || entry_size < ENTRY_HEADER || entry_size % 64 != 0 || segments == 0 || per_segment == 0 {
+        return Err(corrupt("bad header"));
+    }
+    // At most what `LogGeometry::new` makes: every product of them fits
+    // in 64 bits.
+    let largest = (ENTRY_HEADER + crate::swarm::inout::MAX_VALUE).next_multiple_of(64);
+    if segments > 1 << 20 || per_segment > MAX_PER_SEGMENT || entry_size > largest {
+        return Err(corrupt("impossible geometry"));
+    }
+    let geo = LogGeometry { entry_size, segments, per_segment };
+    if base.checked_add(geo.dir_bytes()).is_none() {
+        return Err(corrupt("directory beyond the address space"));
+    }
+    Ok(NodeDir { node, base, geo, cache: [Known::default(); CACHE] })
 }
 
 #[cfg(test)]

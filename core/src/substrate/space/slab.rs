@@ -17,8 +17,9 @@
 
 use core::fmt;
 
+use crate::substrate::late::{Watch, late};
 use crate::substrate::lease::{PAYLOAD_WORDS, Payload};
-use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{HEADER_SIZE, Region, RegionError};
 use crate::{Memory, NodeId, RemoteAddr};
 
@@ -147,18 +148,54 @@ impl SlabAllocator {
             Some(i) => i,
             None => {
                 let region = Region::open(mem, node).await?;
-                let mut classes: [Class; CLASSES] = Default::default();
-                for c in self.adopted.iter().filter(|c| c.node == node && (c.class as usize) < CLASSES) {
-                    if c.fits(&region) {
-                        (classes[c.class as usize].bump, classes[c.class as usize].end) = (c.bump, c.end);
-                    }
-                }
-                self.adopted.retain(|c| c.node != node || c.class as usize >= CLASSES);
-                self.nodes.push(NodeSlabs { region, classes }).map_err(|_| AllocError::TooManyNodes)?;
-                self.nodes.len() - 1
+                self.opened(region)?
             }
         };
         Ok(&mut self.nodes[i])
+    }
+
+    /// Starts using `region`, with the chunks taken over on its node; its
+    /// index in `nodes`.
+    fn opened(&mut self, region: Region) -> Result<usize, AllocError> {
+        let node = region.node;
+        let mut classes: [Class; CLASSES] = Default::default();
+        for c in self.adopted.iter().filter(|c| c.node == node && (c.class as usize) < CLASSES) {
+            if c.fits(&region) {
+                (classes[c.class as usize].bump, classes[c.class as usize].end) = (c.bump, c.end);
+            }
+        }
+        self.adopted.retain(|c| c.node != node || c.class as usize >= CLASSES);
+        self.nodes.push(NodeSlabs { region, classes }).map_err(|_| AllocError::TooManyNodes)?;
+        Ok(self.nodes.len() - 1)
+    }
+
+    /// Opens the regions of those of `nodes` not open yet, all at once (one
+    /// roundtrip), leaving out those that are late once `need` of `nodes`
+    /// are open; whether each is open.
+    async fn open_each<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        need: usize,
+    ) -> heapless::Vec<Result<(), AllocError>, MAX_REPLICAS> {
+        let mut out: heapless::Vec<Result<(), AllocError>, MAX_REPLICAS> = nodes.iter().map(|_| Ok(())).collect();
+        let closed: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..nodes.len()).filter(|&i| !self.nodes.iter().any(|s| s.region.node == nodes[i])).collect();
+        if closed.is_empty() {
+            return out;
+        }
+        let futs = closed.iter().map(|&i| Region::open(mem, nodes[i])).collect();
+        let need = need.saturating_sub(nodes.len() - closed.len());
+        let node = |k: usize| nodes[closed[k]];
+        let (replies, _) = join_timely(futs, need, Watch::on(mem), |k| RegionError::Mem(late(node(k)))).await;
+        for (k, r) in replies.results.into_iter().enumerate() {
+            out[closed[k]] = match r {
+                Some(Ok(region)) => self.opened(region).map(drop),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(AllocError::Region(RegionError::Mem(late(node(k))))),
+            };
+        }
+        out
     }
 
     /// Allocates `size` bytes on `node`, 64-byte aligned. No roundtrip unless
@@ -189,20 +226,26 @@ impl SlabAllocator {
     }
 
     /// Takes one chunk on each of `nodes`, on all of them at once (one
-    /// roundtrip when the cursors are as last seen). Results are in the
-    /// order of `nodes`.
+    /// roundtrip when the cursors are as last seen); once `need` of them
+    /// succeeded, those that are late are left out (as timed out).
+    /// Results are in the order of `nodes`.
     pub async fn alloc_chunk_each<M: Memory>(
         &mut self,
         mem: &M,
         nodes: &[NodeId],
+        need: usize,
     ) -> heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> {
         let mut out: heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> =
             nodes.iter().map(|_| Err(AllocError::TooManyNodes)).collect();
-        for (i, &node) in nodes.iter().enumerate() {
-            if let Err(e) = self.slabs(mem, node).await {
+        let open = self.open_each(mem, nodes, need).await;
+        for (i, r) in open.into_iter().enumerate() {
+            if let Err(e) = r {
                 out[i] = Err(e);
             }
         }
+        // The nodes in the order of the futures.
+        let order: heapless::Vec<NodeId, MAX_REPLICAS> =
+            self.nodes.iter().map(|s| s.region.node).filter(|n| nodes.contains(n)).collect();
         let futs: heapless::Vec<_, MAX_REPLICAS> = self
             .nodes
             .iter_mut()
@@ -212,7 +255,8 @@ impl SlabAllocator {
                 s.region.alloc_chunk(mem).await.map_err(|e| (node, e))
             })
             .collect();
-        let replies = crate::substrate::quorum::join_all(futs).await;
+        let late = |k: usize| (order[k], RegionError::Mem(late(order[k])));
+        let (replies, _) = join_timely(futs, need, Watch::on(mem), late).await;
         for r in replies.results.into_iter().flatten() {
             let (node, res) = match r {
                 Ok(a) => (a.node, Ok(a)),
@@ -229,20 +273,25 @@ impl SlabAllocator {
     /// class on each, as [`alloc`](Self::alloc) would), taking the new
     /// chunks that some of them need on all of them at once: no roundtrip
     /// when every node's current chunk has room, else one. Results are in
-    /// the order of `nodes`.
+    /// the order of `nodes`. Once `need` of them succeeded, those that are
+    /// late are left out (as timed out).
     pub async fn alloc_each<M: Memory>(
         &mut self,
         mem: &M,
         nodes: &[NodeId],
         size: u64,
+        need: usize,
     ) -> heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> {
         let mut out: heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> =
             nodes.iter().map(|_| Err(AllocError::BadSize { size })).collect();
         let Some((class, obj)) = class_of(size) else { return out };
         // The nodes whose class has no free object and no room left.
         let mut short: heapless::Vec<NodeId, MAX_REPLICAS> = heapless::Vec::new();
-        for (i, &node) in nodes.iter().enumerate() {
-            match self.slabs(mem, node).await {
+        let open = self.open_each(mem, nodes, need).await;
+        for (i, (&node, opened)) in nodes.iter().zip(open).enumerate() {
+            let slabs = opened
+                .and_then(|()| self.nodes.iter_mut().find(|s| s.region.node == node).ok_or(AllocError::TooManyNodes));
+            match slabs {
                 Ok(s) if obj > s.region.chunk => {}
                 Ok(s) => {
                     let c = &s.classes[class];
@@ -254,7 +303,8 @@ impl SlabAllocator {
                 Err(e) => out[i] = Err(e),
             }
         }
-        let chunks = self.alloc_chunk_each(mem, &short).await;
+        let ready = out.iter().filter(|r| r.is_ok()).count() - short.len();
+        let chunks = self.alloc_chunk_each(mem, &short, need.saturating_sub(ready)).await;
         for (&node, chunk) in short.iter().zip(chunks) {
             let i = nodes.iter().position(|&n| n == node).unwrap_or(0);
             match chunk {
@@ -387,11 +437,11 @@ mod tests {
                 }
                 let nodes = [NodeId(0), NodeId(1), NodeId(2)];
                 let mut slab = SlabAllocator::new();
-                let first = slab.alloc_each(&mem, &nodes, 16 << 10).await;
+                let first = slab.alloc_each(&mem, &nodes, 16 << 10, nodes.len()).await;
                 let c = Counted::new(&mem);
-                let second = slab.alloc_each(&c, &nodes, 16 << 10).await;
+                let second = slab.alloc_each(&c, &nodes, 16 << 10, nodes.len()).await;
                 let rtts = c.roundtrips();
-                let missing = slab.alloc_each(&mem, &[NodeId(7)], 64).await;
+                let missing = slab.alloc_each(&mem, &[NodeId(7)], 64, 1).await;
                 (first, second, rtts, missing)
             })
             .unwrap();

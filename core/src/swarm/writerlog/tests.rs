@@ -33,7 +33,7 @@ fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
                 logs.cached_entries(&NODES, client, p, &mut out).then_some(out)
             };
             let unknown = cached(&logs, 5, place(1, 3, 10));
-            let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(&mut slab)).await;
+            let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(&mut slab), NODES.len()).await;
             let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> = made.into_iter().map(|e| e.unwrap().unwrap()).collect();
             let same_segment = cached(&logs, 5, place(1, 4, 10));
             let next_segment = cached(&logs, 5, place(2, 0, 20));
@@ -66,7 +66,8 @@ fn entries_are_found_by_time_and_checked_by_header() {
             // Segment 0 from time 10, segment 1 from time 50, on node 0.
             let (w0, w1) = (Meta::new(12, 2, 5), Meta::new(55, 2, 5));
             for (m, p) in [(w0, place(0, 2, 10)), (w1, place(1, 2, 50))] {
-                let e = writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab)).await[0].unwrap().unwrap();
+                let e =
+                    writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), NODES.len()).await[0].unwrap().unwrap();
                 let header = EntryHeader::of(m, 0, b"v");
                 mem.write(RemoteAddr::new(e.node, e.offset + 8), &header.encode()).await.unwrap();
             }
@@ -155,7 +156,7 @@ fn concurrent_creations_agree() {
         let found = found.clone();
         sim.spawn(&m.clone(), async move {
             let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
-            let got = logs.entries(&m, &NODES, 9, place(0, 1, 7), Some(&mut slab)).await;
+            let got = logs.entries(&m, &NODES, 9, place(0, 1, 7), Some(&mut slab), NODES.len()).await;
             let got: alloc::vec::Vec<RemoteAddr> = got.into_iter().map(|e| e.unwrap().unwrap()).collect();
             found.borrow_mut().push(got);
         });
