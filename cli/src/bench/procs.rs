@@ -28,7 +28,7 @@ use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_ycsb::runner::RunSpec;
 use swarm_ycsb::sim::format_cluster;
-use swarm_ycsb::threads::run_threads;
+use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{ClientResult, OpKind};
 
 use crate::args::format_size;
@@ -271,7 +271,8 @@ fn worker_run(job: &str, io: &Io) -> Result<ClientResult, String> {
         go
     };
     let make = || cluster.memory().with_latency(rtt);
-    let r = run_threads(&spec, system, lo..hi, make, clock, Some(&hook), None);
+    // No fault control here: the parent injects.
+    let r = run_threads(&spec, system, lo..hi, make, clock, Extras { hook: Some(&hook), ..Extras::default() });
     match r {
         Err(_) if told_to_abort.load(Ordering::Relaxed) => Err("aborted by the parent".into()),
         r => r,

@@ -42,7 +42,7 @@ use swarm_ycsb::progress::Progress;
 use swarm_ycsb::report::Report;
 use swarm_ycsb::runner::{MAX_HANDLES, RunSpec, SystemRun};
 use swarm_ycsb::sim::{RTT_NS, format_cluster, run_sim};
-use swarm_ycsb::threads::run_threads;
+use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{ClientResult, Distribution, Workload};
 
 use super::procs;
@@ -264,6 +264,7 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
         ops: a.ops,
         seed: a.seed,
         warm_cache: !a.cold_cache,
+        timed: None,
     };
     let backend = a.backend;
     if backend == YcsbBackend::Rdma && a.cluster.is_none() {
@@ -456,7 +457,8 @@ fn run_system(
                 cluster.prefault().map_err(|e| e.to_string())?;
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
-                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
+                let extras = Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None };
+                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
             }
         },
         YcsbBackend::Cxl => {
@@ -466,7 +468,8 @@ fn run_system(
             let out = cluster.prefault().map_err(|e| e.to_string()).and_then(|()| {
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
-                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
+                let extras = Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None };
+                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
             });
             drop(cluster);
             let removed =
