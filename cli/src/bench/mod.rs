@@ -19,6 +19,7 @@ mod cxl;
 pub mod procs;
 mod shm;
 mod sim;
+mod timed;
 pub mod ycsb;
 
 use std::fs::File;
