@@ -106,6 +106,9 @@ pub enum LeaseError {
         /// Ids the table has.
         ids: u8,
     },
+    /// The table could not be set up on a node's region (no room left for
+    /// it, or a bad header): the region's error.
+    Region(RegionError),
 }
 
 impl From<MemError> for LeaseError {
@@ -118,7 +121,7 @@ impl From<RegionError> for LeaseError {
     fn from(e: RegionError) -> Self {
         match e {
             RegionError::Mem(m) => LeaseError::Mem(m),
-            _ => LeaseError::Corrupt { node: NodeId(0), what: "region" },
+            e => LeaseError::Region(e),
         }
     }
 }
@@ -137,6 +140,7 @@ impl fmt::Display for LeaseError {
                 write!(f, "the lease on client id {id} expired and another client claimed the id")
             }
             LeaseError::BadId { id, ids } => write!(f, "client id {id} is not in 1..={ids}"),
+            LeaseError::Region(e) => write!(f, "cannot set up the lease table: {e}"),
         }
     }
 }

@@ -59,7 +59,7 @@ use crate::substrate::lease::LeaseError;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
 use crate::swarm::client::{ClientCtx, ClientError};
-use crate::swarm::inout::{Layout, Replica};
+use crate::swarm::inout::{InOutError, Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
 use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
@@ -108,9 +108,15 @@ pub trait Protocol: 'static {
     ) -> impl Future<Output = Result<(), RegError>>;
 }
 
-/// How a register's failure reads to a store's user.
+/// How a register's failure reads to a store's user. A write that reached
+/// no majority because a replica's node had no room for its log entry (or
+/// the log said why else it could not be used) says that, with its
+/// numbers, rather than that nodes did not answer.
 fn reg_error(e: RegError) -> KvError {
     match e {
+        RegError::NoQuorum(InOutError::Log(e @ (LogError::Alloc(_) | LogError::Full { .. } | LogError::NoLog(_)))) => {
+            client_error(ClientError::Log(e))
+        }
         RegError::NoQuorum(_) => KvError::Unavailable,
         RegError::ValueTooLarge { len, max } => KvError::ValueTooLarge { len, max: max as usize },
         RegError::Client(e) => client_error(e),
@@ -122,17 +128,22 @@ fn reg_error(e: RegError) -> KvError {
 }
 
 /// How a client's failure to name a write reads to a store's user: a
-/// node's failure as such, the rest with its numbers.
+/// node's failure as such, a node without room as such (with the bytes),
+/// the rest with its numbers: a full log, timestamps run out, a clock
+/// ahead ([`ClientError`]'s own messages).
 fn client_error(e: ClientError) -> KvError {
     match e {
         ClientError::Log(LogError::NoQuorum(_)) | ClientError::Lease(LeaseError::NoQuorum) => KvError::Unavailable,
         ClientError::Log(LogError::Mem(e)) | ClientError::Lease(LeaseError::Mem(e)) => e.into(),
         ClientError::Log(LogError::Alloc(e)) => e.into(),
+        ClientError::Lease(LeaseError::Region(e)) => e.into(),
         ClientError::Log(LogError::Corrupt { .. }) => KvError::Corrupt,
         ClientError::Log(LogError::NoLog(_)) => KvError::NoStore,
         ClientError::BadId(_) => KvError::BadConfig("client ids go from 1 to 126"),
         ClientError::Lease(e) => KvError::Lease(e),
-        e => KvError::Client(e),
+        e @ (ClientError::Log(LogError::Full { .. })
+        | ClientError::TimeExhausted { .. }
+        | ClientError::TimeAhead { .. }) => KvError::Client(e),
     }
 }
 
@@ -174,7 +185,7 @@ async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
         if Region::read_root(mem, node, roots::LOG_DIR).await? == 0 {
             writerlog::format(mem, node, geo).await.map_err(|e| match e {
                 LogError::Mem(e) => e.into(),
-                LogError::Alloc(_) | LogError::Full { .. } => KvError::Full,
+                LogError::Alloc(e) => e.into(),
                 _ => KvError::Corrupt,
             })?;
         }
