@@ -208,8 +208,11 @@ pub struct Replicated<P, M, C> {
 }
 
 impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
-    /// Connects a client (its log's next segment opened on every node, the
-    /// index opened).
+    /// Connects a client: the nodes' log directories and the index opened,
+    /// nothing allocated ([`ClientCtx::open_logs`]: a client claims memory
+    /// at its first write, so that a full store stays readable). If the
+    /// connection fails, a leased id is given back at once, with what its
+    /// previous holder handed over, rather than held until its lease ends.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Box<Self>, KvError> {
         let id = who.id();
         if id == 0 || id > cfg.writers {
@@ -220,8 +223,18 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             Who::Lease(held) => ClientCtx::leased(held, clock),
         };
         let mut ctx = ctx.map_err(client_error)?;
-        ctx.prepare(&mem).await.map_err(client_error)?;
-        let mut index = RaceIndex::open(&mem, INDEX_NODE).await?;
+        let opened = match ctx.open_logs(&mem).await {
+            Ok(()) => RaceIndex::open(&mem, INDEX_NODE).await.map_err(KvError::from),
+            Err(e) => Err(client_error(e)),
+        };
+        let mut index = match opened {
+            Ok(index) => index,
+            Err(e) => {
+                // Best effort: the id frees when its lease ends otherwise.
+                let _ = ctx.release(&mem, None).await;
+                return Err(e);
+            }
+        };
         if let Some(c) = ctx.slab.take_extra(INDEX_NODE) {
             index.adopt(c);
         }
@@ -482,8 +495,18 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
                     Err(e) => return Err(reg_error(e)),
                 }
             }
-            if let Some(done) = Box::pin(self.insert_fresh(key, value)).await? {
-                return Ok(done);
+            match Box::pin(self.insert_fresh(key, value)).await {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) => {}
+                // No room for fresh replicas on a full node: a key that is
+                // there already needs none (an insert of it is an update).
+                Err(full @ KvError::NodeFull { .. }) => {
+                    return match Box::pin(self.update(key, value)).await? {
+                        Ok(written) => Ok(written),
+                        Err(Missing::NotFound) => Err(full),
+                    };
+                }
+                Err(e) => return Err(e),
             }
         }
         Err(KvError::Contended)

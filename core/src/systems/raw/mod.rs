@@ -96,13 +96,30 @@ fn encode(addr: RemoteAddr) -> u64 {
 }
 
 impl<M: Memory, C: Clock> RawClient<M, C> {
-    /// Connects a client.
+    /// Connects a client (the index opened; nothing allocated). If the
+    /// index cannot be opened, a leased id is given back at once, with what
+    /// its previous holder handed over, rather than held until its lease
+    /// ends.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let id = who.id();
         if id == 0 || id > cfg.writers {
             return Err(KvError::BadConfig("client id outside 1..=writers"));
         }
-        let index = RaceIndex::open(&mem, INDEX_NODE).await?;
+        let index = match RaceIndex::open(&mem, INDEX_NODE).await {
+            Ok(index) => index,
+            Err(e) => {
+                if let Who::Lease(h) = who {
+                    // A released id's chunks go on to the next holder; a
+                    // crashed holder's may have been carved further: none.
+                    let payload = match h.resume().state {
+                        Resumed::Released => h.resume().payload,
+                        _ => SlabAllocator::new().hand_over([0; HEAD_WORDS], None),
+                    };
+                    let _ = h.release(&mem, &payload).await;
+                }
+                return Err(e.into());
+            }
+        };
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
             max_key: cfg.max_key,
