@@ -28,17 +28,18 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use swarm_backend_shm::{ShmBuf, ShmCluster, ShmMemory};
-use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, StoreConfig, System, Who, Written};
+use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, NodeShape, StoreConfig, System, Who, Written};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::{Held, LeaseError, Want};
-use swarm_core::substrate::space::region::Region;
+use swarm_core::substrate::space::region::{Region, RegionError};
 use swarm_core::substrate::value::Value;
-use swarm_core::swarm::writerlog::Logs;
+use swarm_core::swarm::writerlog::{LogError, Logs};
 use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{format_size, parse_dir, parse_size};
+use crate::memnode::{exact_size, size_at_least};
 
 /// `swarm kv`.
 #[derive(Args, Debug)]
@@ -275,13 +276,21 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
         ));
     }
     let mut logs = Logs::new();
+    let mut shape: Option<NodeShape> = None;
     for n in 0..nodes {
         let node = NodeId(n as u16);
         let not_formatted = |e: String| {
             format!("{}: {node} is not formatted ({e}); make clusters with `swarm memnode create`", dir.display())
         };
-        block_on(Region::open(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
-        let geo = block_on(logs.geometry(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
+        let down = |e| format!("{}: {}; a store is set up with every node answering", dir.display(), KvError::Down(e));
+        let region = block_on(Region::open(mem, node)).map_err(|e| match e {
+            RegionError::Mem(e) if !e.is_request_error() => down(e),
+            e => not_formatted(e.to_string()),
+        })?;
+        let geo = block_on(logs.geometry(mem, node)).map_err(|e| match e {
+            LogError::Mem(e) if !e.is_request_error() => down(e),
+            e => not_formatted(e.to_string()),
+        })?;
         if i.max_value as u64 > geo.max_value() {
             return Err(format!(
                 "the cluster holds values of up to {} bytes, not {} (see `swarm memnode create --max-value`)",
@@ -289,18 +298,16 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
                 i.max_value
             ));
         }
+        let size = shape.map_or(region.size, |s| s.size.min(region.size));
+        shape = Some(NodeShape { size, chunk: region.chunk, log: Some(geo) });
     }
-    // An index too large for node 0 fails here ("the store is full"); values
-    // are allocated as keys are inserted, and a full node fails that put.
+    if let Some(shape) = shape {
+        check_fits(&cfg, nodes, &shape)?;
+    }
+    // Values are allocated as keys are inserted, and a full node fails
+    // that put, naming the node and the bytes.
     let epoch_us = SystemClock::unix_us().max(1);
-    block_on(systems::format(mem, &cfg, epoch_us)).map_err(|e| match e {
-        KvError::Full => format!(
-            "cannot set up the store: an index for {} keys does not fit in node 0 (use fewer --keys or a bigger \
-             cluster)",
-            cfg.keys
-        ),
-        e => format!("cannot set up the store: {e}"),
-    })?;
+    block_on(systems::format(mem, &cfg, epoch_us)).map_err(|e| format!("cannot set up the store: {e}"))?;
     println!(
         "{}: {} store for {} keys (keys up to {} B, values up to {}), client ids 1 to {}",
         dir.display(),
@@ -311,6 +318,56 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
         cfg.writers
     );
     Ok(())
+}
+
+/// Refuses nodes on which some client of the store could not write a key:
+/// [`StoreConfig::min_node_bytes`] (what `swarm memnode create` checks
+/// for the smallest store), with the numbers and what would fit.
+fn check_fits(cfg: &StoreConfig, nodes: usize, shape: &NodeShape) -> Result<(), String> {
+    let min = |c: &StoreConfig| {
+        c.min_node_bytes(nodes, shape).map_err(|e| match e {
+            KvError::BadConfig(why) => {
+                format!("cannot set up the store on chunks of {}: {why}", format_size(shape.chunk))
+            }
+            e => format!("cannot set up the store: {e}"),
+        })
+    };
+    let m = min(cfg)?;
+    if m.bytes <= shape.size {
+        return Ok(());
+    }
+    if m.structures + m.per_client > shape.size {
+        return Err(format!(
+            "the store does not fit in {}: the region header, log directory, lease table and the index for {} keys \
+             take {}, and one client needs {} more to write a key, but nodes have {}; use fewer --keys, or \
+             recreate the cluster with --size {} or more",
+            m.node,
+            cfg.keys,
+            exact_size(m.structures),
+            exact_size(m.per_client),
+            exact_size(shape.size),
+            size_at_least(m.structures + m.per_client)
+        ));
+    }
+    let fewer = (1..cfg.writers).rev().find(|&w| {
+        let c = StoreConfig { writers: w, ..cfg.clone() };
+        min(&c).is_ok_and(|m| m.bytes <= shape.size)
+    });
+    Err(format!(
+        "nodes of {} are too small for this store: {} with {} client ids needs {} on {} ({} for the region header, \
+         log directory, lease table and index, then {} per client to write one key of up to {}); recreate the \
+         cluster with --size {} or more (or a smaller --chunk), or use --writers {}",
+        exact_size(shape.size),
+        cfg.system,
+        cfg.writers,
+        exact_size(m.bytes),
+        m.node,
+        exact_size(m.structures),
+        exact_size(m.per_client),
+        format_size(cfg.max_value as u64),
+        size_at_least(m.bytes),
+        fewer.unwrap_or(1)
+    ))
 }
 
 /// A client of a store on shared memory, whichever system it is.

@@ -65,7 +65,7 @@ use crate::swarm::meta::Meta;
 use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
 use crate::{Memory, NodeId, RemoteAddr};
 
-use super::config::StoreConfig;
+use super::config::{NodeChunks, NodeShape, StoreConfig};
 use super::place::{INDEX_NODE, RETRIES, node_of};
 use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
@@ -159,6 +159,10 @@ impl<P: Protocol> KvSystem for P {
 
     fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
         node_bytes(cfg, P::layout(cfg), nodes, writes)
+    }
+
+    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        sizing::node_chunks(cfg, P::layout(cfg)?, node, shape)
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {

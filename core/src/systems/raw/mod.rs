@@ -16,8 +16,8 @@ use alloc::boxed::Box;
 
 use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
 use crate::kv::{
-    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Who,
-    Written,
+    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, NodeChunks, NodeShape, Roundtrips,
+    StoreConfig, SystemInfo, Who, Written,
 };
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Held, Resumed};
@@ -59,6 +59,17 @@ impl KvSystem for Raw {
         let slack = cfg.writers as u64 * 6 * StoreConfig::CHUNK;
         let total = values + cfg.index_bytes() + slack;
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
+    }
+
+    /// Per client: a chunk of values on any node, and one of key blocks on
+    /// the index node.
+    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        match class_of(RawRegister::size(cfg.max_value as u64)) {
+            Some((_, obj)) if obj <= shape.chunk => {
+                Ok(NodeChunks { own: 0, per_client: 1 + (node == INDEX_NODE) as u64 })
+            }
+            _ => Err(KvError::BadConfig("a value does not fit in a chunk (use bigger chunks or smaller values)")),
+        }
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
