@@ -291,8 +291,14 @@ pub fn inspect_nodes<M: Memory>(mem: &M) -> Result<(u64, LogGeometry, u64), Stri
     let (mut chunk, mut geo, mut used) = (0, None, 0);
     for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
-        let region = block_on(Region::open(mem, node)).map_err(|e| format!("{node} is not formatted ({e})"))?;
-        let g = block_on(Logs::new().geometry(mem, node)).map_err(|e| format!("{node} has no writer log ({e})"))?;
+        let region = block_on(Region::open(mem, node)).map_err(|e| match e {
+            RegionError::Mem(e) if !e.is_request_error() => KvError::Down(e).to_string(),
+            e => format!("{node} is not formatted ({e})"),
+        })?;
+        let g = block_on(Logs::new().geometry(mem, node)).map_err(|e| match e {
+            LogError::Mem(e) if !e.is_request_error() => KvError::Down(e).to_string(),
+            e => format!("{node} has no writer log ({e})"),
+        })?;
         chunk = region.chunk;
         geo.get_or_insert(g);
         used = used.max(region.cursor);
