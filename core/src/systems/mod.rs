@@ -40,6 +40,8 @@ pub mod raw;
 pub mod swarm_kv;
 
 #[cfg(all(test, feature = "sim"))]
+mod edge_tests;
+#[cfg(all(test, feature = "sim"))]
 mod tests;
 
 /// Declares the registered systems: [`ALL`] and [`visit`].
