@@ -469,6 +469,38 @@ mod tests {
         );
     }
 
+    /// A node without a chunk left says how much was asked for and how
+    /// much is left, from its cursor as it is now (another client took
+    /// the last chunk since this one looked).
+    #[test]
+    fn exhaustion_names_the_bytes() {
+        use crate::sim::{Sim, SimConfig};
+
+        const SIZE: u64 = HEADER_SIZE + 3 * (64 << 10) + 8192;
+        let mut sim = Sim::new(SimConfig { seed: 8, nodes: 1, node_size: SIZE, ..SimConfig::default() });
+        let mem = sim.client();
+        let (e, stale) = sim
+            .block_on(async move {
+                let mut mine = Region::format_fresh(&mem, NodeId(0), SIZE, 64 << 10).await.unwrap();
+                let mut other = mine;
+                mine.alloc_chunks(&mem, 2).await.unwrap();
+                other.alloc_chunk(&mem).await.unwrap();
+                // Two chunks do not fit even by the cursor this client saw
+                // last (72 KiB free then): no CAS, but a fresh read.
+                let stale = mine.cursor;
+                (mine.alloc_chunks(&mem, 2).await.unwrap_err(), stale)
+            })
+            .unwrap();
+        assert_eq!(e, RegionError::Exhausted { node: NodeId(0), need: 128 << 10, free: 8192 });
+        assert_eq!(alloc::format!("{e}"), "node 0 is full: 128 KiB needed, 8 KiB free");
+        assert_eq!(SIZE - stale, 72 << 10);
+        let bytes = |b| alloc::format!("{}", Bytes(b));
+        assert_eq!(
+            [bytes(0), bytes(1023), bytes(1536), bytes(3 << 20), bytes(5 << 30)],
+            ["0 B", "1023 B", "1.5 KiB", "3 MiB", "5 GiB"]
+        );
+    }
+
     #[test]
     fn layouts() {
         assert!(Region::check_layout(HEADER_SIZE + MIN_CHUNK, MIN_CHUNK).is_ok());
