@@ -43,9 +43,10 @@
 use crate::objects::tslock::{Mode, try_lock};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
-use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
+use crate::swarm::inout::InOutError;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::{MAX_CLIENT, Meta};
 use crate::swarm::writerlog::{EntryHeader, LogCopy, LogError};
@@ -235,7 +236,10 @@ fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Me
 /// The timestamp lock of the write that produced `m`, whose log entry is
 /// `copy`: word 0 of the entry on each of `nodes` (the register's; the
 /// entry is created where missing, so that every process agrees on the
-/// same 2f+1 words); `None` for a node that cannot be reached.
+/// same 2f+1 words); `None` for a node that cannot be reached. If too few
+/// words are left for a majority because an entry could not be created (a
+/// node without room for its segment), that is the error, not nodes that
+/// did not answer.
 async fn lock_words<M: Memory, C: Clock>(
     ctx: &mut ClientCtx<C>,
     mem: &M,
@@ -244,13 +248,23 @@ async fn lock_words<M: Memory, C: Clock>(
     copy: &LogCopy,
 ) -> Result<heapless::Vec<Option<RemoteAddr>, MAX_REPLICAS>, RegError> {
     let mut words = heapless::Vec::new();
+    let mut why = None;
     for entry in ctx.logs.entries(mem, nodes, m.client(), copy.place, Some(&mut ctx.slab)).await {
         let word = match entry {
             Ok(a) => a,
             Err(LogError::Corrupt { node, .. }) => return Err(RegError::Corrupt(node)),
-            Err(_) => None,
+            Err(LogError::Mem(_)) => None,
+            Err(e) => {
+                why = why.or(Some(e));
+                None
+            }
         };
         let _ = words.push(word);
+    }
+    if let Some(e) = why
+        && words.iter().flatten().count() < majority(nodes.len())
+    {
+        return Err(RegError::NoQuorum(InOutError::Log(e)));
     }
     Ok(words)
 }
