@@ -545,7 +545,8 @@ async fn drive<S: Counting, E: Env>(
         let end = env.now_ns();
         let (rtt, found) = match out {
             Ok(r) => r,
-            Err(KvError::Unavailable) if window.is_some_and(|w| w.tolerate) => {
+            // Too few nodes, or the one node the store needs, answered.
+            Err(KvError::Unavailable | KvError::Down(_)) if window.is_some_and(|w| w.tolerate) => {
                 stats.ops[kind.index()].record_error();
                 if let (Some(t), Some(w)) = (&mut stats.timeline, window) {
                     t.record_error(end.saturating_sub(w.origin_ns));
