@@ -22,23 +22,32 @@
 //! (`init --lease`, 10 s by default, plus 3 s for clocks that differ).
 //! `--id N` asks for one id, and fails, naming when it frees, if a live
 //! process holds it.
+//!
+//! `init` refuses nodes on which some client could not write a key
+//! ([`StoreConfig::min_node_bytes`], which `memnode create` checks for the
+//! smallest store). Connecting and gets claim no memory, so a full store
+//! stays readable; a write that finds a node full names it and the bytes.
+//! Errors name what went wrong: a node down (node 0 holds the index), a
+//! full node or log, timestamps run out, a clock ahead.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use swarm_backend_shm::{ShmBuf, ShmCluster, ShmMemory};
-use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, StoreConfig, System, Who, Written};
+use swarm_core::kv::place::INDEX_NODE;
+use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, NodeShape, StoreConfig, System, Who, Written};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::{Held, LeaseError, Want};
-use swarm_core::substrate::space::region::Region;
+use swarm_core::substrate::space::region::{Region, RegionError};
 use swarm_core::substrate::value::Value;
-use swarm_core::swarm::writerlog::Logs;
+use swarm_core::swarm::writerlog::{LogError, Logs};
 use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{format_size, parse_dir, parse_size};
+use crate::memnode::{exact_size, size_at_least};
 
 /// `swarm kv`.
 #[derive(Args, Debug)]
@@ -240,7 +249,7 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
     let clock = SystemClock { epoch_us };
     let held = claim(&mem, &cfg, &clock, want)?;
     let mut store = block_on(systems::connect_any(mem, &cfg, Who::Lease(held), clock))
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(|e| format!("cannot connect: {}", explain(e)))?;
     let done = match &a.command {
         KvCommand::Get { key } => get(&mut store, key).map(|out| print!("{out}")),
         KvCommand::Put { key, value } => put(&mut store, key, value).map(|out| print!("{out}")),
@@ -275,13 +284,21 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
         ));
     }
     let mut logs = Logs::new();
+    let mut shape: Option<NodeShape> = None;
     for n in 0..nodes {
         let node = NodeId(n as u16);
         let not_formatted = |e: String| {
             format!("{}: {node} is not formatted ({e}); make clusters with `swarm memnode create`", dir.display())
         };
-        block_on(Region::open(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
-        let geo = block_on(logs.geometry(mem, node)).map_err(|e| not_formatted(e.to_string()))?;
+        let down = |e| format!("{}: {}; a store is set up with every node answering", dir.display(), KvError::Down(e));
+        let region = block_on(Region::open(mem, node)).map_err(|e| match e {
+            RegionError::Mem(e) if !e.is_request_error() => down(e),
+            e => not_formatted(e.to_string()),
+        })?;
+        let geo = block_on(logs.geometry(mem, node)).map_err(|e| match e {
+            LogError::Mem(e) if !e.is_request_error() => down(e),
+            e => not_formatted(e.to_string()),
+        })?;
         if i.max_value as u64 > geo.max_value() {
             return Err(format!(
                 "the cluster holds values of up to {} bytes, not {} (see `swarm memnode create --max-value`)",
@@ -289,18 +306,16 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
                 i.max_value
             ));
         }
+        let size = shape.map_or(region.size, |s| s.size.min(region.size));
+        shape = Some(NodeShape { size, chunk: region.chunk, log: Some(geo) });
     }
-    // An index too large for node 0 fails here ("the store is full"); values
-    // are allocated as keys are inserted, and a full node fails that put.
+    if let Some(shape) = shape {
+        check_fits(&cfg, nodes, &shape)?;
+    }
+    // Values are allocated as keys are inserted, and a full node fails
+    // that put, naming the node and the bytes.
     let epoch_us = SystemClock::unix_us().max(1);
-    block_on(systems::format(mem, &cfg, epoch_us)).map_err(|e| match e {
-        KvError::Full => format!(
-            "cannot set up the store: an index for {} keys does not fit in node 0 (use fewer --keys or a bigger \
-             cluster)",
-            cfg.keys
-        ),
-        e => format!("cannot set up the store: {e}"),
-    })?;
+    block_on(systems::format(mem, &cfg, epoch_us)).map_err(|e| format!("cannot set up the store: {e}"))?;
     println!(
         "{}: {} store for {} keys (keys up to {} B, values up to {}), client ids 1 to {}",
         dir.display(),
@@ -313,12 +328,77 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses nodes on which some client of the store could not write a key:
+/// [`StoreConfig::min_node_bytes`] (what `swarm memnode create` checks
+/// for the smallest store), with the numbers and what would fit.
+fn check_fits(cfg: &StoreConfig, nodes: usize, shape: &NodeShape) -> Result<(), String> {
+    let min = |c: &StoreConfig| {
+        c.min_node_bytes(nodes, shape).map_err(|e| match e {
+            KvError::BadConfig(why) => {
+                format!("cannot set up the store on chunks of {}: {why}", format_size(shape.chunk))
+            }
+            e => format!("cannot set up the store: {e}"),
+        })
+    };
+    let m = min(cfg)?;
+    if m.bytes <= shape.size {
+        return Ok(());
+    }
+    if m.structures + m.per_client > shape.size {
+        return Err(format!(
+            "the store does not fit in {}: the region header, log directory, lease table and the index for {} keys \
+             take {}, and one client needs {} more to write a key, but nodes have {}; use fewer --keys, or \
+             recreate the cluster with --size {} or more",
+            m.node,
+            cfg.keys,
+            exact_size(m.structures),
+            exact_size(m.per_client),
+            exact_size(shape.size),
+            size_at_least(m.structures + m.per_client)
+        ));
+    }
+    let fewer = (1..cfg.writers).rev().find(|&w| {
+        let c = StoreConfig { writers: w, ..cfg.clone() };
+        min(&c).is_ok_and(|m| m.bytes <= shape.size)
+    });
+    Err(format!(
+        "nodes of {} are too small for this store: {} with {} client ids needs {} on {} ({} for the region header, \
+         log directory, lease table and index, then {} per client to write one key of up to {}); recreate the \
+         cluster with --size {} or more (or a smaller --chunk), or use --writers {}",
+        exact_size(shape.size),
+        cfg.system,
+        cfg.writers,
+        exact_size(m.bytes),
+        m.node,
+        exact_size(m.structures),
+        exact_size(m.per_client),
+        format_size(cfg.max_value as u64),
+        size_at_least(m.bytes),
+        fewer.unwrap_or(1)
+    ))
+}
+
 /// A client of a store on shared memory, whichever system it is.
 type Client = AnyClient<'static, Value<ShmBuf>>;
 
 /// Explains a store error to a person.
 fn kv_error(what: &str, key: &str, e: KvError) -> String {
-    format!("{what} '{key}': {e}")
+    format!("{what} '{key}': {}", explain(e))
+}
+
+/// A store error in words, with what the core's message cannot know of
+/// this command line: node 0 holds the index, and a full node takes no
+/// more writes until the cluster is made again.
+fn explain(e: KvError) -> String {
+    match e {
+        KvError::Down(m) if m.node == INDEX_NODE => {
+            format!("{e}: it holds the store's index, which every operation needs (the index is not replicated yet)")
+        }
+        KvError::NodeFull { .. } => {
+            format!("{e}; gets still work, and a bigger cluster takes more (`swarm memnode create --size`)")
+        }
+        e => e.to_string(),
+    }
 }
 
 fn get(s: &mut Client, key: &str) -> Result<String, String> {
@@ -347,19 +427,36 @@ fn delete(s: &mut Client, key: &str) -> Result<String, String> {
     }
 }
 
-const HELP: &str = "commands:
+const HELP: &str = r#"commands:
   get KEY            print KEY's value
-  put KEY VALUE      insert KEY, or update it (VALUE is the rest of the line)
+  put KEY VALUE      insert KEY, or update it
   insert KEY VALUE   the same as put
   update KEY VALUE   update KEY if it exists
   delete KEY         delete KEY
   help               this text
   quit               leave (so does end of input)
-";
+a KEY is one word; a VALUE is the rest of the line after the spaces that
+follow KEY, kept as typed, spaces at its end included. In double quotes,
+a VALUE is what is between them, so that spaces at either end show:
+  put k v  two spaces     stores 'v  two spaces'
+  put k "  v  "           stores '  v  '
+  put k ""quoted""        stores '"quoted"'
+lines must be UTF-8 text; one that is not is an error, and the shell goes on.
+"#;
 
-/// One shell line: the text to print, or an error to print; `None` to quit.
+/// The value a shell line gives: the rest of the line as typed, or what is
+/// between the double quotes that start and end it.
+fn unquote(value: &str) -> &str {
+    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inner) => inner,
+        None => value,
+    }
+}
+
+/// One shell line, without its line end: the text to print, or an error to
+/// print; `None` to quit.
 fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
-    let line = line.trim();
+    let line = line.trim_start();
     let (cmd, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
     let rest = rest.trim_start();
     let (key, value) = rest.split_once(char::is_whitespace).map_or((rest, ""), |(k, v)| (k, v.trim_start()));
@@ -373,10 +470,30 @@ fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
         "get" => get(s, key),
         "delete" | "del" => delete(s, key),
         "put" | "insert" | "update" if key.is_empty() || value.is_empty() => need_value(),
-        "put" | "insert" => put(s, key, value),
-        "update" => update(s, key, value),
+        "put" | "insert" => put(s, key, unquote(value)),
+        "update" => update(s, key, unquote(value)),
         other => Err(format!("unknown command '{other}' (type help)")),
     })
+}
+
+/// A line of the shell's input as text, without its line end (`\n` or
+/// `\r\n`; spaces before it are the value's): an error naming where it
+/// stops being UTF-8.
+fn line_text(bytes: Vec<u8>) -> Result<String, String> {
+    let mut text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "the line is not UTF-8 text (byte {:#04x} at {}); nothing was done",
+            e.as_bytes()[e.utf8_error().valid_up_to()],
+            e.utf8_error().valid_up_to() + 1
+        )
+    })?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
 }
 
 /// Claims a client id for this process. With no `--id`, while every id is
@@ -411,8 +528,10 @@ fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         loop {
-            let mut line = String::new();
-            let read = stdin.lock().read_line(&mut line).map(|n| (n > 0).then_some(line));
+            // Bytes, not a String: a line that is not UTF-8 is the shell's
+            // to report, and the lines after it are still read.
+            let mut line = Vec::new();
+            let read = stdin.lock().read_until(b'\n', &mut line).map(|n| (n > 0).then_some(line));
             let more = matches!(read, Ok(Some(_)));
             if tx.send(read).is_err() || !more {
                 return;
@@ -437,11 +556,15 @@ fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
             }
         };
         let line = match line {
-            Ok(Some(line)) => line,
+            Ok(Some(line)) => line_text(line),
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("cannot read stdin: {e}")),
         };
-        match shell_line(s, &line) {
+        let done = match &line {
+            Ok(line) => shell_line(s, line),
+            Err(e) => Some(Err(e.clone())),
+        };
+        match done {
             None => return Ok(()),
             Some(Ok(text)) => {
                 let _ = write!(out, "{text}");

@@ -20,9 +20,11 @@ use std::path::{Path, PathBuf};
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig};
 use swarm_backend_shm::ShmCluster;
+use swarm_core::kv::{KvError, MinNode, NodeShape, StoreConfig, System};
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::space::region::{HEADER_SIZE, Region, RegionError};
 use swarm_core::swarm::writerlog::{self, LogError, LogGeometry, Logs};
+use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{CreateArgs, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, format_size};
@@ -120,6 +122,66 @@ pub fn print_warnings(c: &CxlCluster) {
     }
 }
 
+/// A byte count exactly, for sizes compared against a limit: whole MiB,
+/// else whole KiB, else bytes (`5124 KiB`, not `5.0 MiB`).
+pub fn exact_size(bytes: u64) -> String {
+    match bytes {
+        b if b.is_multiple_of(1 << 20) && b > 0 => format!("{} MiB", b >> 20),
+        b if b.is_multiple_of(1 << 10) && b > 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// A node size people can type that is at least `bytes`: whole MiB, or
+/// whole 4 KiB pages below 1 MiB (for `--size`).
+pub fn size_at_least(bytes: u64) -> String {
+    if bytes >= 1 << 20 { format!("{}M", bytes.div_ceil(1 << 20)) } else { format!("{}K", bytes.div_ceil(4096) * 4) }
+}
+
+/// Refuses nodes on which no key-value store could take a key: the
+/// smallest store of any system (one key, one client, values up to
+/// `max_value`) must fit, as [`StoreConfig::min_node_bytes`] counts it
+/// (`swarm kv init` checks its own store the same way).
+fn check_fits(nodes: usize, size: u64, chunk: u64, max_value: u64, geo: LogGeometry) -> Result<(), String> {
+    let shape = NodeShape { size, chunk, log: Some(geo) };
+    let mut best: Option<(MinNode, System)> = None;
+    let mut why = None;
+    for &system in systems::ALL {
+        let mut cfg = StoreConfig::new(system, 1);
+        cfg.replicas = if nodes >= 3 { 3 } else { 1 };
+        cfg.writers = 1;
+        cfg.max_value = max_value as usize;
+        match cfg.min_node_bytes(nodes, &shape) {
+            Ok(m) if best.is_none_or(|(b, _)| m.bytes < b.bytes) => best = Some((m, system)),
+            Ok(_) => {}
+            Err(e) => why = why.or(Some(e)),
+        }
+    }
+    let Some((m, system)) = best else {
+        let why = match why {
+            Some(KvError::BadConfig(why)) => format!(": {why}"),
+            Some(e) => format!(": {e}"),
+            None => String::new(),
+        };
+        return Err(format!("chunks of {} hold no key-value store{why}", format_size(chunk)));
+    };
+    if m.bytes > size {
+        return Err(format!(
+            "nodes of {} are too small for any key-value store: the smallest ({system}, one client, values up to {}) \
+             needs {} on {} ({} for the region header, log directory, lease table and index, {} for the client's \
+             chunks); use --size {} or more, or a smaller --chunk",
+            exact_size(size),
+            format_size(max_value),
+            exact_size(m.bytes),
+            m.node,
+            exact_size(m.structures),
+            exact_size(m.per_client),
+            size_at_least(m.bytes)
+        ));
+    }
+    Ok(())
+}
+
 /// `swarm memnode create`.
 pub fn create(a: &CreateArgs) -> Result<(), String> {
     let min = HEADER_SIZE + 2 * a.chunk;
@@ -150,6 +212,7 @@ fn create_shm(a: &CreateArgs, dir: &Path, geo: LogGeometry) -> Result<String, St
     if fs::symlink_metadata(dir).is_ok() {
         return Err(format!("{} already exists (remove it with `swarm memnode remove --dir {0}`)", dir.display()));
     }
+    check_fits(a.nodes, a.size, a.chunk, a.max_value, geo)?;
     check_free_space(parent_of(dir), a.nodes as u64, a.size)?;
     let cluster = ShmCluster::create(dir, a.nodes, a.size).map_err(|e| e.to_string())?;
     if let Err(e) = block_on(format_new_nodes(&cluster.memory(), a.size, a.chunk, geo)) {
@@ -161,6 +224,7 @@ fn create_shm(a: &CreateArgs, dir: &Path, geo: LogGeometry) -> Result<String, St
 }
 
 fn create_cxl(a: &CreateArgs, paths: &[PathBuf], geo: LogGeometry) -> Result<String, String> {
+    check_fits(a.nodes, a.size, a.chunk, a.max_value, geo)?;
     // New files are sparse: check that they fit where they go (devices
     // bring their own memory).
     let new_files = paths.iter().filter(|p| fs::symlink_metadata(p).is_err()).count() as u64;
@@ -227,8 +291,14 @@ pub fn inspect_nodes<M: Memory>(mem: &M) -> Result<(u64, LogGeometry, u64), Stri
     let (mut chunk, mut geo, mut used) = (0, None, 0);
     for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
-        let region = block_on(Region::open(mem, node)).map_err(|e| format!("{node} is not formatted ({e})"))?;
-        let g = block_on(Logs::new().geometry(mem, node)).map_err(|e| format!("{node} has no writer log ({e})"))?;
+        let region = block_on(Region::open(mem, node)).map_err(|e| match e {
+            RegionError::Mem(e) if !e.is_request_error() => KvError::Down(e).to_string(),
+            e => format!("{node} is not formatted ({e})"),
+        })?;
+        let g = block_on(Logs::new().geometry(mem, node)).map_err(|e| match e {
+            LogError::Mem(e) if !e.is_request_error() => KvError::Down(e).to_string(),
+            e => format!("{node} has no writer log ({e})"),
+        })?;
         chunk = region.chunk;
         geo.get_or_insert(g);
         used = used.max(region.cursor);

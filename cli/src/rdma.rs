@@ -22,7 +22,7 @@ use swarm_core::substrate::exec::block_on;
 use swarm_ycsb::ClientResult;
 use swarm_ycsb::runner::RunSpec;
 use swarm_ycsb::sim::format_cluster;
-use swarm_ycsb::threads::run_threads;
+use swarm_ycsb::threads::{Extras, run_threads};
 
 use crate::args::{ServeArgs, ServeBackend, format_size};
 
@@ -128,7 +128,8 @@ pub fn bench_on<M: Memory + Send>(
     // client and operation in flight, all connected beforehand.
     let make =
         || pool.lock().unwrap_or_else(PoisonError::into_inner).pop().expect("a connected handle for every client");
-    run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
+    let extras = Extras { progress: Some(progress), ..Extras::default() };
+    run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
 }
 
 /// The hardware side, with the `rdma` feature.
@@ -231,6 +232,7 @@ mod tests {
             ops: 300,
             seed: 7,
             warm_cache: true,
+            timed: None,
         }
     }
 

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use common::{ShmDir, fails, ok};
 
-/// A 3-node cluster of 16 MiB nodes with a SWARM-KV store whose leases
+/// A 3-node cluster of 48 MiB nodes with a SWARM-KV store whose leases
 /// last `lease`.
 fn store(tag: &str, lease: &str) -> ShmDir {
-    store_of(tag, lease, "16M")
+    store_of(tag, lease, "48M")
 }
 
 /// [`store`] on nodes of `size`.

@@ -21,7 +21,7 @@ fn chmod(path: &Path, mode: u32) {
 /// A 3-node cluster holding a SWARM-KV store with key `k`.
 fn store(tag: &str) -> (ShmDir, String) {
     let (dir, name) = ShmDir::named(tag);
-    ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", "16M"]);
+    ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", "48M"]);
     ok(&["kv", "--dir", dir.arg(), "init", "--system", "swarm-kv", "--keys", "100"]);
     ok(&["kv", "--dir", dir.arg(), "put", "k", "v"]);
     (dir, name)

@@ -47,6 +47,14 @@ fn bad_flags_are_one_line_errors() {
         (&["bench", "--inject-rtt-us", "-1"], "injected latency must be between 0"),
         (&["bench", "--backend", "tcp"], "invalid value 'tcp'"),
         (&["bench", "--plots", "x", "--no-plots"], "cannot be used with"),
+        (&["bench", "--fault-node", "1:stall"], "lacks @START"),
+        (&["bench", "--fault-node", "1@2s"], "lacks :KIND"),
+        (&["bench", "--fault-node", "one:stall@2s"], "'one' is not a node number"),
+        (&["bench", "--fault-node", "1:crash@2s"], "'crash' is not a kind of fault (use fail or stall)"),
+        (&["bench", "--fault-node", "1:stall@2 seconds"], "bad start time"),
+        (&["bench", "--fault-node", "1:stall@2s+1.5s"], "bad duration"),
+        (&["bench", "--duration", "0s"], "the duration must be positive"),
+        (&["bench", "--bucket", "0ms"], "at least 1ms"),
     ];
     for (args, expect) in cases {
         let line = fails(args, 2);
@@ -69,6 +77,15 @@ fn impossible_runs_are_one_line_errors() {
         (&["bench", "--key-size", "6", "--keys", "1000"], "keys of 6 bytes cannot name 1000 keys"),
         (&["bench", "--keys", "100000000", "--value-size", "64K", "--ops", "1"], "need up to"),
         (&["bench", "--ops", "10", "--json", "/nonexistent-dir/x.json"], "cannot write /nonexistent-dir/x.json"),
+        (&["bench", "--fault-node", "3:stall@1s"], "there is no node 3 (the cluster has nodes 0 to 2)"),
+        (&["bench", "--fault-node", "0:fail@1s"], "node 0 holds the index, which is not replicated yet (issue #21)"),
+        (&["bench", "--fault-node", "1:stall@5s", "--duration", "2s"], "starts at or after the end of the 2s run"),
+        (&["bench", "--fault-node", "1:stall@1s", "--fault-node", "1:fail@2s"], "overlap on node 1"),
+        (&["bench", "--fault-node", "1:stall@1s", "--inflight", "1,2"], "one in-flight setting"),
+        (&["bench", "--backend", "rdma", "--fault-node", "1:stall@1s"], "--backend rdma does not have"),
+        (&["bench", "--backend", "sim", "--fault-node", "1:fail@1s+1s"], "cannot bring a failed node back"),
+        (&["bench", "--bucket", "10ms"], "--bucket applies to timed runs"),
+        (&["bench", "--duration", "1s", "--bucket", "2s"], "longer than the run"),
     ];
     for (args, expect) in cases {
         let line = fails(args, 1);
@@ -158,6 +175,70 @@ fn rounds_add_up_to_the_whole_run() {
         assert_eq!(s["ops"]["get"]["rtt_p50"], rtt, "{name}");
         assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);
     }
+}
+
+/// The availability experiment in the simulator: a stall of node 1 in
+/// each system's 20 ms of virtual time, a timeline of 1 ms buckets in the
+/// JSON, the summary in the text, and the availability plot.
+#[test]
+fn sim_fault_run_has_a_timeline_and_a_plot() {
+    let args = [
+        "--backend",
+        "sim",
+        "--keys",
+        "500",
+        "--fault-node",
+        "1:stall@5ms+5ms",
+        "--duration",
+        "20ms",
+        "--bucket",
+        "1ms",
+    ];
+    let (out, j, files) = bench(&args);
+    assert!(out.contains("over time") && out.contains("faults 1:stall@5ms+5ms"), "{out}");
+    assert_eq!(j["config"]["timed"]["faults"][0]["node"], 1);
+    assert_eq!(j["config"]["rounds"], 1);
+    for name in ["raw", "dm-abd", "swarm-kv"] {
+        let s = system(&j, name);
+        let buckets = s["timeline"]["buckets"].as_array().unwrap();
+        assert_eq!(buckets.len(), 20, "{name}");
+        assert!(buckets.iter().all(|b| b["ops"].as_u64().unwrap() > 0), "{name}: every bucket has operations");
+        assert!(s["availability"]["before"]["throughput_ops"].as_f64().unwrap() > 0.0, "{name}");
+        assert!(s["availability"]["during_of_before"].as_f64().is_some(), "{name}");
+        assert_eq!(s["capped"], false, "{name}");
+    }
+    let raw = system(&j, "raw");
+    assert!(raw["ops"]["get"]["errors"].as_u64().unwrap() > 0, "RAW's keys on the stalled node time out");
+    for ext in ["svg", "png"] {
+        assert!(files.contains(&format!("ycsb-b-availability.{ext}")), "{files:?}");
+    }
+}
+
+/// A stall on a shm cluster shared by worker processes: the parent
+/// injects it, the run completes, each worker's timeline is merged.
+#[test]
+fn shm_processes_with_a_stall() {
+    let (out, j, _) = bench(&[
+        "--keys",
+        "1000",
+        "--clients",
+        "2",
+        "--processes",
+        "2",
+        "--systems",
+        "swarm-kv",
+        "--fault-node",
+        "1:stall@100ms+100ms",
+        "--duration",
+        "300ms",
+        "--bucket",
+        "50ms",
+        "--no-plots",
+    ]);
+    assert!(out.contains("over time"), "{out}");
+    let s = system(&j, "swarm-kv");
+    assert_eq!(s["timeline"]["buckets"].as_array().unwrap().len(), 6);
+    assert!(s["ops"]["get"]["count"].as_u64().unwrap() > 0);
 }
 
 #[test]

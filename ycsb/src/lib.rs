@@ -8,7 +8,10 @@
 //!   [`threads`] and [`sim`] drive clients as OS threads on real memory or
 //!   as tasks of the deterministic simulator;
 //! - [`stats`], [`report`], [`plot`], [`progress`]: latency and roundtrip
-//!   histograms, the table and JSON, SVG/PNG plots, the progress bar.
+//!   histograms, the table and JSON, SVG/PNG plots, the progress bar;
+//! - [`fault`], [`timeline`]: memory nodes failed or stalled during a timed
+//!   measured phase, and what the clients did over time (the availability
+//!   experiment, SWARM §7.7).
 //!
 //! The harness is generic over the store ([`swarm_core::kv::KvClient`],
 //! with roundtrips from [`runner::Counting`]) and over the memory
@@ -16,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod choose;
+pub mod fault;
 pub mod plot;
 pub mod progress;
 pub mod report;
@@ -23,6 +27,7 @@ pub mod runner;
 pub mod sim;
 pub mod stats;
 pub mod threads;
+pub mod timeline;
 pub mod workload;
 
 pub use runner::{ClientResult, RunSpec, SystemRun};

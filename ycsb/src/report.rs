@@ -6,14 +6,20 @@
 //!
 //! Ratios are to RAW, the latency floor (SWARM §7): for an operation type,
 //! its median latency over RAW's; for a system, its throughput over RAW's.
+//!
+//! A timed run adds each run's timeline to the JSON (`timeline`: every
+//! bucket; `availability`: before, during and after the faults) and a
+//! table of the same to the text.
 
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 use swarm_core::kv::System;
 
+use crate::fault;
 use crate::runner::{RunSpec, SystemRun};
 use crate::stats::{OpSummary, PhaseStats, round3};
+use crate::timeline::{Span, Timeline};
 use crate::workload::OpKind;
 
 /// One system at one in-flight setting, summarised.
@@ -25,16 +31,32 @@ pub struct RunSummary {
     pub throughput_ops: f64,
     /// The measured window, s.
     pub window_s: f64,
-    /// Per operation type that occurred.
+    /// Per operation type that occurred (or failed).
     pub ops: Vec<(OpKind, OpSummary)>,
+    /// A timed run's timeline.
+    pub timeline: Option<Timeline>,
+    /// A timed run whose clients ran out of operations before the time
+    /// was up.
+    pub capped: bool,
 }
 
 impl RunSummary {
     fn new(inflight: usize, p: &PhaseStats) -> RunSummary {
         let w = p.window_ns();
-        let ops = OpKind::ALL.into_iter().filter(|k| p.op(*k).count() > 0).map(|k| (k, p.op(k).summary(w))).collect();
+        let ops = OpKind::ALL
+            .into_iter()
+            .map(|k| (k, p.op(k).summary(w)))
+            .filter(|(_, s)| s.count > 0 || s.errors > 0)
+            .collect();
         let throughput_ops = if w == 0 { 0.0 } else { p.count() as f64 * 1e9 / w as f64 };
-        RunSummary { inflight, throughput_ops, window_s: w as f64 / 1e9, ops }
+        RunSummary {
+            inflight,
+            throughput_ops,
+            window_s: w as f64 / 1e9,
+            ops,
+            timeline: p.timeline.clone(),
+            capped: p.capped,
+        }
     }
 
     /// The summary of `kind`, if any ran.
@@ -96,6 +118,82 @@ impl Report {
 
     fn raw(&self) -> Option<&SystemSummary> {
         self.systems.iter().find(|s| s.system.is_floor())
+    }
+
+    /// From the first fault's start to the last one's end, ns after the
+    /// origin.
+    fn fault_window(&self) -> Option<(u64, u64)> {
+        self.spec.timed.as_ref().and_then(|t| fault::window(&t.faults, t.run_ns))
+    }
+
+    /// The timelines' table: per in-flight setting and system, throughput
+    /// before, during and after the faults, the worst bucket's p99, and
+    /// the operations that failed.
+    fn availability_text(&self, out: &mut String) {
+        let Some(t) = &self.spec.timed else { return };
+        let faults: Vec<String> = t.faults.iter().map(ToString::to_string).collect();
+        let faults = if faults.is_empty() { "no faults".to_string() } else { format!("faults {}", faults.join(", ")) };
+        let window = self.fault_window();
+        for (i, &k) in self.spec.inflight.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "
+over time ({k} in flight; {} run, {} buckets; {faults}):",
+                fault::time(t.run_ns),
+                fault::time(t.bucket_ns)
+            );
+            let _ = writeln!(
+                out,
+                "{:<9} {:>12} {:>12} {:>5} {:>12} {:>5} {:>13} {:>7} {:>12} {:>7}",
+                "system",
+                "before ops/s",
+                "during ops/s",
+                "%",
+                "after ops/s",
+                "%",
+                "worst p99 µs",
+                "at s",
+                "max µs",
+                "errors"
+            );
+            for sys in &self.systems {
+                let Some(tl) = sys.runs.get(i).and_then(|r| r.timeline.as_ref()) else { continue };
+                let a = tl.availability(window);
+                let ops = |s: Option<Span>| s.map_or("-".into(), |s| format!("{:.0}", s.throughput_ops));
+                let pct = |s: Option<Span>| a.of_before(s).map_or("-".into(), |r| format!("{:.0}%", r * 100.0));
+                let _ = writeln!(
+                    out,
+                    "{:<9} {:>12} {:>12} {:>5} {:>12} {:>5} {:>13.2} {:>7.2} {:>12.2} {:>7}",
+                    sys.system.name(),
+                    ops(a.before),
+                    ops(a.during),
+                    pct(a.during),
+                    ops(a.after),
+                    pct(a.after),
+                    a.worst_p99_us,
+                    a.worst_at_s,
+                    a.max_us,
+                    a.errors
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "(mean throughput over the whole buckets before the first fault, from its start to the last fault's \
+             end, and after; the highest p99 of a bucket, where it starts, the slowest operation and the failed \
+             ones; every bucket is in the JSON and the availability plot)"
+        );
+        for sys in &self.systems {
+            if sys.runs.iter().any(|r| r.capped) {
+                let _ = writeln!(
+                    out,
+                    "note: {}: clients ran out of operations ({} per client, --ops) before the time was up: the end \
+                     of its timeline is empty; give a larger --ops",
+                    sys.system.name(),
+                    self.spec.ops
+                );
+            }
+        }
     }
 
     /// Per-client-thread throughput of `r`.
@@ -206,6 +304,7 @@ impl Report {
             }
             let _ = writeln!(out, "{line}");
         }
+        self.availability_text(&mut out);
         out
     }
 
@@ -233,6 +332,11 @@ impl Report {
         });
         if let Some(r) = raw {
             v["vs_raw_throughput"] = json!(round3(ratio(run.throughput_ops, r.throughput_ops)));
+        }
+        if let Some(t) = &run.timeline {
+            v["availability"] = t.availability(self.fault_window()).to_json();
+            v["timeline"] = t.report_json();
+            v["capped"] = json!(run.capped);
         }
         v
     }

@@ -16,6 +16,13 @@
 //!
 //! Every operation is timed ([`Env::now_ns`]) and its sequential roundtrips
 //! counted ([`Counting`], over [`Counted`] memory).
+//!
+//! A timed run ([`RunSpec::timed`]) measures for a fixed time from the
+//! gate that opens the measured phase (its origin, the same for every
+//! client of a process), `ops` then being only a cap, and records a
+//! [`Timeline`]; with faults ([`crate::fault`]), the driver's injector
+//! learns the origin ([`Env::measure_begins`]) and operations that fail
+//! for want of memory nodes are counted, not fatal.
 
 use core::future::{Future, poll_fn};
 use core::pin::Pin;
@@ -28,11 +35,45 @@ use swarm_core::substrate::rtt::Counted;
 use swarm_core::systems;
 
 use crate::choose::{Chooser, Gen, KeyNames, ScrambledZipfian, Zipfian};
+use crate::fault::{self, NodeFault};
 use crate::stats::PhaseStats;
+use crate::timeline::{MAX_BUCKETS, Timeline};
 use crate::workload::{Distribution, OpKind, Workload};
 
 /// Most store handles of one run: client ids 1..=126.
 pub const MAX_HANDLES: usize = 126;
+
+/// A measured phase of fixed length, and what happens during it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timed {
+    /// Length of each measured phase, ns from its origin.
+    pub run_ns: u64,
+    /// Width of the timeline's buckets, ns.
+    pub bucket_ns: u64,
+    /// Memory-node faults, after the origin.
+    pub faults: Vec<NodeFault>,
+}
+
+impl Timed {
+    /// As JSON (in the run's description).
+    fn to_json(&self) -> Value {
+        json!({
+            "run_ns": self.run_ns,
+            "bucket_ns": self.bucket_ns,
+            "faults": self.faults.iter().map(NodeFault::to_json).collect::<Vec<_>>(),
+        })
+    }
+
+    fn from_json(v: &Value) -> Result<Timed, String> {
+        let bad = |what: &str| format!("malformed run description ({what})");
+        let faults = v["faults"].as_array().ok_or_else(|| bad("faults"))?;
+        Ok(Timed {
+            run_ns: v["run_ns"].as_u64().ok_or_else(|| bad("run_ns"))?,
+            bucket_ns: v["bucket_ns"].as_u64().ok_or_else(|| bad("bucket_ns"))?,
+            faults: faults.iter().map(NodeFault::from_json).collect::<Result<_, _>>()?,
+        })
+    }
+}
 
 /// What every client of a run agrees on.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +106,9 @@ pub struct RunSpec {
     /// a million operations); otherwise the measured operations include the
     /// index lookups of first accesses.
     pub warm_cache: bool,
+    /// Measure for a fixed time rather than `ops` operations (`ops` caps
+    /// each client's), with a timeline and maybe faults.
+    pub timed: Option<Timed>,
 }
 
 impl RunSpec {
@@ -93,13 +137,22 @@ impl RunSpec {
     /// take one more), after the whole run's warm-up (a shorter one would
     /// measure more of the time the caches take to settle after the load,
     /// which costs the systems that touch more memory more), with a seed
-    /// of its own. `None` if a round would measure nothing.
+    /// of its own. `None` if a round would measure nothing. A timed run's
+    /// rounds each measure for the whole time (with the whole cap).
     pub fn round(&self, r: u64, rounds: u64) -> Option<RunSpec> {
         if rounds == 0 || r >= rounds || self.ops < rounds {
             return None;
         }
-        let ops = self.ops / rounds + u64::from(r < self.ops % rounds);
+        let ops = match self.timed {
+            Some(_) => self.ops,
+            None => self.ops / rounds + u64::from(r < self.ops % rounds),
+        };
         Some(RunSpec { ops, seed: self.seed.wrapping_add(r), ..self.clone() })
+    }
+
+    /// The faults of a timed run (none otherwise).
+    pub fn faults(&self) -> &[NodeFault] {
+        self.timed.as_ref().map_or(&[], |t| &t.faults)
     }
 
     /// Operations of the whole run, load and cache warming included (for
@@ -152,6 +205,25 @@ impl RunSpec {
         for &system in systems::ALL {
             self.store_config(system).check(self.replicas).map_err(|e| format!("{system}: {e}"))?;
         }
+        if let Some(t) = &self.timed {
+            if t.run_ns == 0 || t.bucket_ns == 0 {
+                return Err("a timed run needs a length and a bucket width above zero".into());
+            }
+            if t.bucket_ns > t.run_ns {
+                return Err(format!(
+                    "the timeline's buckets ({}) are longer than the run ({})",
+                    fault::time(t.bucket_ns),
+                    fault::time(t.run_ns)
+                ));
+            }
+            if t.run_ns.div_ceil(t.bucket_ns) > MAX_BUCKETS {
+                return Err(format!("a timeline has at most {MAX_BUCKETS} buckets: use wider ones"));
+            }
+            if !t.faults.is_empty() && self.inflight.len() > 1 {
+                return Err("a run with faults measures one in-flight setting, not a list".into());
+            }
+            fault::check(&t.faults, self.replicas, t.run_ns)?;
+        }
         Ok(())
     }
 
@@ -168,9 +240,14 @@ impl RunSpec {
     }
 
     /// At most how many writes the run makes, all clients together (the
-    /// writers' logs are never recycled, so nodes are sized for it).
+    /// writers' logs are never recycled, so nodes are sized for it): the
+    /// load, and twice the writes the mix expects, and some (a write that
+    /// loses a race writes again; the mix's share is a mean).
     pub fn writes_bound(&self) -> u64 {
-        self.keys + if self.workload.writes() { self.run_ops() } else { 0 }
+        let n = self.run_ops();
+        let mix = self.workload.mix();
+        let expect = (n as f64 * (mix.update + mix.insert + mix.rmw) * 2.0) as u64;
+        self.keys + if expect == 0 { 0 } else { (expect + 1024).min(n) }
     }
 
     /// Bytes per memory node for `system`.
@@ -193,6 +270,7 @@ impl RunSpec {
             "ops": self.ops,
             "seed": self.seed,
             "warm_cache": self.warm_cache,
+            "timed": self.timed.as_ref().map(Timed::to_json),
         })
     }
 
@@ -224,6 +302,7 @@ impl RunSpec {
             ops: u("ops")?,
             seed: u("seed")?,
             warm_cache: v["warm_cache"].as_bool().ok_or_else(|| bad("warm_cache"))?,
+            timed: if v["timed"].is_null() { None } else { Some(Timed::from_json(&v["timed"])?) },
         })
     }
 }
@@ -252,9 +331,14 @@ impl<M: Memory, K: KvClient + Handle<Mem = Counted<M>>> Counting for K {
 pub trait Env {
     /// Nanoseconds on the run's clock (wall or virtual).
     fn now_ns(&self) -> u64;
-    /// Waits until every client of the run reached this gate; `false` if
-    /// the run was aborted meanwhile.
-    fn gate(&self) -> impl Future<Output = bool>;
+    /// Waits until every client of the run reached this gate: when it
+    /// opened on the run's clock (the same for every client that passes
+    /// it), or `None` if the run was aborted meanwhile.
+    fn gate(&self) -> impl Future<Output = Option<u64>>;
+    /// The measured phase of a timed run began at `origin_ns` (the gate
+    /// that opened it); every client says so, once the gate let it pass.
+    /// What injects faults starts its clock here.
+    fn measure_begins(&self, _origin_ns: u64) {}
     /// Tells the others that this client failed.
     fn abort(&self);
     /// Whether a client failed.
@@ -405,7 +489,20 @@ enum Phase {
     Measure,
 }
 
-/// One handle's loop: `n` operations of `phase`, recorded into `stats`
+/// A timed measured phase, as the clients of one process run it.
+#[derive(Clone, Copy)]
+struct Window {
+    /// When it began (the gate that opened it), on the run's clock.
+    origin_ns: u64,
+    /// Its length, ns.
+    run_ns: u64,
+    /// Whether operations that fail for want of memory nodes are counted
+    /// and the run goes on (a run with faults).
+    tolerate: bool,
+}
+
+/// One handle's loop: `n` operations of `phase` (or, in a timed phase,
+/// as many as fit in its window, at most `n`), recorded into `stats`
 /// unless warming up.
 async fn drive<S: Counting, E: Env>(
     slot: &mut Slot<S>,
@@ -413,6 +510,7 @@ async fn drive<S: Counting, E: Env>(
     env: &E,
     phase: Phase,
     n: u64,
+    window: Option<Window>,
     stats: &mut PhaseStats,
 ) -> Result<(), String> {
     let mix = sh.spec.workload.mix();
@@ -440,20 +538,42 @@ async fn drive<S: Counting, E: Env>(
         sh.names.write(keynum, &mut slot.key);
         slot.fill_value();
         let t0 = env.now_ns();
-        let (rtt, found) = exec(&mut slot.store, kind, &slot.key, &slot.value).await.map_err(|e| {
-            format!(
-                "client {}: {} of {}: {e}",
-                slot.global + 1,
-                if phase == Phase::Load { "load insert" } else { kind.name() },
-                String::from_utf8_lossy(&slot.key)
-            )
-        })?;
-        let latency = env.now_ns().saturating_sub(t0);
+        if window.is_some_and(|w| t0 >= w.origin_ns + w.run_ns) {
+            return Ok(());
+        }
+        let out = exec(&mut slot.store, kind, &slot.key, &slot.value).await;
+        let end = env.now_ns();
+        let (rtt, found) = match out {
+            Ok(r) => r,
+            // Too few nodes, or the one node the store needs, answered.
+            Err(KvError::Unavailable | KvError::Down(_)) if window.is_some_and(|w| w.tolerate) => {
+                stats.ops[kind.index()].record_error();
+                if let (Some(t), Some(w)) = (&mut stats.timeline, window) {
+                    t.record_error(end.saturating_sub(w.origin_ns));
+                }
+                env.progress(1);
+                continue;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "client {}: {} of {}: {e}",
+                    slot.global + 1,
+                    if phase == Phase::Load { "load insert" } else { kind.name() },
+                    String::from_utf8_lossy(&slot.key)
+                ));
+            }
+        };
+        let latency = end.saturating_sub(t0);
         if matches!(phase, Phase::Load | Phase::Measure) {
             stats.ops[kind.index()].record(latency, rtt, found);
         }
+        if let (Some(t), Some(w)) = (&mut stats.timeline, window) {
+            t.record(end.saturating_sub(w.origin_ns), latency);
+        }
         env.progress(1);
     }
+    // Out of operations before the time was up.
+    stats.capped = window.is_some_and(|w| env.now_ns() < w.origin_ns + w.run_ns);
     Ok(())
 }
 
@@ -478,30 +598,32 @@ pub async fn join_all<F: Future<Output = Result<(), String>>>(futs: Vec<F>) -> R
 }
 
 /// Runs `phase` on the first `k` slots, `total` operations split among
-/// them (`per_slot` gives slot `i`'s share); the phase's measurements, its
-/// window from the first start to the last end.
+/// them (`per_slot` gives slot `i`'s share), within `window` if timed (with
+/// a timeline); the phase's measurements, its window from the first start
+/// to the last end.
 async fn phase<S: Counting, E: Env>(
     slots: &mut [Slot<S>],
     sh: &Shared<'_>,
     env: &E,
     phase: Phase,
+    window: Option<Window>,
     per_slot: impl Fn(usize) -> u64,
 ) -> Result<PhaseStats, String> {
-    let mut stats: Vec<PhaseStats> = slots.iter().map(|_| PhaseStats::default()).collect();
+    let timeline = || sh.spec.timed.as_ref().zip(window).map(|(t, w)| Timeline::new(w.run_ns, t.bucket_ns));
+    let mut stats: Vec<PhaseStats> =
+        slots.iter().map(|_| PhaseStats { timeline: timeline(), ..PhaseStats::default() }).collect();
     let start = env.now_ns();
     let futs = slots
         .iter_mut()
         .zip(stats.iter_mut())
         .enumerate()
-        .map(|(i, (slot, st))| drive(slot, sh, env, phase, per_slot(i), st))
+        .map(|(i, (slot, st))| drive(slot, sh, env, phase, per_slot(i), window, st))
         .collect();
     join_all(futs).await?;
     let end = env.now_ns();
     let mut merged = PhaseStats { start_ns: start, end_ns: end, ..PhaseStats::default() };
     for s in &stats {
-        for (a, b) in merged.ops.iter_mut().zip(&s.ops) {
-            a.merge(b);
-        }
+        merged.add_ops(s, Timeline::merge);
     }
     Ok(merged)
 }
@@ -572,34 +694,32 @@ async fn client_phases<S: Counting, E: Env>(
         .collect();
     // An empty error is an abort seen by a handle: another client failed.
     let fail = |e: String| if e.is_empty() { None } else { Some(e) };
-    let load = phase(&mut slots, &sh, env, Phase::Load, |i| {
+    let load = phase(&mut slots, &sh, env, Phase::Load, None, |i| {
         // Keys g, g + H, g + 2H, ... below `keys`.
         let g = first + i as u64;
         if g >= spec.keys { 0 } else { (spec.keys - 1 - g) / sh.handles + 1 }
     })
     .await
     .map_err(fail)?;
-    if !env.gate().await {
-        return Err(None);
-    }
+    env.gate().await.ok_or(None)?;
     if spec.warm_cache {
-        phase(&mut slots, &sh, env, Phase::WarmCache, |_| spec.keys).await.map_err(fail)?;
-        if !env.gate().await {
-            return Err(None);
-        }
+        phase(&mut slots, &sh, env, Phase::WarmCache, None, |_| spec.keys).await.map_err(fail)?;
+        env.gate().await.ok_or(None)?;
     }
     let mut runs = Vec::with_capacity(spec.inflight.len());
     for &k in &spec.inflight {
         let active = &mut slots[..k];
-        phase(active, &sh, env, Phase::Warmup, |i| share(spec.warmup, k, i)).await.map_err(fail)?;
-        if !env.gate().await {
-            return Err(None);
+        phase(active, &sh, env, Phase::Warmup, None, |i| share(spec.warmup, k, i)).await.map_err(fail)?;
+        let origin_ns = env.gate().await.ok_or(None)?;
+        let window =
+            spec.timed.as_ref().map(|t| Window { origin_ns, run_ns: t.run_ns, tolerate: !t.faults.is_empty() });
+        if window.is_some() {
+            env.measure_begins(origin_ns);
         }
-        let measured = phase(active, &sh, env, Phase::Measure, |i| share(spec.ops, k, i)).await.map_err(fail)?;
+        let measured =
+            phase(active, &sh, env, Phase::Measure, window, |i| share(spec.ops, k, i)).await.map_err(fail)?;
         runs.push(measured);
-        if !env.gate().await {
-            return Err(None);
-        }
+        env.gate().await.ok_or(None)?;
     }
     // The ids go back to the store, each log where its next holder goes on.
     for slot in &mut slots {
@@ -640,6 +760,7 @@ mod tests {
             ops: 100,
             seed: 1,
             warm_cache: true,
+            timed: None,
         }
     }
 
@@ -696,8 +817,8 @@ mod tests {
             self.0.set(self.0.get() + 10);
             self.0.get()
         }
-        async fn gate(&self) -> bool {
-            true
+        async fn gate(&self) -> Option<u64> {
+            Some(self.now_ns())
         }
         fn abort(&self) {}
         fn aborted(&self) -> bool {

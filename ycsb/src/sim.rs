@@ -6,20 +6,29 @@
 //! testbed (about 2 µs): operations one client posts to one node land in
 //! order, as on RDMA queue pairs, so a client's background work is visible
 //! to its next operation, as the paper's one-roundtrip figures assume.
+//!
+//! Faults ([`crate::fault`]) are scheduled in virtual time once the
+//! measured phase's origin is known: a failure is a fail-fast crash
+//! ([`Sim::crash_node_at`]), permanent (the simulator cannot bring a node
+//! back, so a failure with a duration is refused, see [`check_faults`]);
+//! a stall is [`Sim::stall_node_at`], to the fault's end or the run's.
 
 use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Poll, Waker};
 
 use swarm_core::kv::{KvSystem, StoreConfig, System, Visit, Who};
-use swarm_core::sim::{Sim, SimConfig, SimMemory};
+use swarm_core::sim::{CrashMode, Sim, SimConfig, SimMemory};
 use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
+use crate::fault::{FaultKind, NodeFault};
 use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
 
 /// The fixed roundtrip of the simulated network, ns.
@@ -44,7 +53,21 @@ type ClientOutcome = Result<ClientResult, Option<String>>;
 struct Gate {
     arrived: Cell<usize>,
     generation: Cell<u64>,
+    /// When the last gate opened, virtual ns.
+    opened: Cell<u64>,
     abort: Cell<bool>,
+    /// The measured phase's origin, once a client began it.
+    measuring: Cell<Option<u64>>,
+    /// Woken when the measured phase begins or the run is aborted.
+    watcher: RefCell<Option<Waker>>,
+}
+
+impl Gate {
+    fn wake_watcher(&self) {
+        if let Some(w) = self.watcher.borrow_mut().take() {
+            w.wake();
+        }
+    }
 }
 
 /// One task's view of the run.
@@ -60,23 +83,32 @@ impl Env for SimEnv {
         self.mem.now()
     }
 
-    async fn gate(&self) -> bool {
+    async fn gate(&self) -> Option<u64> {
         let g = &self.gate;
         let generation = g.generation.get();
         g.arrived.set(g.arrived.get() + 1);
         if g.arrived.get() == self.members {
             g.arrived.set(0);
+            g.opened.set(self.mem.now());
             g.generation.set(generation + 1);
         } else {
             while g.generation.get() == generation && !g.abort.get() {
                 self.mem.sleep(GATE_POLL_NS).await;
             }
         }
-        !g.abort.get()
+        (!g.abort.get()).then(|| g.opened.get())
+    }
+
+    fn measure_begins(&self, origin_ns: u64) {
+        if self.gate.measuring.get().is_none() {
+            self.gate.measuring.set(Some(origin_ns));
+            self.gate.wake_watcher();
+        }
     }
 
     fn abort(&self) {
         self.gate.abort.set(true);
+        self.gate.wake_watcher();
     }
 
     fn aborted(&self) -> bool {
@@ -128,7 +160,16 @@ pub fn run_sim(spec: &RunSpec, system: System, progress: Option<Arc<AtomicU64>>)
     sim.block_on(async move { format_cluster(&admin, &setup, size, 1).await }).map_err(stuck)??;
     let gate = Rc::new(Gate::default());
     let outs: Rc<RefCell<Vec<ClientOutcome>>> = Rc::default();
-    systems::visit(system, Spawn { sim: &mut sim, spec, cfg, gate, outs: outs.clone(), progress });
+    systems::visit(system, Spawn { sim: &mut sim, spec, cfg, gate: gate.clone(), outs: outs.clone(), progress });
+    if let Some(t) = spec.timed.as_ref().filter(|t| !t.faults.is_empty()) {
+        // Runs until the first client begins the measured phase (or the
+        // run is aborted), then schedules the faults from its origin.
+        if let Some(origin) = sim.block_on(measure_origin(gate)).map_err(stuck)? {
+            for f in &t.faults {
+                schedule(&mut sim, f, origin, t.run_ns);
+            }
+        }
+    }
     sim.run().map_err(stuck)?;
     let mut merged = ClientResult::default();
     let results = std::mem::take(&mut *outs.borrow_mut());
@@ -143,6 +184,42 @@ pub fn run_sim(spec: &RunSpec, system: System, progress: Option<Arc<AtomicU64>>)
         }
     }
     Ok(merged)
+}
+
+/// Refuses the faults the simulator cannot model: a failure that ends (a
+/// crashed node there stays crashed).
+pub fn check_faults(faults: &[NodeFault]) -> Result<(), String> {
+    match faults.iter().find(|f| f.kind == FaultKind::Fail && f.duration_ns.is_some()) {
+        Some(f) => Err(format!(
+            "fault {f}: the simulator cannot bring a failed node back; give fail without +DURATION (a crash to the \
+             end of the run) or a stall"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The measured phase's origin, once a client began it; `None` if the run
+/// was aborted first.
+async fn measure_origin(gate: Rc<Gate>) -> Option<u64> {
+    poll_fn(|cx| match gate.measuring.get() {
+        Some(origin) => Poll::Ready(Some(origin)),
+        None if gate.abort.get() => Poll::Ready(None),
+        None => {
+            *gate.watcher.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Schedules `f` in a run whose measured phase of `run_ns` began at
+/// `origin` (virtual ns).
+fn schedule(sim: &mut Sim, f: &NodeFault, origin: u64, run_ns: u64) {
+    let at = origin + f.start_ns;
+    match f.kind {
+        FaultKind::Fail => sim.crash_node_at(f.node, at, CrashMode::FailFast),
+        FaultKind::Stall => sim.stall_node_at(f.node, at, f.end_ns(run_ns) - f.start_ns),
+    }
 }
 
 /// The client tasks of [`run_sim`], with the system's type.

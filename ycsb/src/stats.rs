@@ -1,11 +1,13 @@
 //! What a run measures: per operation type, a latency histogram
 //! (HdrHistogram, three significant digits: percentiles within 0.1%) and
 //! an exact histogram of sequential roundtrips, merged over clients (and
-//! over processes, through [`OpHist::to_json`]).
+//! over processes, through [`OpHist::to_json`]); and, for a timed phase,
+//! its [`Timeline`].
 
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
+use crate::timeline::Timeline;
 use crate::workload::OpKind;
 
 /// Roundtrip counts at or above this share the last bucket.
@@ -20,6 +22,9 @@ pub struct OpHist {
     rtt: Vec<u64>,
     /// Gets that found no value, updates of missing keys.
     not_found: u64,
+    /// Operations that failed because too few memory nodes answered (a
+    /// run with faults goes on after them); not in the latencies.
+    errors: u64,
 }
 
 impl Default for OpHist {
@@ -33,7 +38,12 @@ impl OpHist {
     pub fn new() -> OpHist {
         // Three significant digits, auto-resizing: cannot fail.
         let lat = Histogram::new(3).expect("3 significant digits are valid");
-        OpHist { lat, rtt: vec![0; RTT_BUCKETS], not_found: 0 }
+        OpHist { lat, rtt: vec![0; RTT_BUCKETS], not_found: 0, errors: 0 }
+    }
+
+    /// Records one failed operation.
+    pub fn record_error(&mut self) {
+        self.errors += 1;
     }
 
     /// Records one operation.
@@ -54,9 +64,10 @@ impl OpHist {
             *a += b;
         }
         self.not_found += o.not_found;
+        self.errors += o.errors;
     }
 
-    /// Operations recorded.
+    /// Operations recorded (that did not fail).
     pub fn count(&self) -> u64 {
         self.lat.len()
     }
@@ -101,6 +112,7 @@ impl OpHist {
             rtt_p99: self.rtt_quantile(0.99),
             rtt_max: self.rtt.iter().rposition(|&c| c > 0).unwrap_or(0) as u32,
             not_found: self.not_found,
+            errors: self.errors,
         }
     }
 
@@ -108,7 +120,7 @@ impl OpHist {
     pub fn to_json(&self) -> Value {
         let lat: Vec<[u64; 2]> =
             self.lat.iter_recorded().map(|v| [v.value_iterated_to(), v.count_at_value()]).collect();
-        json!({ "lat": lat, "rtt": self.rtt, "not_found": self.not_found })
+        json!({ "lat": lat, "rtt": self.rtt, "not_found": self.not_found, "errors": self.errors })
     }
 
     /// Reads what [`OpHist::to_json`] wrote.
@@ -123,6 +135,7 @@ impl OpHist {
             h.rtt[i] = c.as_u64().ok_or_else(bad)?;
         }
         h.not_found = v["not_found"].as_u64().ok_or_else(bad)?;
+        h.errors = v["errors"].as_u64().ok_or_else(bad)?;
         Ok(h)
     }
 }
@@ -154,6 +167,8 @@ pub struct OpSummary {
     pub rtt_max: u32,
     /// Gets that found nothing, updates of missing keys.
     pub not_found: u64,
+    /// Operations that failed (too few memory nodes answered).
+    pub errors: u64,
 }
 
 impl OpSummary {
@@ -172,6 +187,7 @@ impl OpSummary {
             "rtt_p99": self.rtt_p99,
             "rtt_max": self.rtt_max,
             "not_found": self.not_found,
+            "errors": self.errors,
         })
     }
 }
@@ -183,7 +199,7 @@ pub fn round3(x: f64) -> f64 {
 
 /// What a group of clients measured in one phase: a histogram per
 /// operation type, and the window from the first operation's start to the
-/// last one's end.
+/// last one's end; for a timed phase, its timeline.
 #[derive(Clone, Debug, Default)]
 pub struct PhaseStats {
     /// Indexed by [`OpKind::index`].
@@ -192,6 +208,11 @@ pub struct PhaseStats {
     pub start_ns: u64,
     /// End of the last operation, ns on the run's clock.
     pub end_ns: u64,
+    /// A timed phase's operations over time.
+    pub timeline: Option<Timeline>,
+    /// A timed phase: some handle ran out of operations (its share of
+    /// `RunSpec::ops`) before the time was up.
+    pub capped: bool,
 }
 
 impl PhaseStats {
@@ -219,14 +240,14 @@ impl PhaseStats {
             self.start_ns = self.start_ns.min(o.start_ns);
             self.end_ns = self.end_ns.max(o.end_ns);
         }
-        self.add_ops(o);
+        self.add_ops(o, Timeline::merge);
     }
 
     /// Adds the measurements of a later phase of the same clients: the
     /// windows, one after the other, add up.
     pub fn append(&mut self, o: &PhaseStats) {
         let window = self.window_ns() + o.window_ns();
-        self.add_ops(o);
+        self.add_ops(o, Timeline::overlay);
         self.end_ns = self.start_ns + window;
     }
 
@@ -235,15 +256,21 @@ impl PhaseStats {
     /// longer one counts.
     pub fn merge_foreign(&mut self, o: &PhaseStats) {
         let window = self.window_ns().max(o.window_ns());
-        self.add_ops(o);
+        self.add_ops(o, Timeline::merge);
         self.end_ns = self.start_ns + window;
     }
 
-    /// Adds `o`'s histograms to these.
-    fn add_ops(&mut self, o: &PhaseStats) {
+    /// Adds `o`'s histograms to these, and its timeline with `timeline`.
+    pub(crate) fn add_ops(&mut self, o: &PhaseStats, timeline: fn(&mut Timeline, &Timeline)) {
         for (a, b) in self.ops.iter_mut().zip(&o.ops) {
             a.merge(b);
         }
+        match (&mut self.timeline, &o.timeline) {
+            (Some(a), Some(b)) => timeline(a, b),
+            (None, Some(b)) => self.timeline = Some(b.clone()),
+            _ => {}
+        }
+        self.capped |= o.capped;
     }
 
     /// As JSON, to send from a worker.
@@ -251,6 +278,8 @@ impl PhaseStats {
         json!({
             "window_ns": self.window_ns(),
             "ops": self.ops.iter().map(OpHist::to_json).collect::<Vec<_>>(),
+            "timeline": self.timeline.as_ref().map(Timeline::to_json),
+            "capped": self.capped,
         })
     }
 
@@ -262,6 +291,10 @@ impl PhaseStats {
         for (slot, o) in p.ops.iter_mut().zip(ops) {
             *slot = OpHist::from_json(o)?;
         }
+        if !v["timeline"].is_null() {
+            p.timeline = Some(Timeline::from_json(&v["timeline"])?);
+        }
+        p.capped = v["capped"].as_bool().ok_or_else(bad)?;
         Ok(p)
     }
 }

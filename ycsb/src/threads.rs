@@ -5,6 +5,11 @@
 //! Worker processes (`--processes`) run this too, for their share of the
 //! clients; their gate then also waits for the other processes (a hook
 //! that the last local thread to arrive runs).
+//!
+//! With faults and a [`FaultControl`] (the cluster's nodes), an
+//! [`Injector`] thread runs beside the clients, from the measured phase's
+//! origin, and heals the nodes before [`run_threads`] returns. (Worker
+//! processes get none: their parent injects.)
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::systems;
 
+use crate::fault::{FaultControl, Injector};
 use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
 
 /// Stack of each client thread: store handles are large while they are
@@ -30,15 +36,29 @@ const STACK: usize = 16 << 20;
 /// exchange with the other processes); `false` aborts the run.
 pub type GateHook<'a> = &'a (dyn Fn() -> bool + Sync);
 
+/// What [`run_threads`] may be given besides the clients' work.
+#[derive(Default)]
+pub struct Extras<'a> {
+    /// Run by the last thread to reach a gate (worker processes).
+    pub hook: Option<GateHook<'a>>,
+    /// Where the clients count their operations (progress bars).
+    pub progress: Option<Arc<AtomicU64>>,
+    /// What sets the nodes' state, to inject the run's faults.
+    pub faults: Option<&'a dyn FaultControl>,
+}
+
 /// The threads' shared state: clock, gate, abort flag, progress counter.
 pub struct ThreadEnv<'a> {
     base: Instant,
     abort: AtomicBool,
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    /// When the last gate opened, ns after `base`.
+    opened: AtomicU64,
     members: usize,
     hook: Option<GateHook<'a>>,
     progress: Option<Arc<AtomicU64>>,
+    injector: Option<&'a Injector<'a>>,
 }
 
 impl<'a> ThreadEnv<'a> {
@@ -49,9 +69,11 @@ impl<'a> ThreadEnv<'a> {
             abort: AtomicBool::new(false),
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            opened: AtomicU64::new(0),
             members,
             hook,
             progress,
+            injector: None,
         }
     }
 }
@@ -61,13 +83,16 @@ impl Env for ThreadEnv<'_> {
         self.base.elapsed().as_nanos() as u64
     }
 
-    async fn gate(&self) -> bool {
+    async fn gate(&self) -> Option<u64> {
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.members {
             self.arrived.store(0, Ordering::Release);
             if !self.hook.is_none_or(|h| h()) {
                 self.abort();
             }
+            // Read by the others once they see the new generation; not
+            // written again before every one of them reached the next gate.
+            self.opened.store(self.now_ns(), Ordering::Relaxed);
             self.generation.fetch_add(1, Ordering::AcqRel);
         } else {
             // Sleep rather than spin: the machine may have fewer cores than
@@ -76,7 +101,13 @@ impl Env for ThreadEnv<'_> {
                 thread::sleep(Duration::from_micros(50));
             }
         }
-        !self.aborted()
+        (!self.aborted()).then(|| self.opened.load(Ordering::Relaxed))
+    }
+
+    fn measure_begins(&self, origin_ns: u64) {
+        if let Some(i) = self.injector {
+            i.begin(self.base + Duration::from_nanos(origin_ns));
+        }
     }
 
     fn abort(&self) {
@@ -108,20 +139,38 @@ impl Drop for AbortOnPanic<'_, '_> {
 
 /// Runs clients `clients` (0-based numbers among `spec.clients`) of
 /// `system`'s store, formatted on the nodes that `make` reaches, one
-/// thread each; every handle gets its own memory from `make`. Returns
-/// their measurements merged.
+/// thread each; every handle gets its own memory from `make`; injects the
+/// run's faults if `extras` has a control. Returns their measurements
+/// merged.
 pub fn run_threads<M: Memory, F: Fn() -> M + Sync>(
     spec: &RunSpec,
     system: System,
     clients: Range<usize>,
     make: F,
     clock: SystemClock,
-    hook: Option<GateHook<'_>>,
-    progress: Option<Arc<AtomicU64>>,
+    extras: Extras<'_>,
 ) -> Result<ClientResult, String> {
     let cfg = spec.store_config(system);
-    let env = ThreadEnv::new(clients.len(), hook, progress);
-    let results = systems::visit(system, Threads { spec, cfg: &cfg, clients, make: &make, clock, env: &env });
+    let injector = match (extras.faults, &spec.timed) {
+        (Some(control), Some(t)) if !t.faults.is_empty() => Some(Injector::new(&t.faults, t.run_ns, control)),
+        _ => None,
+    };
+    let mut env = ThreadEnv::new(clients.len(), extras.hook, extras.progress);
+    env.injector = injector.as_ref();
+    let (results, injected) = thread::scope(|s| {
+        let injecting = injector.as_ref().map(|i| s.spawn(|| i.run()));
+        let results = systems::visit(system, Threads { spec, cfg: &cfg, clients, make: &make, clock, env: &env });
+        // The clients are done: the injector heals what it faulted.
+        let injected = match (&injector, injecting) {
+            (Some(i), Some(h)) => {
+                i.stop();
+                h.join().unwrap_or_else(|_| Err("the fault injector crashed (a bug)".into()))
+            }
+            _ => Ok(()),
+        };
+        (results, injected)
+    });
+    injected.map_err(|e| format!("{}: {e}", system.name()))?;
     let mut merged = ClientResult::default();
     let mut aborted = false;
     for r in results {

@@ -12,7 +12,7 @@ use swarm_core::systems;
 use swarm_ycsb::report::Report;
 use swarm_ycsb::runner::{RunSpec, SystemRun};
 use swarm_ycsb::sim::{format_cluster, run_sim};
-use swarm_ycsb::threads::run_threads;
+use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{Distribution, OpKind, Workload};
 
 fn spec(workload: Workload) -> RunSpec {
@@ -29,6 +29,7 @@ fn spec(workload: Workload) -> RunSpec {
         ops: 200,
         seed: 5,
         warm_cache: true,
+        timed: None,
     }
 }
 
@@ -105,8 +106,9 @@ fn threads_on_in_process_shm() {
         let size = s.node_bytes(system);
         let cluster = ShmCluster::in_process(s.replicas, size).unwrap();
         block_on(format_cluster(&cluster.memory(), &s.store_config(system), size, SystemClock::unix_us())).unwrap();
-        let r = run_threads(&s, system, 0..s.clients, || cluster.memory(), SystemClock::starting_now(), None, None)
-            .unwrap_or_else(|e| panic!("{system:?}: {e}"));
+        let r =
+            run_threads(&s, system, 0..s.clients, || cluster.memory(), SystemClock::starting_now(), Extras::default())
+                .unwrap_or_else(|e| panic!("{system:?}: {e}"));
         assert_eq!(r.load.count(), 200);
         assert_eq!(r.runs[1].count(), 400);
         assert!(r.runs[1].window_ns() > 0);

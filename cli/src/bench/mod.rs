@@ -19,6 +19,7 @@ mod cxl;
 pub mod procs;
 mod shm;
 mod sim;
+mod timed;
 pub mod ycsb;
 
 use std::fs::File;
@@ -184,8 +185,14 @@ async fn one_op<M: Memory, C: Clock>(
 /// Explains a failed operation, naming the usual causes in words.
 fn op_error(id: u8, what: &str, e: RegError) -> String {
     match e {
-        RegError::NoQuorum(InOutError::Log(LogError::Alloc(AllocError::Region(RegionError::Exhausted { node }))))
-        | RegError::Client(ClientError::Log(LogError::Alloc(AllocError::Region(RegionError::Exhausted { node })))) => {
+        RegError::NoQuorum(InOutError::Log(LogError::Alloc(AllocError::Region(RegionError::Exhausted {
+            node,
+            ..
+        }))))
+        | RegError::Client(ClientError::Log(LogError::Alloc(AllocError::Region(RegionError::Exhausted {
+            node,
+            ..
+        })))) => {
             format!("client {id}: {node} is full (remote memory is never recycled: use a bigger or a new cluster)")
         }
         e => format!("client {id}: {what} failed: {e}"),

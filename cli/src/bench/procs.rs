@@ -13,6 +13,11 @@
 //!
 //! The parent merges the results (each worker's window on its own clock:
 //! the longest counts) and removes the cluster, whatever happened.
+//!
+//! Faults are the parent's: its [`Injector`] starts its clock when the
+//! parent opens the gate of the measured phase, sets the nodes' state in
+//! the cluster's control block (which every worker maps), and has healed
+//! them when [`run`] returns.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -22,13 +27,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use swarm_backend_shm::Nodes;
 use swarm_backend_shm::ShmCluster;
 use swarm_core::kv::System;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
+use swarm_ycsb::fault::Injector;
 use swarm_ycsb::runner::RunSpec;
 use swarm_ycsb::sim::format_cluster;
-use swarm_ycsb::threads::run_threads;
+use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{ClientResult, OpKind};
 
 use crate::args::format_size;
@@ -139,7 +146,7 @@ pub fn run(
                 return Err(format!("worker process {w} exited at once"));
             }
         }
-        coordinate(spec, &mut workers, progress)
+        coordinate_faulted(spec, &mut workers, progress, cluster.nodes())
     })();
     if result.is_err() {
         for w in &mut workers {
@@ -161,28 +168,59 @@ pub fn run(
     result.map_err(|e| format!("{}: {e}", system.name()))
 }
 
-/// Operations done in each phase of the run (for the progress bar).
-fn phase_ops(spec: &RunSpec) -> Vec<u64> {
+/// The phases of the run, each with its operations (for the progress
+/// bar) and whether the gate after it opens a measured phase.
+fn phase_ops(spec: &RunSpec) -> Vec<(u64, bool)> {
     let clients = spec.clients as u64;
-    let mut v = vec![spec.keys];
+    let mut v = vec![(spec.keys, false)];
     if spec.warm_cache {
-        v.push(spec.handles() as u64 * spec.keys);
+        v.push((spec.handles() as u64 * spec.keys, false));
     }
     for _ in &spec.inflight {
-        v.push(clients * spec.warmup);
-        v.push(clients * spec.ops);
+        v.push((clients * spec.warmup, true));
+        v.push((clients * spec.ops, false));
     }
     v
 }
 
-/// Opens each gate once every worker reached it, then collects results.
-fn coordinate(spec: &RunSpec, workers: &mut [Worker], progress: &AtomicU64) -> Result<ClientResult, String> {
-    for ops in phase_ops(spec) {
+/// [`coordinate`], with an injector applying the run's faults on `nodes`
+/// beside it, if it has any; the nodes are healthy when it returns.
+fn coordinate_faulted(
+    spec: &RunSpec,
+    workers: &mut [Worker],
+    progress: &AtomicU64,
+    nodes: &Nodes,
+) -> Result<ClientResult, String> {
+    let Some(t) = spec.timed.as_ref().filter(|t| !t.faults.is_empty()) else {
+        return coordinate(spec, workers, progress, None);
+    };
+    let injector = Injector::new(&t.faults, t.run_ns, nodes);
+    std::thread::scope(|s| {
+        let injecting = s.spawn(|| injector.run());
+        let out = coordinate(spec, workers, progress, Some(&injector));
+        injector.stop();
+        let injected = injecting.join().unwrap_or_else(|_| Err("the fault injector crashed (a bug)".into()));
+        out.and_then(|r| injected.map(|()| r))
+    })
+}
+
+/// Opens each gate once every worker reached it (telling `injector` when
+/// the measured phase begins), then collects results.
+fn coordinate(
+    spec: &RunSpec,
+    workers: &mut [Worker],
+    progress: &AtomicU64,
+    injector: Option<&Injector<'_>>,
+) -> Result<ClientResult, String> {
+    for (ops, opens_measure) in phase_ops(spec) {
         for (i, w) in workers.iter_mut().enumerate() {
             match w.line() {
                 Some(l) if l == "gate" => {}
                 other => return Err(worker_failed(i, other)),
             }
+        }
+        if let Some(inj) = injector.filter(|_| opens_measure) {
+            inj.begin(std::time::Instant::now());
         }
         for (i, w) in workers.iter_mut().enumerate() {
             if !w.send("go") {
@@ -271,7 +309,8 @@ fn worker_run(job: &str, io: &Io) -> Result<ClientResult, String> {
         go
     };
     let make = || cluster.memory().with_latency(rtt);
-    let r = run_threads(&spec, system, lo..hi, make, clock, Some(&hook), None);
+    // No fault control here: the parent injects.
+    let r = run_threads(&spec, system, lo..hi, make, clock, Extras { hook: Some(&hook), ..Extras::default() });
     match r {
         Err(_) if told_to_abort.load(Ordering::Relaxed) => Err("aborted by the parent".into()),
         r => r,

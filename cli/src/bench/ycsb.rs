@@ -21,6 +21,11 @@
 //! (a shared VM, whose CPU slows for seconds to hours at a time), every
 //! system then meets its slow and fast stretches alike, and the ratios
 //! between them stop depending on which system ran when.
+//!
+//! `--duration` measures each system for a fixed time instead, with a
+//! timeline (`--bucket`); `--fault-node` fails or stalls memory nodes
+//! during it, and the node is healthy again before the next system or
+//! round (the availability experiment, SWARM §7.7; see [`super::timed`]).
 
 use std::fs::File;
 use std::io::Write;
@@ -37,15 +42,16 @@ use swarm_core::kv::System;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::systems;
+use swarm_ycsb::fault::NodeFault;
 use swarm_ycsb::plot::write_plots;
 use swarm_ycsb::progress::Progress;
 use swarm_ycsb::report::Report;
 use swarm_ycsb::runner::{MAX_HANDLES, RunSpec, SystemRun};
 use swarm_ycsb::sim::{RTT_NS, format_cluster, run_sim};
-use swarm_ycsb::threads::run_threads;
+use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{ClientResult, Distribution, Workload};
 
-use super::procs;
+use super::{procs, timed};
 use crate::args::{format_size, int_in, parse_ops, parse_replicas, parse_rtt_us, parse_size, parse_warmup};
 use crate::memnode::print_warnings;
 use crate::rdma;
@@ -53,6 +59,8 @@ use swarm_backend_rdma::ClusterConfig;
 
 /// Most keys a run may load.
 pub const MAX_KEYS: u64 = 100_000_000;
+/// Measured operations per client without `--ops`.
+const DEFAULT_OPS: u64 = 200_000;
 
 /// Where `swarm bench` runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -69,7 +77,8 @@ pub enum YcsbBackend {
 }
 
 impl YcsbBackend {
-    fn name(self) -> &'static str {
+    /// As `--backend` takes it.
+    pub fn name(self) -> &'static str {
         match self {
             YcsbBackend::Shm => "shm",
             YcsbBackend::Sim => "sim",
@@ -125,13 +134,39 @@ pub struct YcsbArgs {
     /// round, with --rounds) [default: ops / 5].
     #[arg(long, value_name = "N", value_parser = parse_warmup)]
     pub warmup: Option<u64>,
-    /// Measured operations per client (per in-flight setting).
-    #[arg(long, value_name = "N", default_value_t = 200_000, value_parser = parse_ops)]
-    pub ops: u64,
+    /// Measured operations per client (per in-flight setting) [default:
+    /// 200000; with --duration or --fault-node, at most: by default 3
+    /// million a second per operation in flight, in the simulator one per
+    /// roundtrip].
+    #[arg(long, value_name = "N", value_parser = parse_ops)]
+    pub ops: Option<u64>,
+    /// Measure each system for this long (500ms, 4s, 1m: from the gate
+    /// that opens the measured phase, per in-flight setting and round)
+    /// rather than a number of operations, and record a timeline of
+    /// throughput and p50/p99 latency [default with --fault-node: 3 s after
+    /// the last fault's start, or 2 s after its end if it has a duration].
+    #[arg(long, value_name = "TIME", value_parser = timed::parse_duration)]
+    pub duration: Option<u64>,
+    /// Width of the timeline's buckets (with --duration or --fault-node)
+    /// [default: 100ms].
+    #[arg(long, value_name = "TIME", value_parser = timed::parse_bucket)]
+    pub bucket: Option<u64>,
+    /// Fail or stall memory node NODE during each system's measured phase:
+    /// NODE:KIND@START[+DURATION], KIND fail or stall, times from the
+    /// measured phase's start (1500ms, 2s); without +DURATION to the end of
+    /// the run (the node is healthy again before the next system or round).
+    /// Repeat for several. Not node 0: it holds the index, which is not
+    /// replicated yet. On shm (threads or --processes) and cxl; in the
+    /// simulator a failure is a crash that lasts (no +DURATION); not rdma.
+    /// Implies a timed run (--duration).
+    #[arg(long, value_name = "NODE:KIND@START[+DURATION]", value_parser = timed::parse_fault)]
+    pub fault_node: Vec<NodeFault>,
     /// Split the run into N rounds in which the systems take turns, each
     /// on a fresh store with its share of --ops (after a whole warm-up, and
     /// with a seed of its own), and report each system's rounds together
-    /// [default: 5, or 1 with --backend sim, whose time is virtual].
+    /// [default: 5, or 1 with --backend sim, whose time is virtual, and
+    /// with --duration or --fault-node, whose rounds each take the whole
+    /// time].
     #[arg(long, value_name = "N", value_parser = parse_rounds)]
     pub rounds: Option<u64>,
     /// Seed of every random choice (and of the whole run with the simulator).
@@ -222,9 +257,9 @@ fn parse_rounds(s: &str) -> Result<u64, String> {
 const DEFAULT_ROUNDS: u64 = 5;
 
 /// The run's rounds (never more than its measured operations).
-fn rounds(a: &YcsbArgs) -> u64 {
-    let default = if a.backend == YcsbBackend::Sim { 1 } else { DEFAULT_ROUNDS };
-    a.rounds.unwrap_or(default.min(a.ops))
+fn rounds(a: &YcsbArgs, spec: &RunSpec) -> u64 {
+    let default = if a.backend == YcsbBackend::Sim || spec.timed.is_some() { 1 } else { DEFAULT_ROUNDS };
+    a.rounds.unwrap_or(default.min(spec.ops))
 }
 
 fn parse_keys(s: &str) -> Result<u64, String> {
@@ -251,6 +286,14 @@ fn parse_flush(s: &str) -> Result<FlushMode, String> {
 
 /// The run the flags describe, after the checks between flags.
 pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
+    let timed = timed::timed(a)?;
+    let inflight = a.inflight.0.clone();
+    let max_inflight = inflight.iter().copied().max().unwrap_or(1);
+    let ops = match (a.ops, &timed) {
+        (Some(n), _) => n,
+        (None, None) => DEFAULT_OPS,
+        (None, Some(t)) => timed::ops_cap(t, a.backend, max_inflight),
+    };
     let spec = RunSpec {
         workload: a.workload,
         distribution: a.distribution,
@@ -259,11 +302,13 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
         value_size: a.value_size,
         replicas: a.replicas,
         clients: a.clients,
-        inflight: a.inflight.0.clone(),
-        warmup: a.warmup.unwrap_or(a.ops / 5),
-        ops: a.ops,
+        inflight,
+        // A timed run's cap is no measure of how long to warm up.
+        warmup: a.warmup.unwrap_or(if timed.is_some() { DEFAULT_OPS / 5 } else { ops / 5 }),
+        ops,
         seed: a.seed,
         warm_cache: !a.cold_cache,
+        timed,
     };
     let backend = a.backend;
     if backend == YcsbBackend::Rdma && a.cluster.is_none() {
@@ -292,7 +337,7 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
         return Err("--flush applies to --backend cxl only".into());
     }
     if let Some(r) = a.rounds
-        && r > a.ops
+        && r > spec.ops
     {
         return Err(format!("--rounds {r} needs at least as many --ops (each round measures its share)"));
     }
@@ -317,11 +362,12 @@ pub fn run(a: &YcsbArgs) -> Result<(), String> {
         None => None,
     };
     let plots_dir = plots_dir(a);
-    let (backend, backend_json) = describe(a, &systems, cluster.as_ref());
-    let n = rounds(a);
+    let n = rounds(a, &spec);
+    let (backend, backend_json) = describe(a, &systems, cluster.as_ref(), n);
     let round_specs: Vec<RunSpec> = (0..n).filter_map(|r| spec.round(r, n)).collect();
     let total: u64 = round_specs.iter().map(RunSpec::total_ops).sum();
-    let progress = Progress::start(total * systems.len() as u64, true);
+    // A timed run's length is its time, not its operations: no bar.
+    let progress = Progress::start(total * systems.len() as u64, spec.timed.is_none());
     let mut runs: Vec<SystemRun> = Vec::new();
     for (r, round) in round_specs.iter().enumerate() {
         for &system in &systems {
@@ -380,7 +426,7 @@ fn plots_dir(a: &YcsbArgs) -> Option<PathBuf> {
 }
 
 /// The backend in words, and its settings for the JSON `config`.
-fn describe(a: &YcsbArgs, systems: &[System], cluster: Option<&ClusterConfig>) -> (String, Value) {
+fn describe(a: &YcsbArgs, systems: &[System], cluster: Option<&ClusterConfig>, rounds: u64) -> (String, Value) {
     let words = match a.backend {
         YcsbBackend::Shm => match a.processes {
             Some(p) => format!("shm ({p} processes on one /dev/shm cluster, injected rtt {} µs)", a.inject_rtt_us),
@@ -406,7 +452,7 @@ fn describe(a: &YcsbArgs, systems: &[System], cluster: Option<&ClusterConfig>) -
         "systems": systems.iter().map(|s| s.name()).collect::<Vec<_>>(),
         "processes": a.processes,
         "inject_rtt_us": a.inject_rtt_us,
-        "rounds": rounds(a),
+        "rounds": rounds,
         "path": a.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "flush": (a.backend == YcsbBackend::Cxl).then(|| a.flush.unwrap_or_default().name()),
         "cluster": cluster.map(|c| c.nodes.iter().map(|n| json!({"address": n.address, "size": n.size})).collect::<Vec<_>>()),
@@ -456,7 +502,8 @@ fn run_system(
                 cluster.prefault().map_err(|e| e.to_string())?;
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
-                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
+                let extras = Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None };
+                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
             }
         },
         YcsbBackend::Cxl => {
@@ -466,7 +513,8 @@ fn run_system(
             let out = cluster.prefault().map_err(|e| e.to_string()).and_then(|()| {
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
-                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), None, Some(progress))
+                let extras = Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None };
+                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
             });
             drop(cluster);
             let removed =

@@ -9,10 +9,15 @@
 //! that a new system brings its knobs without touching this type.
 
 use super::KvError;
+use super::place::{INDEX_NODE, lease_nodes};
 use super::system::System;
+use crate::NodeId;
 use crate::index::{BLOCK_ALIGN, Geometry, IndexConfig, MAX_KEY, block_len};
+use crate::substrate::lease;
 use crate::substrate::quorum::MAX_REPLICAS;
+use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab;
+use crate::swarm::writerlog::LogGeometry;
 
 /// The largest value any store takes, in bytes.
 pub const MAX_VALUE: usize = 64 * 1024;
@@ -60,6 +65,47 @@ impl Options {
 pub const MIN_LEASE_MS: u32 = 100;
 /// Longest lease a store may have, in milliseconds.
 pub const MAX_LEASE_MS: u32 = 3_600_000;
+
+/// A cluster's nodes, as far as fitting a store on them goes
+/// ([`StoreConfig::min_node_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeShape {
+    /// Bytes per node.
+    pub size: u64,
+    /// Bytes per chunk.
+    pub chunk: u64,
+    /// The writer-log directory every node holds (`swarm memnode create`
+    /// formats one); `None` on nodes without, where a replicated store's
+    /// `format` makes one.
+    pub log: Option<LogGeometry>,
+}
+
+/// Chunks a system takes on one node beyond what every store takes there
+/// ([`super::KvSystem::node_chunks`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeChunks {
+    /// Its own structures, set up once.
+    pub own: u64,
+    /// What one client claims to write one key of the largest value.
+    pub per_client: u64,
+}
+
+/// The least memory a node needs for a store, and what it is made of
+/// ([`StoreConfig::min_node_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinNode {
+    /// The node that needs the most (node 0, which holds the index).
+    pub node: NodeId,
+    /// Bytes it needs: the region header, the store's structures, and
+    /// every client's chunks.
+    pub bytes: u64,
+    /// Of which the header and the structures (log directory, lease
+    /// table, index, and the system's own).
+    pub structures: u64,
+    /// Of which each client's chunks: what one client claims there to
+    /// write one key of the largest value.
+    pub per_client: u64,
+}
 
 /// The shape of a store. Every client of one store must use the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,6 +249,45 @@ impl StoreConfig {
     pub fn index_bytes(&self) -> u64 {
         let block = slab::class_of(block_len(self.max_key) as u64).map_or(BLOCK_ALIGN, |(_, c)| c).max(BLOCK_ALIGN);
         Geometry::bytes(self.index().groups).unwrap_or(0) + self.keys * block
+    }
+
+    /// The least memory each of `nodes` nodes shaped `shape` needs for this
+    /// store to take one key from each of its [`writers`](Self::writers)
+    /// clients: the region header (with the store's record in its root
+    /// slots), the log directory the nodes hold, the lease table (on the
+    /// first 2f+1 nodes), the index (on node 0), the system's own
+    /// structures, and what each client claims on a node to write one key
+    /// of [`max_value`](Self::max_value) bytes: a chunk per size class it
+    /// carves there (values' replicas, its log segment, descriptors and
+    /// key blocks on node 0), as its keys may land on any node. Memory is
+    /// never recycled, so on smaller nodes some client's first write fails;
+    /// what the keys themselves take comes on top ([`node_bytes`](Self::node_bytes)
+    /// estimates it). The one place this is computed: `swarm memnode
+    /// create` and `swarm kv init` both refuse nodes below it. An error if
+    /// an object the store needs does not fit in a chunk.
+    pub fn min_node_bytes(&self, nodes: usize, shape: &NodeShape) -> Result<MinNode, KvError> {
+        let chunk = shape.chunk.max(1);
+        let chunks_of = |bytes: u64| bytes.div_ceil(chunk);
+        let mut worst: Option<MinNode> = None;
+        for n in 0..nodes.max(1) {
+            let node = NodeId(n as u16);
+            let mut own = shape.log.map_or(0, |g| chunks_of(g.dir_bytes()));
+            if n < lease_nodes(self, nodes) {
+                own += chunks_of(lease::table_bytes(self.writers));
+            }
+            if node == INDEX_NODE {
+                let index = Geometry::bytes(self.index().groups).ok_or(KvError::BadConfig("too many keys"))?;
+                own += chunks_of(index);
+            }
+            let system = self.system.node_chunks(self, nodes, node, shape)?;
+            let structures = HEADER_SIZE.saturating_add((own + system.own).saturating_mul(chunk));
+            let per_client = system.per_client.saturating_mul(chunk);
+            let bytes = structures.saturating_add(per_client.saturating_mul(self.writers as u64));
+            if worst.is_none_or(|w| bytes > w.bytes) {
+                worst = Some(MinNode { node, bytes, structures, per_client });
+            }
+        }
+        worst.ok_or(KvError::BadConfig("there are no memory nodes"))
     }
 
     /// Bytes each of `nodes` memory nodes needs for [`StoreConfig::keys`]

@@ -3,11 +3,12 @@
 
 use core::fmt;
 
-use crate::MemError;
 use crate::index::IndexError;
 use crate::substrate::lease::LeaseError;
+use crate::substrate::space::region::Bytes;
 use crate::substrate::space::{AllocError, RegionError};
 use crate::swarm::client::ClientError;
+use crate::{MemError, MemErrorKind, NodeId};
 
 /// A failed operation: bad input, or a store that cannot answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,11 +27,27 @@ pub enum KvError {
         /// Bytes allowed.
         max: usize,
     },
-    /// Too few memory nodes answered; the operation may or may not have
-    /// taken effect.
+    /// Too few of the replicas of a key answered; the operation may or may
+    /// not have taken effect.
     Unavailable,
-    /// The store is full (index buckets, or memory for values).
+    /// A node this operation needed did not answer (down, or timed out):
+    /// node 0 with the index, the only node of a RAW key, the node of a
+    /// store's record. The operation may or may not have taken effect.
+    Down(MemError),
+    /// The index has no free slot for the key: every slot it may take holds
+    /// another key (the index is sized for the store's keys).
     Full,
+    /// A node has no memory left for what the operation needed (a value's
+    /// replica, a writer-log segment, an index block): memory is never
+    /// recycled, so the store cannot take more writes there.
+    NodeFull {
+        /// The node.
+        node: NodeId,
+        /// Bytes asked for (whole chunks).
+        need: u64,
+        /// Bytes left on the node.
+        free: u64,
+    },
     /// Remote data that cannot be right, after retries.
     Corrupt,
     /// The memory nodes hold no key-value store (`systems::format` was not run).
@@ -55,7 +72,15 @@ impl fmt::Display for KvError {
             KvError::BadKey { len, max } => write!(f, "keys must have 1 to {max} bytes, this one has {len}"),
             KvError::ValueTooLarge { len, max } => write!(f, "values may have up to {max} bytes, this one has {len}"),
             KvError::Unavailable => write!(f, "too few memory nodes answered"),
-            KvError::Full => write!(f, "the store is full"),
+            KvError::Down(e) => match e.kind {
+                MemErrorKind::Unreachable => write!(f, "{} is down (unreachable)", e.node),
+                MemErrorKind::TimedOut => write!(f, "{} does not answer (timed out)", e.node),
+                _ => write!(f, "{e}"),
+            },
+            KvError::Full => write!(f, "the index is full: every slot this key may take holds another key"),
+            KvError::NodeFull { node, need, free } => {
+                write!(f, "{node} is full: {} needed, {} free (memory is not recycled)", Bytes(*need), Bytes(*free))
+            }
             KvError::Corrupt => write!(f, "corrupt data in memory"),
             KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),
             KvError::Contended => write!(f, "the key kept changing under this client; gave up"),
@@ -73,7 +98,7 @@ impl From<MemError> for KvError {
     /// A request the node refused (out of bounds, misaligned) came from
     /// corrupt remote data; anything else is the node's health.
     fn from(e: MemError) -> KvError {
-        if e.is_request_error() { KvError::Corrupt } else { KvError::Unavailable }
+        if e.is_request_error() { KvError::Corrupt } else { KvError::Down(e) }
     }
 }
 
@@ -81,7 +106,7 @@ impl From<RegionError> for KvError {
     fn from(e: RegionError) -> KvError {
         match e {
             RegionError::Mem(e) => e.into(),
-            RegionError::Exhausted { .. } => KvError::Full,
+            RegionError::Exhausted { node, need, free } => KvError::NodeFull { node, need, free },
             RegionError::Corrupt { .. } => KvError::NoStore,
             RegionError::BadLayout(_) => KvError::Corrupt,
         }
@@ -102,7 +127,8 @@ impl From<IndexError> for KvError {
     fn from(e: IndexError) -> KvError {
         match e {
             IndexError::Mem(e) => e.into(),
-            IndexError::Region(RegionError::Exhausted { .. }) | IndexError::Full { .. } => KvError::Full,
+            IndexError::Region(e @ (RegionError::Exhausted { .. } | RegionError::Mem(_))) => e.into(),
+            IndexError::Full { .. } => KvError::Full,
             IndexError::KeyTooLong { len, max } => KvError::BadKey { len, max },
             IndexError::NoIndex { .. } => KvError::NoStore,
             IndexError::Contended => KvError::Contended,

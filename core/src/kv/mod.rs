@@ -43,7 +43,7 @@ mod system;
 
 #[cfg(feature = "alloc")]
 pub use any::AnyClient;
-pub use config::{Choice, MAX_CLIENTS, MAX_OPTIONS, MAX_VALUE, Options, StoreConfig};
+pub use config::{Choice, MAX_CLIENTS, MAX_OPTIONS, MAX_VALUE, MinNode, NodeChunks, NodeShape, Options, StoreConfig};
 pub use error::KvError;
 pub use system::{Guarantee, Handle, KvSystem, Roundtrips, System, SystemInfo, Visit, Who};
 

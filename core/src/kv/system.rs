@@ -20,11 +20,8 @@ use core::fmt;
 use core::future::Future;
 use core::hash::{Hash, Hasher};
 
-use super::config::{Choice, StoreConfig};
+use super::config::{Choice, NodeChunks, NodeShape, StoreConfig};
 use super::{KvClient, KvError};
-use crate::Memory;
-#[cfg(feature = "alloc")]
-use crate::NodeId;
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::Held;
 #[cfg(feature = "alloc")]
@@ -34,6 +31,7 @@ use crate::substrate::msg::{
     server::{self, Bare, Shell, Stats},
 };
 use crate::substrate::value::Value;
+use crate::{Memory, NodeId};
 
 /// The consistency a system promises, which the campaigns check its
 /// histories against (`swarm-lincheck`).
@@ -149,6 +147,16 @@ pub trait KvSystem: 'static {
     /// writes by all clients together, region header and spare included.
     fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64;
 
+    /// Chunks this system takes on node `node` of a cluster of `nodes`
+    /// nodes shaped `shape`, beyond what every store takes there (the
+    /// region header, the log directory the nodes hold, the lease table,
+    /// the index: [`StoreConfig::min_node_bytes`] counts those):
+    /// its own structures, and what one client claims there to write one
+    /// key of `cfg.max_value` bytes. Each size class a client carves takes a
+    /// chunk of its own on each node, and a client's keys may land on any
+    /// node. An error names an object that no chunk of `shape` can hold.
+    fn node_chunks(cfg: &StoreConfig, nodes: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError>;
+
     /// Sets up the store on every node of `mem`, once, by one client,
     /// after `Region::format` of each node (with [`StoreConfig::CHUNK`]
     /// chunks, or any size that holds a value). Running it again on a
@@ -198,13 +206,14 @@ pub struct System {
     info: &'static SystemInfo,
     check: fn(&StoreConfig, usize) -> Result<(), KvError>,
     node_bytes: fn(&StoreConfig, usize, u64) -> u64,
+    node_chunks: fn(&StoreConfig, usize, NodeId, &NodeShape) -> Result<NodeChunks, KvError>,
 }
 
 impl System {
     /// The handle of system `S` (the registry makes these).
     #[cfg(feature = "alloc")]
     pub(crate) const fn of<S: KvSystem>() -> System {
-        System { info: S::INFO, check: S::check, node_bytes: S::node_bytes }
+        System { info: S::INFO, check: S::check, node_bytes: S::node_bytes, node_chunks: S::node_chunks }
     }
 
     /// Its declaration.
@@ -243,6 +252,16 @@ impl System {
 
     pub(crate) fn node_bytes(self, cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
         (self.node_bytes)(cfg, nodes, writes)
+    }
+
+    pub(crate) fn node_chunks(
+        self,
+        cfg: &StoreConfig,
+        nodes: usize,
+        node: NodeId,
+        shape: &NodeShape,
+    ) -> Result<NodeChunks, KvError> {
+        (self.node_chunks)(cfg, nodes, node, shape)
     }
 }
 

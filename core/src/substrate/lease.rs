@@ -107,6 +107,9 @@ pub enum LeaseError {
         /// Ids the table has.
         ids: u8,
     },
+    /// The table could not be set up on a node's region (no room left for
+    /// it, or a bad header): the region's error.
+    Region(RegionError),
 }
 
 impl From<MemError> for LeaseError {
@@ -119,7 +122,7 @@ impl From<RegionError> for LeaseError {
     fn from(e: RegionError) -> Self {
         match e {
             RegionError::Mem(m) => LeaseError::Mem(m),
-            _ => LeaseError::Corrupt { node: NodeId(0), what: "region" },
+            e => LeaseError::Region(e),
         }
     }
 }
@@ -138,6 +141,7 @@ impl fmt::Display for LeaseError {
                 write!(f, "the lease on client id {id} expired and another client claimed the id")
             }
             LeaseError::BadId { id, ids } => write!(f, "client id {id} is not in 1..={ids}"),
+            LeaseError::Region(e) => write!(f, "cannot set up the lease table: {e}"),
         }
     }
 }
@@ -212,7 +216,7 @@ pub struct Held {
 pub async fn format<M: Memory>(mem: &M, node: NodeId, ids: u8, length_ns: u64) -> Result<(), LeaseError> {
     let ids = ids.min(MAX_IDS);
     let mut region = Region::open(mem, node).await?;
-    let bytes = records_at(ids) + RECORD * (ids as u64 + 1);
+    let bytes = table_bytes(ids);
     let base = region.alloc_chunks(mem, bytes.div_ceil(region.chunk)).await?;
     let mut header = [0u8; 24];
     for (i, w) in [MAGIC, ids as u64, length_ns].into_iter().enumerate() {
@@ -221,6 +225,13 @@ pub async fn format<M: Memory>(mem: &M, node: NodeId, ids: u8, length_ns: u64) -
     mem.write(base, &header).await?;
     Region::claim_root(mem, node, roots::LEASES, base.offset).await?;
     Ok(())
+}
+
+/// Bytes of a table of `ids` ids on one node (what [`format`] takes, in
+/// whole chunks): header, lease words and records.
+pub fn table_bytes(ids: u8) -> u64 {
+    let ids = ids.min(MAX_IDS);
+    records_at(ids) + RECORD * (ids as u64 + 1)
 }
 
 fn word(nonce: u64, expiry: u64) -> u64 {

@@ -379,6 +379,47 @@ impl<C: Clock> ClientCtx<C> {
         Ok(())
     }
 
+    /// What connecting a key-value client does instead of
+    /// [`prepare`](Self::prepare): reads every node's log directory (a node
+    /// that was not set up for SWARM fails the connection; unreachable
+    /// nodes are skipped), and where the segment that a resumed lease goes
+    /// on in lives on the nodes that hold it, so that the first write finds
+    /// it without a roundtrip. Allocates nothing: a client that only reads
+    /// claims no memory, so that a full store stays readable by a new
+    /// process. The first write opens its segment ([`next_write`](Self::next_write))
+    /// and creates its entries where they are missing, as every later
+    /// segment is.
+    pub async fn open_logs<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
+        // The directories of every node at once; those late once a majority
+        // answered are left out, and suspected (SWARM §6).
+        let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
+            (0..mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+        let mut segments = None;
+        for group in nodes.chunks(MAX_REPLICAS) {
+            let opened = self.logs.open_dirs(mem, group, majority(group.len())).await;
+            for (&node, r) in group.iter().zip(opened) {
+                match r {
+                    Ok(()) => segments = segments.or(self.logs.known_geometry(node).map(|g| g.segments)),
+                    Err(LogError::Mem(e)) => self.nodes.note(node, e.kind == crate::MemErrorKind::TimedOut),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let Some(c) = self.cursor.filter(|c| c.start != 0 && segments.is_some_and(|s| (c.segment as u64) < s)) else {
+            return Ok(());
+        };
+        let place = Place { segment: c.segment, slot: 0, start: c.start };
+        for group in nodes.chunks(MAX_REPLICAS) {
+            for entry in self.logs.entries(mem, group, self.id, place, None, majority(group.len())).await {
+                match entry {
+                    Ok(_) | Err(LogError::Mem(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Gives the lease back, with where the next holder goes on: in the
     /// log, and in the partly used chunks of this client's allocator and
     /// `extra` (the caller's own). A client without a lease has nothing to

@@ -295,8 +295,7 @@ impl Register {
         if let (false, Some(c)) = (found, copy) {
             entries.clear();
             let looked_up =
-                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab), usize::MAX))
-                    .await;
+                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab), usize::MAX)).await;
             for (j, entry) in looked_up.into_iter().enumerate() {
                 match entry {
                     Ok(Some(e)) => {

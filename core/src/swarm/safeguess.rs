@@ -46,6 +46,7 @@ use crate::substrate::exec::cold;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
+use crate::swarm::inout::InOutError;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::{MAX_CLIENT, Meta};
 use crate::swarm::writerlog::{EntryHeader, LogCopy, LogError};
@@ -257,7 +258,9 @@ fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Me
 /// `copy`: word 0 of the entry on each of `nodes` (the register's; the
 /// entry is created where missing, so that every process agrees on the
 /// same 2f+1 words); `None` for a node that cannot be reached, or that
-/// this client suspects if `trusted_only`.
+/// this client suspects if `trusted_only`. If too few words are left for
+/// a majority because an entry could not be created (a node without room
+/// for its segment), that is the error, not nodes that did not answer.
 async fn lock_words<M: Memory, C: Clock>(
     ctx: &mut ClientCtx<C>,
     mem: &M,
@@ -270,13 +273,23 @@ async fn lock_words<M: Memory, C: Clock>(
         nodes.iter().copied().filter(|&n| !trusted_only || !ctx.nodes.suspects(n)).collect();
     let found = ctx.logs.entries(mem, &asked, m.client(), copy.place, Some(&mut ctx.slab), usize::MAX).await;
     let mut words = heapless::Vec::new();
+    let mut why = None;
     for n in nodes {
         let word = match asked.iter().position(|a| a == n).map(|k| &found[k]) {
             Some(Ok(a)) => *a,
             Some(Err(LogError::Corrupt { node, .. })) => return Err(RegError::Corrupt(*node)),
-            Some(Err(_)) | None => None,
+            Some(Err(LogError::Mem(_))) | None => None,
+            Some(Err(e)) => {
+                why = why.or(Some(*e));
+                None
+            }
         };
         let _ = words.push(word);
+    }
+    if let Some(e) = why
+        && words.iter().flatten().count() < majority(nodes.len())
+    {
+        return Err(RegError::NoQuorum(InOutError::Log(e)));
     }
     Ok(words)
 }

@@ -372,7 +372,7 @@ impl Logs {
     /// Loads the directories of those of `nodes` not known yet, all at
     /// once, leaving out those that are late once `need` of `nodes` are
     /// known; whether each is known.
-    async fn open_dirs<M: Memory>(
+    pub(crate) async fn open_dirs<M: Memory>(
         &mut self,
         mem: &M,
         nodes: &[NodeId],
@@ -398,6 +398,11 @@ impl Logs {
             };
         }
         out
+    }
+
+    /// The geometry of `node`'s logs if its directory is loaded already.
+    pub fn known_geometry(&self, node: NodeId) -> Option<LogGeometry> {
+        self.nodes.iter().find(|d| d.node == node).map(|d| d.geo)
     }
 
     /// The geometry of `node`'s logs.
@@ -503,9 +508,7 @@ impl Logs {
         let mut out = self.entries_once(mem, nodes, client, place, alloc.as_deref_mut(), need).await;
         // Counting the nodes that need no work as successes may have left
         // out a slow node that is needed after all (another failed).
-        let timed_out = |r: &Result<Option<RemoteAddr>, LogError>| {
-            matches!(r, Err(LogError::Mem(e)) if e.kind == crate::MemErrorKind::TimedOut)
-        };
+        let timed_out = |r: &Result<Option<RemoteAddr>, LogError>| matches!(r, Err(LogError::Mem(e)) if e.kind == crate::MemErrorKind::TimedOut);
         if out.iter().filter(|r| matches!(r, Ok(Some(_)))).count() < need && out.iter().any(timed_out) {
             let again: heapless::Vec<usize, MAX_REPLICAS> = (0..out.len()).filter(|&i| timed_out(&out[i])).collect();
             let late: heapless::Vec<NodeId, MAX_REPLICAS> = again.iter().map(|&i| nodes[i]).collect();

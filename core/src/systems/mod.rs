@@ -27,7 +27,7 @@ use crate::kv::place::lease_nodes;
 use crate::kv::record::{self, Found, Record};
 use crate::kv::{AnyClient, KvError, KvSystem, StoreConfig, System, Visit, Who};
 use crate::substrate::clock::Clock;
-use crate::substrate::lease::{self, Held, LeaseTable, Want};
+use crate::substrate::lease::{self, Held, LeaseError, LeaseTable, Want};
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::server::{Shell, Stats};
 use crate::substrate::quorum::MAX_REPLICAS;
@@ -39,6 +39,8 @@ pub mod dm_abd;
 pub mod raw;
 pub mod swarm_kv;
 
+#[cfg(all(test, feature = "sim"))]
+mod edge_tests;
 #[cfg(all(test, feature = "sim"))]
 mod tests;
 
@@ -102,7 +104,11 @@ pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig, epoch_us: u64) -> Res
     for n in 0..lease_nodes(cfg, mem.node_count()) {
         let node = NodeId(n as u16);
         if Region::read_root(mem, node, roots::LEASES).await? == 0 {
-            lease::format(mem, node, cfg.writers, cfg.lease_ms as u64 * 1_000_000).await.map_err(KvError::Lease)?;
+            lease::format(mem, node, cfg.writers, cfg.lease_ms as u64 * 1_000_000).await.map_err(|e| match e {
+                LeaseError::Region(e) => e.into(),
+                LeaseError::Mem(e) => e.into(),
+                e => KvError::Lease(e),
+            })?;
         }
     }
     let mine = Record { config: cfg.clone(), epoch_us };
@@ -131,7 +137,7 @@ pub async fn open<M: Memory>(mem: &M) -> Result<Record, KvError> {
                 return Ok(r);
             }
             Ok(Found::Empty | Found::Claimed) => return Err(KvError::NoStore),
-            Err(e @ KvError::Unavailable) => last = e,
+            Err(e @ (KvError::Unavailable | KvError::Down(_))) => last = e,
             Err(e) => return Err(e),
         }
     }

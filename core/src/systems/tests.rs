@@ -765,10 +765,12 @@ fn random_corruption_never_returns_a_wrong_value() {
 
 /// SWARM §7.7: a stalled node (not the index's) costs a fresh client a
 /// little waiting, never a time-out. The stalled node's operations would
-/// wait 10 s of virtual time; the whole connection and an operation on
-/// every key must take less than a millisecond.
+/// wait 10 s of virtual time; connecting waits at most the lease's
+/// patience for each of its lease operations, and an operation on every
+/// key then takes less than a millisecond in all.
 #[test]
 fn a_fresh_client_waits_for_no_stalled_node() {
+    use crate::substrate::lease::LEASE_PATIENCE_NS;
     for name in ["swarm-kv", "dm-abd"] {
         let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, timeout_ns: 10_000_000_000, ..SimConfig::default() };
         let mut sim = Sim::new(cfg.fixed_latency(2_000));
@@ -786,19 +788,21 @@ fn a_fresh_client_waits_for_no_stalled_node() {
         let at = sim.now();
         sim.stall_node_at(1, at, 60_000_000_000);
         let mem = Counted::new(sim.client());
-        let took = sim
+        let (connect, ops) = sim
             .block_on(async move {
                 let t0 = mem.inner().now();
                 let clock = clock(mem.inner(), 0);
                 let held = claim(&mem, &cfg, &clock, Want::Id(3), 7).await.unwrap();
                 let mut b = connect_any(&mem, &cfg, Who::Lease(held), clock).await.unwrap();
+                let t1 = mem.inner().now();
                 for k in 0..8u8 {
                     assert_eq!(found(b.get(&[b'k', k]).await.unwrap()).as_deref(), Some(&b"v"[..]));
                     assert_eq!(b.update(&[b'k', k], b"w").await, Ok(Ok(Written)));
                 }
-                mem.inner().now() - t0
+                (t1 - t0, mem.inner().now() - t1)
             })
             .unwrap();
-        assert!(took < 1_000_000, "{name}: {took} ns");
+        assert!(connect < 5 * LEASE_PATIENCE_NS, "{name}: connecting took {connect} ns");
+        assert!(ops < 1_000_000, "{name}: 16 operations took {ops} ns");
     }
 }

@@ -59,13 +59,13 @@ use crate::substrate::lease::LeaseError;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
 use crate::swarm::client::{ClientCtx, ClientError};
-use crate::swarm::inout::{Layout, Replica};
+use crate::swarm::inout::{InOutError, Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
 use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
 use crate::{Memory, NodeId, RemoteAddr};
 
-use super::config::StoreConfig;
+use super::config::{NodeChunks, NodeShape, StoreConfig};
 use super::place::{INDEX_NODE, RETRIES, node_of};
 use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
@@ -108,9 +108,15 @@ pub trait Protocol: 'static {
     ) -> impl Future<Output = Result<(), RegError>>;
 }
 
-/// How a register's failure reads to a store's user.
+/// How a register's failure reads to a store's user. A write that reached
+/// no majority because a replica's node had no room for its log entry (or
+/// the log said why else it could not be used) says that, with its
+/// numbers, rather than that nodes did not answer.
 fn reg_error(e: RegError) -> KvError {
     match e {
+        RegError::NoQuorum(InOutError::Log(e @ (LogError::Alloc(_) | LogError::Full { .. } | LogError::NoLog(_)))) => {
+            client_error(ClientError::Log(e))
+        }
         RegError::NoQuorum(_) => KvError::Unavailable,
         RegError::ValueTooLarge { len, max } => KvError::ValueTooLarge { len, max: max as usize },
         RegError::Client(e) => client_error(e),
@@ -122,17 +128,22 @@ fn reg_error(e: RegError) -> KvError {
 }
 
 /// How a client's failure to name a write reads to a store's user: a
-/// node's failure as such, the rest with its numbers.
+/// node's failure as such, a node without room as such (with the bytes),
+/// the rest with its numbers: a full log, timestamps run out, a clock
+/// ahead ([`ClientError`]'s own messages).
 fn client_error(e: ClientError) -> KvError {
     match e {
         ClientError::Log(LogError::NoQuorum(_)) | ClientError::Lease(LeaseError::NoQuorum) => KvError::Unavailable,
         ClientError::Log(LogError::Mem(e)) | ClientError::Lease(LeaseError::Mem(e)) => e.into(),
         ClientError::Log(LogError::Alloc(e)) => e.into(),
+        ClientError::Lease(LeaseError::Region(e)) => e.into(),
         ClientError::Log(LogError::Corrupt { .. }) => KvError::Corrupt,
         ClientError::Log(LogError::NoLog(_)) => KvError::NoStore,
         ClientError::BadId(_) => KvError::BadConfig("client ids go from 1 to 126"),
         ClientError::Lease(e) => KvError::Lease(e),
-        e => KvError::Client(e),
+        e @ (ClientError::Log(LogError::Full { .. })
+        | ClientError::TimeExhausted { .. }
+        | ClientError::TimeAhead { .. }) => KvError::Client(e),
     }
 }
 
@@ -148,6 +159,10 @@ impl<P: Protocol> KvSystem for P {
 
     fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
         node_bytes(cfg, P::layout(cfg), nodes, writes)
+    }
+
+    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        sizing::node_chunks(cfg, P::layout(cfg)?, node, shape)
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
@@ -174,7 +189,7 @@ async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
         if Region::read_root(mem, node, roots::LOG_DIR).await? == 0 {
             writerlog::format(mem, node, geo).await.map_err(|e| match e {
                 LogError::Mem(e) => e.into(),
-                LogError::Alloc(_) | LogError::Full { .. } => KvError::Full,
+                LogError::Alloc(e) => e.into(),
                 _ => KvError::Corrupt,
             })?;
         }
@@ -197,8 +212,11 @@ pub struct Replicated<P, M, C> {
 }
 
 impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
-    /// Connects a client (its log's next segment opened on every node, the
-    /// index opened).
+    /// Connects a client: the nodes' log directories and the index opened,
+    /// nothing allocated ([`ClientCtx::open_logs`]: a client claims memory
+    /// at its first write, so that a full store stays readable). If the
+    /// connection fails, a leased id is given back at once, with what its
+    /// previous holder handed over, rather than held until its lease ends.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Box<Self>, KvError> {
         let id = who.id();
         if id == 0 || id > cfg.writers {
@@ -209,8 +227,18 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             Who::Lease(held) => ClientCtx::leased(held, clock),
         };
         let mut ctx = ctx.map_err(client_error)?;
-        ctx.prepare(&mem).await.map_err(client_error)?;
-        let mut index = RaceIndex::open(&mem, INDEX_NODE).await?;
+        let opened = match ctx.open_logs(&mem).await {
+            Ok(()) => RaceIndex::open(&mem, INDEX_NODE).await.map_err(KvError::from),
+            Err(e) => Err(client_error(e)),
+        };
+        let mut index = match opened {
+            Ok(index) => index,
+            Err(e) => {
+                // Best effort: the id frees when its lease ends otherwise.
+                let _ = ctx.release(&mem, None).await;
+                return Err(e);
+            }
+        };
         if let Some(c) = ctx.slab.take_extra(INDEX_NODE) {
             index.adopt(c);
         }
@@ -471,8 +499,18 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
                     Err(e) => return Err(reg_error(e)),
                 }
             }
-            if let Some(done) = Box::pin(self.insert_fresh(key, value)).await? {
-                return Ok(done);
+            match Box::pin(self.insert_fresh(key, value)).await {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) => {}
+                // No room for fresh replicas on a full node: a key that is
+                // there already needs none (an insert of it is an update).
+                Err(full @ KvError::NodeFull { .. }) => {
+                    return match Box::pin(self.update(key, value)).await? {
+                        Ok(written) => Ok(written),
+                        Err(Missing::NotFound) => Err(full),
+                    };
+                }
+                Err(e) => return Err(e),
             }
         }
         Err(KvError::Contended)

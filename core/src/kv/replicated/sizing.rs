@@ -1,13 +1,15 @@
 //! How much memory a replicated store needs, and the writer logs it
 //! formats: what both of its systems (SWARM-KV, DM-ABD) share.
 
+use crate::NodeId;
 use crate::swarm::inout::Layout;
 use crate::swarm::writerlog::{ENTRY_HEADER, LogGeometry};
 
 use super::descriptor::DESCRIPTOR_BYTES;
-use crate::kv::{KvError, StoreConfig};
+use crate::kv::place::INDEX_NODE;
+use crate::kv::{KvError, NodeChunks, NodeShape, StoreConfig};
 use crate::substrate::space::region::HEADER_SIZE;
-use crate::substrate::space::slab::class_of;
+use crate::substrate::space::slab::{CLASSES, class_of};
 
 /// Most log segments per client and node: with 1 MiB chunks, 8 million
 /// writes of 64 B per client, 126 thousand of 8 KiB (log entries are not
@@ -43,4 +45,49 @@ pub fn node_bytes(cfg: &StoreConfig, layout: Result<Layout, KvError>, nodes: usi
     let slack = cfg.writers as u64 * 6 * StoreConfig::CHUNK;
     let total = values + logs + index + slack;
     (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
+}
+
+/// What a replicated store takes on `node` beyond what every store takes
+/// ([`crate::kv::KvSystem::node_chunks`]): a log directory where the nodes
+/// have none; and per client, a chunk for each size class it carves there
+/// (each replica's object, its log segment, and on the index node the
+/// descriptors), plus on the index node a chunk of key blocks.
+pub(crate) fn node_chunks(
+    cfg: &StoreConfig,
+    layout: Layout,
+    node: NodeId,
+    shape: &NodeShape,
+) -> Result<NodeChunks, KvError> {
+    let (dir, geo) = match shape.log {
+        Some(g) => (0, g),
+        None => {
+            let g = log_geometry(cfg, shape.size, shape.chunk)?;
+            (g.dir_bytes().div_ceil(shape.chunk.max(1)), g)
+        }
+    };
+    let mut classes = [false; CLASSES];
+    let mut take = |size: u64, what: &'static str| match class_of(size) {
+        Some((class, obj)) if obj <= shape.chunk => {
+            classes[class] = true;
+            Ok(())
+        }
+        _ => Err(KvError::BadConfig(what)),
+    };
+    for r in 0..cfg.replicas.max(1) {
+        take(
+            layout.of_replica(r).size(),
+            "a value's replica does not fit in a chunk (use bigger chunks or smaller values)",
+        )?;
+    }
+    take(
+        geo.per_segment * geo.entry_size,
+        "a writer-log segment does not fit in a chunk (a chunk of a power of two bytes holds one)",
+    )?;
+    let mut client = 0;
+    if node == INDEX_NODE {
+        take(DESCRIPTOR_BYTES, "a descriptor does not fit in a chunk")?;
+        client += 1;
+    }
+    client += classes.iter().filter(|&&c| c).count() as u64;
+    Ok(NodeChunks { own: dir, per_client: client })
 }

@@ -74,10 +74,15 @@ pub enum RegionError {
         /// What is wrong with it.
         what: &'static str,
     },
-    /// No chunk is left on the node.
+    /// No chunk is left on the node: what was asked for, and what is left
+    /// (the node's size less its cursor).
     Exhausted {
         /// The node.
         node: NodeId,
+        /// Bytes asked for (whole chunks).
+        need: u64,
+        /// Bytes left after the last chunk handed out.
+        free: u64,
     },
     /// The requested layout is impossible (sizes not multiples of 4 KiB, a
     /// region too small for one chunk, a root slot out of range).
@@ -95,7 +100,9 @@ impl fmt::Display for RegionError {
         match self {
             RegionError::Mem(e) => write!(f, "{e}"),
             RegionError::Corrupt { node, what } => write!(f, "{node}: corrupt region header: {what}"),
-            RegionError::Exhausted { node } => write!(f, "{node}: region is full"),
+            RegionError::Exhausted { node, need, free } => {
+                write!(f, "{node} is full: {} needed, {} free", Bytes(*need), Bytes(*free))
+            }
             RegionError::BadLayout(what) => write!(f, "bad region layout: {what}"),
         }
     }
@@ -216,14 +223,23 @@ impl Region {
         self.alloc_chunks(mem, 1).await
     }
 
-    /// Takes `n` contiguous chunks (for objects larger than a chunk).
+    /// Takes `n` contiguous chunks (for objects larger than a chunk). A
+    /// node without room says how much was asked for and how much is left,
+    /// from a fresh read of its cursor (one more roundtrip, on that path
+    /// only: the cursor this client saw last may be stale).
     pub async fn alloc_chunks<M: Memory>(&mut self, mem: &M, n: u64) -> Result<RemoteAddr, RegionError> {
         let cursor_addr = RemoteAddr::new(self.node, CURSOR_OFFSET);
-        let bytes = n.checked_mul(self.chunk).ok_or(RegionError::Exhausted { node: self.node })?;
+        let bytes = n.saturating_mul(self.chunk);
         loop {
             let next = match self.cursor.checked_add(bytes) {
                 Some(next) if next <= self.size && n > 0 => next,
-                _ => return Err(RegionError::Exhausted { node: self.node }),
+                _ => {
+                    let now = read_word(mem, cursor_addr).await?;
+                    Self::check_cursor(self.node, self.size, self.chunk, now)?;
+                    self.cursor = self.cursor.max(now);
+                    let free = self.size - self.cursor;
+                    return Err(RegionError::Exhausted { node: self.node, need: bytes, free });
+                }
             };
             let prev = mem.cas(cursor_addr, self.cursor, next).await?;
             if prev == self.cursor {
@@ -253,6 +269,28 @@ impl Region {
     pub async fn claim_root<M: Memory>(mem: &M, node: NodeId, root: Root, value: u64) -> Result<u64, RegionError> {
         let prev = mem.cas(Self::root_slot(node, root)?, 0, value).await?;
         Ok(if prev == 0 { value } else { prev })
+    }
+}
+
+/// A byte count as people read it in an error message: exact binary units
+/// where they fit (`1 MiB`), one decimal where not (`1.5 MiB`), else bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+        for (unit, shift) in UNITS {
+            let scale = 1u64 << shift;
+            if self.0 >= scale {
+                return if self.0.is_multiple_of(scale) {
+                    write!(f, "{} {unit}", self.0 >> shift)
+                } else {
+                    write!(f, "{:.1} {unit}", self.0 as f64 / scale as f64)
+                };
+            }
+        }
+        write!(f, "{} B", self.0)
     }
 }
 
@@ -428,6 +466,38 @@ mod tests {
         assert!(
             matches!(tiny, Err(RegionError::Mem(MemError { kind: MemErrorKind::TooLarge { .. }, .. }))),
             "{tiny:?}"
+        );
+    }
+
+    /// A node without a chunk left says how much was asked for and how
+    /// much is left, from its cursor as it is now (another client took
+    /// the last chunk since this one looked).
+    #[test]
+    fn exhaustion_names_the_bytes() {
+        use crate::sim::{Sim, SimConfig};
+
+        const SIZE: u64 = HEADER_SIZE + 3 * (64 << 10) + 8192;
+        let mut sim = Sim::new(SimConfig { seed: 8, nodes: 1, node_size: SIZE, ..SimConfig::default() });
+        let mem = sim.client();
+        let (e, stale) = sim
+            .block_on(async move {
+                let mut mine = Region::format_fresh(&mem, NodeId(0), SIZE, 64 << 10).await.unwrap();
+                let mut other = mine;
+                mine.alloc_chunks(&mem, 2).await.unwrap();
+                other.alloc_chunk(&mem).await.unwrap();
+                // Two chunks do not fit even by the cursor this client saw
+                // last (72 KiB free then): no CAS, but a fresh read.
+                let stale = mine.cursor;
+                (mine.alloc_chunks(&mem, 2).await.unwrap_err(), stale)
+            })
+            .unwrap();
+        assert_eq!(e, RegionError::Exhausted { node: NodeId(0), need: 128 << 10, free: 8192 });
+        assert_eq!(alloc::format!("{e}"), "node 0 is full: 128 KiB needed, 8 KiB free");
+        assert_eq!(SIZE - stale, 72 << 10);
+        let bytes = |b| alloc::format!("{}", Bytes(b));
+        assert_eq!(
+            [bytes(0), bytes(1023), bytes(1536), bytes(3 << 20), bytes(5 << 30)],
+            ["0 B", "1023 B", "1.5 KiB", "3 MiB", "5 GiB"]
         );
     }
 

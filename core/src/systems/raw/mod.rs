@@ -16,8 +16,8 @@ use alloc::boxed::Box;
 
 use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
 use crate::kv::{
-    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, Roundtrips, StoreConfig, SystemInfo, Who,
-    Written,
+    Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, NodeChunks, NodeShape, Roundtrips,
+    StoreConfig, SystemInfo, Who, Written,
 };
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Held, Resumed};
@@ -61,6 +61,17 @@ impl KvSystem for Raw {
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
     }
 
+    /// Per client: a chunk of values on any node, and one of key blocks on
+    /// the index node.
+    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        match class_of(RawRegister::size(cfg.max_value as u64)) {
+            Some((_, obj)) if obj <= shape.chunk => {
+                Ok(NodeChunks { own: 0, per_client: 1 + (node == INDEX_NODE) as u64 })
+            }
+            _ => Err(KvError::BadConfig("a value does not fit in a chunk (use bigger chunks or smaller values)")),
+        }
+    }
+
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
         RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
         Ok(())
@@ -96,13 +107,30 @@ fn encode(addr: RemoteAddr) -> u64 {
 }
 
 impl<M: Memory, C: Clock> RawClient<M, C> {
-    /// Connects a client.
+    /// Connects a client (the index opened; nothing allocated). If the
+    /// index cannot be opened, a leased id is given back at once, with what
+    /// its previous holder handed over, rather than held until its lease
+    /// ends.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let id = who.id();
         if id == 0 || id > cfg.writers {
             return Err(KvError::BadConfig("client id outside 1..=writers"));
         }
-        let index = RaceIndex::open(&mem, INDEX_NODE).await?;
+        let index = match RaceIndex::open(&mem, INDEX_NODE).await {
+            Ok(index) => index,
+            Err(e) => {
+                if let Who::Lease(h) = who {
+                    // A released id's chunks go on to the next holder; a
+                    // crashed holder's may have been carved further: none.
+                    let payload = match h.resume().state {
+                        Resumed::Released => h.resume().payload,
+                        _ => SlabAllocator::new().hand_over([0; HEAD_WORDS], None),
+                    };
+                    let _ = h.release(&mem, &payload).await;
+                }
+                return Err(e.into());
+            }
+        };
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
             max_key: cfg.max_key,

@@ -2,7 +2,9 @@
 //! - latency CDF per operation type, one line per system (the paper's
 //!   Figure 5), at the first in-flight setting of the sweep;
 //! - throughput against operations in flight per client, one line per
-//!   system (the paper's Figure 7).
+//!   system (the paper's Figure 7);
+//! - for a timed run, throughput and latency over time with the faults
+//!   marked ([`availability`], the paper's Figure 11).
 //!
 //! Text is drawn with a bundled font (DejaVu Sans, `assets/`), registered
 //! with plotters' `ab_glyph` renderer, so PNGs render on machines without
@@ -19,8 +21,10 @@ use swarm_core::kv::System;
 use crate::runner::{RunSpec, SystemRun};
 use crate::workload::OpKind;
 
+mod availability;
+
 /// DejaVu Sans (license in `assets/DejaVuSans-LICENSE.txt`).
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 /// The family every plot asks for.
 const FAMILY: &str = "sans-serif";
 const SIZE: (u32, u32) = (900, 560);
@@ -169,17 +173,18 @@ where
     root.present().map_err(err)
 }
 
-/// Draws one chart as `stem.svg` and `stem.png` in `dir`.
+/// Draws one chart of `size` pixels as `stem.svg` and `stem.png` in `dir`.
 fn both(
     dir: &Path,
     stem: &str,
+    size: (u32, u32),
     draw_svg: impl Fn(DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String>,
     draw_png: impl Fn(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), String>,
 ) -> Result<Vec<PathBuf>, String> {
     let svg = dir.join(format!("{stem}.svg"));
     let png = dir.join(format!("{stem}.png"));
-    draw_svg(SVGBackend::new(&svg, SIZE).into_drawing_area())?;
-    draw_png(BitMapBackend::new(&png, SIZE).into_drawing_area())?;
+    draw_svg(SVGBackend::new(&svg, size).into_drawing_area())?;
+    draw_png(BitMapBackend::new(&png, size).into_drawing_area())?;
     Ok(vec![svg, png])
 }
 
@@ -216,6 +221,7 @@ pub fn write_plots(dir: &Path, spec: &RunSpec, runs: &[SystemRun], virtual_time:
         files.extend(both(
             dir,
             &stem,
+            SIZE,
             |a| draw_cdf(a, &title, unit, &series, x_max),
             |a| draw_cdf(a, &title, unit, &series, x_max),
         )?);
@@ -243,8 +249,10 @@ pub fn write_plots(dir: &Path, spec: &RunSpec, runs: &[SystemRun], virtual_time:
     files.extend(both(
         dir,
         &stem,
+        SIZE,
         |a| draw_throughput(a, &title, &series, x_max, y_max),
         |a| draw_throughput(a, &title, &series, x_max, y_max),
     )?);
+    files.extend(availability::write(dir, &prefix, spec, runs, virtual_time)?);
     Ok(files)
 }

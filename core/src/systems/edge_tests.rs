@@ -1,0 +1,295 @@
+//! Every registered system at the edges of its store (issue #19): a full
+//! store stays readable by a client that connects after it filled, and a
+//! write that needs memory names the node and the bytes; nodes of exactly
+//! [`StoreConfig::min_node_bytes`] take keys from every client, a chunk
+//! less does not; running out of time and a clock far ahead are their own
+//! errors, not a full store or missing nodes; a node that is down is named.
+
+use alloc::format;
+use alloc::vec::Vec;
+
+use super::*;
+use crate::check::clock;
+use crate::check::kv::CHUNK;
+use crate::kv::place::node_of;
+use crate::kv::{Got, KvClient, NodeShape};
+use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::substrate::space::region::Region;
+use crate::swarm::client::ClientError;
+use crate::swarm::meta::MAX_TIME;
+use crate::swarm::writerlog::{self, LogError, LogGeometry};
+use crate::{MemError, MemErrorKind, NodeId};
+
+fn config(system: System, writers: u8) -> StoreConfig {
+    let mut cfg = StoreConfig::new(system, 20_000);
+    cfg.max_key = 16;
+    cfg.max_value = 256;
+    cfg.writers = writers;
+    cfg.cache_capacity = 64;
+    cfg
+}
+
+/// The writer-log directory every node gets, as `swarm memnode create`
+/// formats one.
+fn geometry() -> LogGeometry {
+    LogGeometry::new(256, CHUNK, 16).unwrap()
+}
+
+/// A simulator of 3 nodes of `size` bytes: regions, log directories, and
+/// the store of `cfg`.
+fn setup(cfg: &StoreConfig, size: u64) -> Sim {
+    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: size, ..SimConfig::default() });
+    let admin = sim.client();
+    let cfg = cfg.clone();
+    sim.block_on(async move {
+        for n in 0..3 {
+            Region::format(&admin, NodeId(n), size, CHUNK).await.unwrap();
+            writerlog::format(&admin, NodeId(n), geometry()).await.unwrap();
+        }
+        format(&admin, &cfg, 1).await.unwrap();
+    })
+    .unwrap();
+    sim
+}
+
+async fn connect(mem: &SimMemory, cfg: &StoreConfig, id: u8, skew: u64) -> AnyClient<'static, Value<Vec<u8>>> {
+    connect_any(mem.clone(), cfg, Who::Id(id), clock(mem, skew)).await.unwrap()
+}
+
+/// Keys of writer `w` that put each replica of some key on each node, so
+/// that the writer carves every size class it may use on every node.
+fn keys_of(w: u8, cfg: &StoreConfig) -> Vec<Vec<u8>> {
+    let copies = if cfg.system.replicated() { cfg.replicas } else { 1 };
+    let mut missing: Vec<(usize, u16)> = (0..copies).flat_map(|r| (0..3).map(move |n| (r, n))).collect();
+    let mut keys = Vec::new();
+    for i in 0.. {
+        let key = format!("w{w}-{i}").into_bytes();
+        let before = missing.len();
+        missing.retain(|&(r, n)| node_of(&key, r, 3) != NodeId(n));
+        if missing.len() < before {
+            keys.push(key);
+        }
+        if missing.is_empty() {
+            return keys;
+        }
+    }
+    unreachable!()
+}
+
+/// Nodes of exactly the least size a store needs take keys from every
+/// client, each carving every size class on every node; a chunk less and
+/// some client's write fails, naming the node and the bytes, and nothing
+/// else goes wrong.
+#[test]
+fn min_node_bytes_takes_keys_from_every_client_and_no_less_does() {
+    for &system in ALL {
+        let cfg = config(system, 4);
+        let shape = NodeShape { size: 64 << 20, chunk: CHUNK, log: Some(geometry()) };
+        let min = cfg.min_node_bytes(3, &shape).unwrap();
+        assert_eq!(min.node, NodeId(0), "{system}: node 0 holds the index");
+        assert_eq!(min.bytes, min.structures + 4 * min.per_client);
+        for size in [min.bytes, min.bytes - CHUNK] {
+            let mut sim = setup(&cfg, size);
+            let mem = sim.client();
+            let c = cfg.clone();
+            let errors = sim
+                .block_on(async move {
+                    let mut errors = Vec::new();
+                    for w in 1..=4 {
+                        let mut s = connect(&mem, &c, w, 0).await;
+                        for key in keys_of(w, &c) {
+                            if let Err(e) = s.insert(&key, &[w; 256]).await {
+                                errors.push(e);
+                            }
+                        }
+                    }
+                    errors
+                })
+                .unwrap();
+            if size == min.bytes {
+                assert!(errors.is_empty(), "{system}: {errors:?} on nodes of the least size");
+            } else {
+                assert!(!errors.is_empty(), "{system}: a chunk less than the least size took every key");
+                for e in errors {
+                    assert!(
+                        matches!(e, KvError::NodeFull { node: NodeId(0), need: CHUNK, free } if free < CHUNK),
+                        "{system}: {e:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Client 1 fills the store; client 2, which connects only then, reads
+/// every key (connecting and gets allocate nothing), and its insert of a
+/// new key fails with the node and the bytes.
+#[test]
+fn a_full_store_stays_readable_by_a_new_client() {
+    for &system in ALL {
+        let cfg = config(system, 2);
+        let mut sim = setup(&cfg, 2 << 20);
+        let mem = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            let mut a = connect(&mem, &c, 1, 0).await;
+            let mut written = 0u32;
+            let full = loop {
+                match a.insert(format!("k{written}").as_bytes(), &[7; 200]).await {
+                    Ok(_) => written += 1,
+                    Err(e) => break e,
+                }
+            };
+            assert!(written > 100, "{system}: {written} keys");
+            let KvError::NodeFull { need, free, .. } = full else { panic!("{system}: {full:?}") };
+            assert!(need == CHUNK && free < need, "{system}: {full:?}");
+            let text = format!("{full}");
+            assert!(text.contains("is full: 64 KiB needed") && text.contains("free"), "{text}");
+            let mut b = connect(&mem, &c, 2, 0).await;
+            for k in (0..written).step_by(7) {
+                let got = b.get(format!("k{k}").as_bytes()).await;
+                assert!(matches!(&got, Ok(Got::Found(v)) if v[..] == [7; 200][..]), "{system}: k{k}: {got:?}");
+            }
+            let e = b.insert(b"another", b"v").await.unwrap_err();
+            assert!(matches!(e, KvError::NodeFull { .. }), "{system}: {e:?}");
+            // An update takes a log entry on a majority of the key's nodes
+            // (some may have room left), RAW's none.
+            let updated = b.update(b"k0", b"v").await;
+            if system.replicated() {
+                assert!(matches!(updated, Ok(_) | Err(KvError::NodeFull { .. })), "{system}: {updated:?}");
+            } else {
+                assert!(updated.is_ok(), "{system}: {updated:?}");
+            }
+            // The filler reads on too.
+            assert!(matches!(a.get(b"k1").await, Ok(Got::Found(_))), "{system}");
+        })
+        .unwrap();
+    }
+}
+
+/// A clock past the last timestamp fails writes with `TimeExhausted` and
+/// its numbers; a write after one made by a client whose clock is far
+/// ahead fails with `TimeAhead`; neither is "full" or "unavailable", and
+/// gets go on.
+#[test]
+fn running_out_of_time_and_a_clock_ahead_are_their_own_errors() {
+    for &system in ALL.iter().filter(|s| s.replicated()) {
+        let cfg = config(system, 2);
+        let mut sim = setup(&cfg, 4 << 20);
+        let mem = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            let mut honest = connect(&mem, &c, 1, 0).await;
+            honest.insert(b"k", b"v").await.unwrap();
+            let mut late = connect(&mem, &c, 2, MAX_TIME).await;
+            let e = late.insert(b"k2", b"v").await.unwrap_err();
+            assert!(matches!(e, KvError::Client(ClientError::TimeExhausted { .. })), "{system}: {e:?}");
+            assert!(format!("{e}").contains("timestamps are exhausted"), "{e}");
+            let e = late.update(b"k", b"w").await.unwrap_err();
+            assert!(matches!(e, KvError::Client(ClientError::TimeExhausted { .. })), "{system}: {e:?}");
+            assert!(matches!(late.get(b"k").await, Ok(Got::Found(v)) if v[..] == b"v"[..]), "{system}");
+            // An hour ahead (ticks of 100 ns).
+            let mut ahead = connect(&mem, &c, 2, 36_000_000_000).await;
+            ahead.update(b"k", b"from the future").await.unwrap().unwrap();
+            let e = honest.update(b"k", b"now").await.unwrap_err();
+            assert!(matches!(e, KvError::Client(ClientError::TimeAhead { .. })), "{system}: {e:?}");
+            assert!(format!("{e}").contains("some client's clock is wrong"), "{e}");
+        })
+        .unwrap();
+    }
+}
+
+/// A writer log with no entry left is its own error with its numbers,
+/// whichever path meets it: not "too few memory nodes answered".
+#[test]
+fn a_full_writer_log_is_not_a_missing_quorum() {
+    for &system in ALL.iter().filter(|s| s.replicated()) {
+        let cfg = config(system, 2);
+        // One segment of 4 entries per client, and a chunk that takes one.
+        let geo = LogGeometry::new(256, 4 * 320, 1).unwrap();
+        assert_eq!(geo.capacity(), 4);
+        let mut sim = Sim::new(SimConfig { nodes: 3, node_size: 2 << 20, ..SimConfig::default() });
+        let admin = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            for n in 0..3 {
+                Region::format(&admin, NodeId(n), 2 << 20, CHUNK).await.unwrap();
+                writerlog::format(&admin, NodeId(n), geo).await.unwrap();
+            }
+            format(&admin, &c, 1).await.unwrap();
+        })
+        .unwrap();
+        let mem = sim.client();
+        sim.block_on(async move {
+            let mut s = connect(&mem, &cfg, 1, 0).await;
+            let mut last = Ok(());
+            for i in 0..10 {
+                last = s.insert(format!("k{i}").as_bytes(), b"v").await.map(|_| ());
+                if last.is_err() {
+                    break;
+                }
+            }
+            let e = last.unwrap_err();
+            let full = ClientError::Log(LogError::Full { client: 1, capacity: 4 });
+            assert_eq!(e, KvError::Client(full), "{system}");
+            assert!(format!("{e}").contains("has used all 4 entries of its log"), "{e}");
+        })
+        .unwrap();
+    }
+}
+
+/// Every node without a free chunk: a write whose log segment cannot be
+/// created on any replica's node fails naming the node and the bytes (it
+/// once read "too few memory nodes answered", as if nodes were down); a
+/// new client still connects and reads.
+#[test]
+fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
+    for &system in ALL {
+        let cfg = config(system, 2);
+        let mut sim = setup(&cfg, 4 << 20);
+        let mem = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            let mut a = connect(&mem, &c, 1, 0).await;
+            a.insert(b"k", b"v").await.unwrap();
+            for n in 0..3 {
+                let mut region = Region::open(&mem, NodeId(n)).await.unwrap();
+                while region.alloc_chunk(&mem).await.is_ok() {}
+            }
+            let mut b = connect(&mem, &c, 2, 0).await;
+            assert!(matches!(b.get(b"k").await, Ok(Got::Found(v)) if v[..] == b"v"[..]), "{system}");
+            let updated = b.update(b"k", b"w").await;
+            if system.replicated() {
+                let e = updated.unwrap_err();
+                assert!(matches!(e, KvError::NodeFull { need: CHUNK, .. }), "{system}: {e:?}");
+            } else {
+                assert!(updated.is_ok(), "{system}: RAW updates in place: {updated:?}");
+            }
+            let e = b.insert(b"new", b"v").await.unwrap_err();
+            assert!(matches!(e, KvError::NodeFull { need: CHUNK, .. }), "{system}: {e:?}");
+        })
+        .unwrap();
+    }
+}
+
+/// Node 0, which holds the index, failed: connecting says that node 0 is
+/// down, and a store's record is still read from the others.
+#[test]
+fn node_0_down_is_named() {
+    for &system in ALL {
+        let cfg = config(system, 2);
+        let mut sim = setup(&cfg, 4 << 20);
+        let now = sim.now();
+        sim.crash_node_at(0, now, CrashMode::FailFast);
+        let mem = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            assert_eq!(open(&mem).await.map(|r| r.config.system), Ok(system), "the record of the other nodes");
+            let e = connect_any(mem.clone(), &c, Who::Id(1), clock(&mem, 0)).await.err().unwrap();
+            let down = MemError::new(NodeId(0), MemErrorKind::Unreachable);
+            assert_eq!(e, KvError::Down(down), "{system}");
+            assert_eq!(format!("{e}"), "node 0 is down (unreachable)");
+        })
+        .unwrap();
+    }
+}
