@@ -114,14 +114,7 @@ where
             .label(system.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 16))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, 16)?;
     root.present().map_err(err)
 }
 
@@ -162,15 +155,26 @@ where
             .label(system.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
     }
+    legend(&mut chart, 16)?;
+    root.present().map_err(err)
+}
+
+/// The legend of every chart: the systems' names in a box, lower right,
+/// in `font` points.
+fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, font: u32) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
     chart
         .configure_series_labels()
-        .label_font((FAMILY, 16))
+        .label_font((FAMILY, font))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .position(SeriesLabelPosition::LowerRight)
         .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+        .map_err(err)
 }
 
 /// Draws one chart of `size` pixels as `stem.svg` and `stem.png` in `dir`.
