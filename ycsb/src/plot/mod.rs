@@ -4,7 +4,7 @@
 //! - throughput against operations in flight per client, one line per
 //!   system (the paper's Figure 7);
 //! - for a timed run, throughput and latency over time with the faults
-//!   marked ([`availability`], the paper's Figure 11).
+//!   marked (`availability`, the paper's Figure 11).
 //!
 //! Text is drawn with a bundled font (DejaVu Sans, `assets/`), registered
 //! with plotters' `ab_glyph` renderer, so PNGs render on machines without
