@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 use swarm_core::kv::System;
@@ -80,6 +81,28 @@ fn err<E: std::fmt::Display>(e: E) -> String {
     format!("cannot draw a plot: {e}")
 }
 
+/// A white chart with a caption on `root`, its axes from 0 to `x_max` and
+/// `y_max`, `y_labels` pixels left for the vertical axis's labels.
+fn titled_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    y_labels: u32,
+    x_max: f64,
+    y_max: f64,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, String>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    ChartBuilder::on(root)
+        .caption(title, (FAMILY, 22))
+        .margin(18)
+        .x_label_area_size(48)
+        .y_label_area_size(y_labels)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(err)
+}
+
 /// One CDF chart on `root`.
 fn draw_cdf<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
@@ -91,14 +114,7 @@ fn draw_cdf<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FAMILY, 22))
-        .margin(18)
-        .x_label_area_size(48)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..x_max, 0f64..1.0)
-        .map_err(err)?;
+    let mut chart = titled_chart(&root, title, 60, x_max, 1.0)?;
     chart
         .configure_mesh()
         .x_desc(format!("latency ({unit})"))
@@ -129,14 +145,7 @@ fn draw_throughput<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FAMILY, 22))
-        .margin(18)
-        .x_label_area_size(48)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-        .map_err(err)?;
+    let mut chart = titled_chart(&root, title, 70, x_max, y_max)?;
     chart
         .configure_mesh()
         .x_desc("operations in flight per client")
