@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use swarm_core::kv::System;
 
-use super::{FAMILY, both, color, err};
+use super::{FAMILY, both, color, err, legend};
 use crate::fault::{FaultKind, NodeFault};
 use crate::runner::{RunSpec, SystemRun};
 use crate::timeline::Point;
@@ -165,14 +165,7 @@ where
             .label(system.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)
+    legend(&mut chart, 15)
 }
 
 fn latency_panel<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, f: &Figure<'_>) -> Result<(), String>

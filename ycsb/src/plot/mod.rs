@@ -4,7 +4,7 @@
 //! - throughput against operations in flight per client, one line per
 //!   system (the paper's Figure 7);
 //! - for a timed run, throughput and latency over time with the faults
-//!   marked ([`availability`], the paper's Figure 11).
+//!   marked (`availability`, the paper's Figure 11).
 //!
 //! Text is drawn with a bundled font (DejaVu Sans, `assets/`), registered
 //! with plotters' `ab_glyph` renderer, so PNGs render on machines without
@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 use swarm_core::kv::System;
@@ -80,6 +81,28 @@ fn err<E: std::fmt::Display>(e: E) -> String {
     format!("cannot draw a plot: {e}")
 }
 
+/// A white chart with a caption on `root`, its axes from 0 to `x_max` and
+/// `y_max`, `y_labels` pixels left for the vertical axis's labels.
+fn titled_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    y_labels: u32,
+    x_max: f64,
+    y_max: f64,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, String>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    ChartBuilder::on(root)
+        .caption(title, (FAMILY, 22))
+        .margin(18)
+        .x_label_area_size(48)
+        .y_label_area_size(y_labels)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(err)
+}
+
 /// One CDF chart on `root`.
 fn draw_cdf<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
@@ -91,14 +114,7 @@ fn draw_cdf<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FAMILY, 22))
-        .margin(18)
-        .x_label_area_size(48)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..x_max, 0f64..1.0)
-        .map_err(err)?;
+    let mut chart = titled_chart(&root, title, 60, x_max, 1.0)?;
     chart
         .configure_mesh()
         .x_desc(format!("latency ({unit})"))
@@ -114,14 +130,7 @@ where
             .label(system.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 16))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, 16)?;
     root.present().map_err(err)
 }
 
@@ -136,14 +145,7 @@ fn draw_throughput<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FAMILY, 22))
-        .margin(18)
-        .x_label_area_size(48)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-        .map_err(err)?;
+    let mut chart = titled_chart(&root, title, 70, x_max, y_max)?;
     chart
         .configure_mesh()
         .x_desc("operations in flight per client")
@@ -162,15 +164,26 @@ where
             .label(system.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
     }
+    legend(&mut chart, 16)?;
+    root.present().map_err(err)
+}
+
+/// The legend of every chart: the systems' names in a box, lower right,
+/// in `font` points.
+fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>, font: u32) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
     chart
         .configure_series_labels()
-        .label_font((FAMILY, 16))
+        .label_font((FAMILY, font))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .position(SeriesLabelPosition::LowerRight)
         .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+        .map_err(err)
 }
 
 /// Draws one chart of `size` pixels as `stem.svg` and `stem.png` in `dir`.
