@@ -43,6 +43,9 @@ pub struct Paths {
     /// Quorum operations that contacted more replicas than a majority (a
     /// replica of the first majority failed or was suspected).
     pub widened: u64,
+    /// Reads run again because the replicas holding their tuple failed
+    /// between the quorum and the value.
+    pub read_restarts: u64,
 }
 
 impl Paths {
@@ -54,6 +57,7 @@ impl Paths {
         self.out_of_place_reads += o.out_of_place_reads;
         self.write_backs += o.write_backs;
         self.widened += o.widened;
+        self.read_restarts += o.read_restarts;
     }
 }
 

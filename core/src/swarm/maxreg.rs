@@ -426,11 +426,7 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
     ) -> Result<Meta, RegError> {
-        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
-        if !self.held_by_majority(cache, max) {
-            self.write_back(ctx, mem, cache, holders, max, in_place).await?;
-        }
-        Ok(max)
+        Ok(self.read_inner(ctx, mem, cache, false).await?.0)
     }
 
     /// READ: the largest tuple of a majority, written back to a majority.
@@ -440,20 +436,51 @@ impl Register {
         mem: &M,
         cache: &mut RegCache,
     ) -> Result<(Meta, Value<M::Buf>), RegError> {
-        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
-        // The mutant `abd-no-write-back` returns what it read as it is.
-        if self.held_by_majority(cache, max) || cfg!(swarm_mutant = "abd-no-write-back") {
-            // The value: a matching in-place copy, else the out-of-place one.
-            let value = match in_place {
-                Some(v) => v,
-                None => {
-                    ctx.paths.out_of_place_reads += 1;
-                    cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?.1
+        let (max, value) = self.read_inner(ctx, mem, cache, true).await?;
+        Ok((max, value.unwrap_or_else(Value::empty)))
+    }
+
+    /// A strong read, with the value if `value` (else only where it must be
+    /// read to be written back). Run again when it failed for want of
+    /// nodes after its quorum answered: the only replicas that held its
+    /// tuple (and so the value's log entries) may have crashed between the
+    /// two roundtrips while a majority is still alive. Reading again is
+    /// safe: nothing was returned or written back yet, and a tuple that a
+    /// completed operation wrote or returned is on a majority, which the
+    /// next quorum meets. At most one restart per replica; past that, the
+    /// error stands.
+    async fn read_inner<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        value: bool,
+    ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
+        let mut restarts = 0;
+        loop {
+            let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
+            // The mutant `abd-no-write-back` returns what it read as it is.
+            let done = if self.held_by_majority(cache, max) || cfg!(swarm_mutant = "abd-no-write-back") {
+                // The value: a matching in-place copy, else the out-of-place one.
+                match in_place {
+                    Some(v) => return Ok((max, Some(v))),
+                    None if !value => return Ok((max, None)),
+                    None => {
+                        ctx.paths.out_of_place_reads += 1;
+                        cold(|| self.read_out_of_place(ctx, mem, holders, max)).await.map(|(_, v)| (max, Some(v)))
+                    }
                 }
+            } else {
+                cold(|| self.write_back(ctx, mem, cache, holders, max, in_place)).await.map(|(m, v)| (m, Some(v)))
             };
-            return Ok((max, value));
+            match done {
+                Err(RegError::NoQuorum(_)) if restarts < self.replicas.len() => {
+                    restarts += 1;
+                    ctx.paths.read_restarts += 1;
+                }
+                done => return done,
+            }
         }
-        cold(|| self.write_back(ctx, mem, cache, holders, max, in_place)).await
     }
 
     /// The rest of a READ whose tuple `max` a majority is not known to
@@ -660,6 +687,66 @@ mod tests {
         }
         sim.run().unwrap();
         events.borrow().clone()
+    }
+
+    /// A read whose tuple only one replica held, which crashes between the
+    /// read's quorum and the value: the read starts again on the live
+    /// majority and returns what it holds, instead of failing while a
+    /// majority is up (found by the register campaign, seed 1393).
+    #[test]
+    fn a_read_whose_only_holder_crashes_reads_again() {
+        const RTT: u64 = 1_000;
+        let mut sim = Sim::new(SimConfig {
+            seed: 7,
+            nodes: 3,
+            node_size: 4 << 20,
+            min_latency_ns: RTT,
+            max_latency_ns: RTT,
+            max_piece_gap_ns: 0,
+            tail_one_in: 0,
+            ..SimConfig::default()
+        });
+        let (admin, m) = (sim.client(), sim.client());
+        let layout = Layout::new(1, 64).unwrap();
+        let reg = sim
+            .block_on(async move {
+                let geo = LogGeometry::new(64, 64 << 10, 16).unwrap();
+                let nodes: Vec<NodeId> = (0..3).map(NodeId).collect();
+                for &n in &nodes {
+                    Region::format(&admin, n, 4 << 20, 64 << 10).await.unwrap();
+                    writerlog::format(&admin, n, geo).await.unwrap();
+                }
+                let mut ctx = ClientCtx::new(100, || 0).unwrap();
+                let reg = Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap();
+                // A completed write of `old`, then one of `new` that reached
+                // replica 1 alone (its writer crashed).
+                let mut w = ClientCtx::new(1, || 0).unwrap();
+                let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
+                let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
+                    place: Place { segment: 0, slot, start: 1 },
+                    header: EntryHeader::of(meta, 0, v),
+                };
+                reg.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16])
+                    .await
+                    .unwrap();
+                let c = copy(2, new, &[2; 16]);
+                let at = w.logs.entries(&admin, &[NodeId(1)], 1, c.place, Some(&mut w.slab), 1).await[0];
+                let entry = at.clone().unwrap().unwrap();
+                reg.replicas[1].write(&admin, &layout.of_replica(1), entry, 0, new, &c.header, &[2; 16]).await.unwrap();
+                reg
+            })
+            .unwrap();
+        // Node 1 answers the read's first roundtrip, then crashes.
+        let start = sim.now();
+        sim.crash_node_at(1, start + RTT + 1, CrashMode::FailFast);
+        let got = sim
+            .block_on(async move {
+                let mut ctx = ClientCtx::new(2, || 0).unwrap();
+                let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await;
+                (read.map(|(meta, v)| (meta, v.to_vec())), ctx.paths.read_restarts)
+            })
+            .unwrap();
+        assert_eq!(got, (Ok((Meta::new(1, 1, 1), alloc::vec![1; 16])), 1));
     }
 
     proptest! {
