@@ -456,31 +456,49 @@ impl Register {
         cache: &mut RegCache,
         value: bool,
     ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
-        let mut restarts = 0;
-        loop {
-            let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
-            // The mutant `abd-no-write-back` returns what it read as it is.
-            let done = if self.held_by_majority(cache, max) || cfg!(swarm_mutant = "abd-no-write-back") {
-                // The value: a matching in-place copy, else the out-of-place one.
-                match in_place {
-                    Some(v) => return Ok((max, Some(v))),
-                    None if !value => return Ok((max, None)),
-                    None => {
-                        ctx.paths.out_of_place_reads += 1;
-                        cold(|| self.read_out_of_place(ctx, mem, holders, max)).await.map(|(_, v)| (max, Some(v)))
+        match self.read_once(ctx, mem, cache, value).await {
+            Err(RegError::NoQuorum(e)) => {
+                cold(|| async move {
+                    let mut last = RegError::NoQuorum(e);
+                    for _ in 0..self.replicas.len() {
+                        ctx.paths.read_restarts += 1;
+                        match self.read_once(ctx, mem, cache, value).await {
+                            Err(e @ RegError::NoQuorum(_)) => last = e,
+                            done => return done,
+                        }
                     }
-                }
-            } else {
-                cold(|| self.write_back(ctx, mem, cache, holders, max, in_place)).await.map(|(m, v)| (m, Some(v)))
-            };
-            match done {
-                Err(RegError::NoQuorum(_)) if restarts < self.replicas.len() => {
-                    restarts += 1;
-                    ctx.paths.read_restarts += 1;
-                }
-                done => return done,
+                    Err(last)
+                })
+                .await
             }
+            done => done,
         }
+    }
+
+    /// One try of [`Register::read_inner`].
+    async fn read_once<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        cache: &mut RegCache,
+        value: bool,
+    ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
+        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
+        // The mutant `abd-no-write-back` returns what it read as it is.
+        if self.held_by_majority(cache, max) || cfg!(swarm_mutant = "abd-no-write-back") {
+            // The value: a matching in-place copy, else the out-of-place one.
+            return match in_place {
+                Some(v) => Ok((max, Some(v))),
+                None if !value => Ok((max, None)),
+                None => {
+                    ctx.paths.out_of_place_reads += 1;
+                    let (_, v) = cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?;
+                    Ok((max, Some(v)))
+                }
+            };
+        }
+        let (max, v) = cold(|| self.write_back(ctx, mem, cache, holders, max, in_place)).await?;
+        Ok((max, Some(v)))
     }
 
     /// The rest of a READ whose tuple `max` a majority is not known to

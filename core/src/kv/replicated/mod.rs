@@ -54,6 +54,7 @@ use core::future::Future;
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
 use crate::substrate::clock::Clock;
+use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
 use crate::substrate::lease::LeaseError;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
@@ -278,7 +279,8 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             return Ok(None);
         };
         let mut k = self.describe(key, entry).await?;
-        let out = op(&mut self.io, &mut k).await;
+        // Boxed: the cached path above holds the common copy of `op`'s future.
+        let out = cold(|| op(&mut self.io, &mut k)).await;
         self.cache.insert(key, entry.location, Cached::new(k));
         Ok(Some((out, false)))
     }

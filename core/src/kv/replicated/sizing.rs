@@ -11,16 +11,20 @@ use crate::kv::{KvError, NodeChunks, NodeShape, StoreConfig};
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::{CLASSES, class_of};
 
-/// Most log segments per client and node: with 1 MiB chunks, 8 million
+/// Most log segments per client and node: with 1 MiB chunks, 2 million
 /// writes of 64 B per client, 126 thousand of 8 KiB (log entries are not
-/// recycled). Fewer on nodes with fewer chunks.
+/// recycled). Fewer on nodes that could not hold as many.
 const LOG_SEGMENTS: u64 = 1024;
 
-/// The writer logs of a node of `size` bytes in `chunk`-byte chunks.
+/// The writer logs of a node of `size` bytes in `chunk`-byte chunks: as
+/// many segments per client as the node could hold (one client may write
+/// more than its share: the bench's loader writes every key), at most
+/// [`LOG_SEGMENTS`].
 pub(crate) fn log_geometry(cfg: &StoreConfig, size: u64, chunk: u64) -> Result<LogGeometry, KvError> {
-    let segments = (size / chunk.max(1)).clamp(1, LOG_SEGMENTS);
-    LogGeometry::new(cfg.max_value as u64, chunk, segments)
-        .map_err(|_| KvError::BadConfig("values too large for the nodes' chunks"))
+    let bad = |_| KvError::BadConfig("values too large for the nodes' chunks");
+    let one = LogGeometry::new(cfg.max_value as u64, chunk, 1).map_err(bad)?;
+    let segments = (size / (one.per_segment * one.entry_size)).clamp(1, LOG_SEGMENTS);
+    LogGeometry::new(cfg.max_value as u64, chunk, segments).map_err(bad)
 }
 
 /// Bytes each of `nodes` memory nodes needs for `cfg.keys` keys of
