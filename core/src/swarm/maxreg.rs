@@ -749,7 +749,7 @@ mod tests {
                     .unwrap();
                 let c = copy(2, new, &[2; 16]);
                 let at = w.logs.entries(&admin, &[NodeId(1)], 1, c.place, Some(&mut w.slab), 1).await[0];
-                let entry = at.clone().unwrap().unwrap();
+                let entry = at.unwrap().unwrap();
                 reg.replicas[1].write(&admin, &layout.of_replica(1), entry, 0, new, &c.header, &[2; 16]).await.unwrap();
                 reg
             })
