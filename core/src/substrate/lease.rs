@@ -190,8 +190,9 @@ struct Site {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseTable {
     sites: heapless::Vec<Site, MAX_REPLICAS>,
-    /// Nodes the table was set up on (a majority of these must answer).
-    nodes: usize,
+    /// Nodes the table was set up on (a majority of these must answer);
+    /// those without a site did not answer when it was opened.
+    nodes: heapless::Vec<NodeId, MAX_REPLICAS>,
     ids: u8,
     length_ns: u64,
 }
@@ -204,7 +205,11 @@ pub struct Held {
     pub id: u8,
     /// This holder's word on each site, where its claim won (0 elsewhere).
     words: [u64; MAX_REPLICAS],
+    /// On each site it does not hold, the word last seen there: the next
+    /// renewal takes the site if that word is free or this holder's own.
+    seen: [u64; MAX_REPLICAS],
     nonce: u64,
+    grace: u64,
     expiry: u64,
     length: u64,
     version: u64,
@@ -277,14 +282,13 @@ fn decode(id: u8, b: &[u8]) -> Option<(u64, u64, Payload)> {
     Some((word_at(b, 0)?, word_at(b, 8)?, payload))
 }
 
-/// How long a lease operation waits for every site before it goes on with
-/// a majority, ns: a site left out of a claim stays out of the lease (it
-/// cannot be renewed there), so a merely slow node is waited for, a
-/// stalled one costs this, not a time-out (SWARM §7.7).
-pub const LEASE_PATIENCE_NS: u64 = 50_000_000;
-
+/// How long a lease operation waits for the sites beyond a majority: as
+/// long as a quorum waits for a late replica (SWARM §6). A site left out
+/// of a claim or a renewal is taken at a later renewal
+/// ([`Held::renew`]), so a stalled node costs the lease nothing while
+/// the others answer (§7.7).
 fn patience<M: Memory>(mem: &M) -> Watch<'_> {
-    Watch::on(mem).at_least(LEASE_PATIENCE_NS)
+    Watch::on(mem)
 }
 
 impl LeaseTable {
@@ -295,7 +299,8 @@ impl LeaseTable {
         let futs = nodes.iter().map(|&n| Self::site(mem, n)).collect();
         let (found, _) =
             join_timely(futs, majority(nodes.len()), patience(mem), |i| LeaseError::Mem(late(nodes[i]))).await;
-        let mut table = LeaseTable { sites: heapless::Vec::new(), nodes: nodes.len(), ids: 0, length_ns: 0 };
+        let all = nodes.iter().copied().collect();
+        let mut table = LeaseTable { sites: heapless::Vec::new(), nodes: all, ids: 0, length_ns: 0 };
         let mut first_err = None;
         for r in found.results.into_iter().flatten() {
             match r {
@@ -354,7 +359,7 @@ impl LeaseTable {
     }
 
     fn need(&self) -> usize {
-        majority(self.nodes)
+        majority(self.nodes.len())
     }
 
     /// Ticks after an expiry before the id may be claimed again.
@@ -390,7 +395,7 @@ impl LeaseTable {
                         words[s].is_some_and(|w| w[id as usize] != 0 && expiry_of(w[id as usize]) + grace >= now)
                     })
                     .count();
-                held + self.need() <= self.nodes
+                held + self.need() <= self.nodes.len()
             };
             let mut tried = false;
             for id in 1..=self.ids {
@@ -483,11 +488,16 @@ impl LeaseTable {
         let node = |k: usize| self.sites[tries[k].0].node;
         let (cas, _) = join_timely(futs, self.need(), patience(mem), |k| late(node(k))).await;
         let mut held = [0u64; MAX_REPLICAS];
+        // Where the claim did not win: the word there, as far as it knows
+        // (a late CAS may yet land, leaving this claimer's own word).
+        let mut others: [u64; MAX_REPLICAS] = core::array::from_fn(|s| seen(s).unwrap_or(0));
         let (mut won, mut best, mut floor) = (0, None::<(u64, u64, Payload)>, 0);
         for (k, r) in cas.results.into_iter().enumerate() {
             let (s, old) = tries[k];
             let Some(Ok(out)) = r else { continue };
-            if out.first().and_then(OpOutput::cas) != Some(old) {
+            let found = out.first().and_then(OpOutput::cas);
+            if found != Some(old) {
+                others[s] = found.unwrap_or(others[s]);
                 continue;
             }
             held[s] = mine;
@@ -526,7 +536,9 @@ impl LeaseTable {
             table: self.clone(),
             id,
             words: held,
+            seen: others,
             nonce,
+            grace,
             expiry,
             length,
             version: ((version >> 24) + 1) << 24,
@@ -561,24 +573,43 @@ impl Held {
         Ok(())
     }
 
-    /// Extends the lease to `now` plus its length, on a majority.
+    /// Extends the lease to `now` plus its length, on a majority. Sites
+    /// this holder does not hold (left out of its claim as late, or down)
+    /// are taken where their word is free or its own, and nodes the table
+    /// could not find when it was opened are looked up again: a lease
+    /// that started on a bare majority does not stay one, so that it
+    /// survives the next node to fail (SWARM §6). Taking a site is safe
+    /// while the lease holds a majority: no other claimer can win one.
     pub async fn renew<M: Memory>(&mut self, mem: &M, now: u64) -> Result<(), LeaseError> {
+        if self.table.sites.len() < self.table.nodes.len() {
+            cold(|| self.find_sites(mem)).await;
+        }
         let t = &self.table;
         let mine = word(self.nonce, now + self.length);
-        let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).filter(|&s| self.words[s] != 0).collect();
-        let futs = sites.iter().map(|&s| mem.cas(t.word(s, self.id), self.words[s], mine)).collect();
-        let (done, _) = join_timely(futs, t.need(), patience(mem), |k| late(t.sites[sites[k]].node)).await;
+        let (nonce, expiry, grace) = (self.nonce, self.expiry, self.grace);
+        // A word another holder may still use is never replaced.
+        let takeable =
+            |w: u64| w == 0 || expiry_of(w) + grace < now || (w >> EXPIRY_BITS == nonce && expiry_of(w) <= expiry);
+        let from = |s: usize| {
+            if self.words[s] != 0 { Some(self.words[s]) } else { Some(self.seen[s]).filter(|&w| takeable(w)) }
+        };
+        let sites: heapless::Vec<(usize, u64), MAX_REPLICAS> =
+            (0..t.sites.len()).filter_map(|s| from(s).map(|w| (s, w))).collect();
+        let futs = sites.iter().map(|&(s, old)| mem.cas(t.word(s, self.id), old, mine)).collect();
+        let (done, _) = join_timely(futs, t.need(), patience(mem), |k| late(t.sites[sites[k].0].node)).await;
         let mut kept = 0;
         for (k, r) in done.results.into_iter().enumerate() {
-            let s = sites[k];
+            let (s, old) = sites[k];
             match r {
-                Some(Ok(prev)) if prev == self.words[s] => {
+                Some(Ok(prev)) if prev == old => {
                     self.words[s] = mine;
                     kept += 1;
                 }
-                // Replaced: the id went to another client on this site.
-                Some(Ok(_)) => self.words[s] = 0,
-                // No answer: the site keeps the word it had, maybe renewed.
+                // Replaced (the id went to another client on this site), or
+                // not yet taken: what is there now, for the next renewal.
+                Some(Ok(prev)) => (self.words[s], self.seen[s]) = (0, prev),
+                // No answer: the site keeps the word it had, maybe renewed;
+                // a held one is kept, a taken one is looked at next time.
                 _ => {}
             }
         }
@@ -587,6 +618,24 @@ impl Held {
         }
         self.expiry = now + self.length;
         Ok(())
+    }
+
+    /// Adds the sites of the table's nodes that did not answer when it
+    /// was opened and answer now (their word unknown: the next renewal
+    /// learns it, or takes it if it is free).
+    async fn find_sites<M: Memory>(&mut self, mem: &M) {
+        let t = &self.table;
+        let missing: heapless::Vec<NodeId, MAX_REPLICAS> =
+            t.nodes.iter().copied().filter(|&n| !t.sites.iter().any(|s| s.node == n)).collect();
+        let futs = missing.iter().map(|&n| LeaseTable::site(mem, n)).collect();
+        let (found, _) = join_timely(futs, 0, patience(mem).courtesy(), |i| LeaseError::Mem(late(missing[i]))).await;
+        for r in found.results.into_iter().flatten() {
+            if let Ok((site, ids, length_ns)) = r
+                && (ids, length_ns) == (self.table.ids, self.table.length_ns)
+            {
+                let _ = self.table.sites.push(site);
+            }
+        }
     }
 
     /// Records `payload` as taken: from now on this holder may go beyond

@@ -765,12 +765,12 @@ fn random_corruption_never_returns_a_wrong_value() {
 
 /// SWARM §7.7: a stalled node (not the index's) costs a fresh client a
 /// little waiting, never a time-out. The stalled node's operations would
-/// wait 10 s of virtual time; connecting waits at most the lease's
-/// patience for each of its lease operations, and an operation on every
-/// key then takes less than a millisecond in all.
+/// wait 10 s of virtual time; connecting (lease, table, logs) takes less
+/// than half a millisecond, each wait for the stalled node a few
+/// roundtrips, and an operation on every key then less than a
+/// millisecond in all.
 #[test]
 fn a_fresh_client_waits_for_no_stalled_node() {
-    use crate::substrate::lease::LEASE_PATIENCE_NS;
     for name in ["swarm-kv", "dm-abd"] {
         let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, timeout_ns: 10_000_000_000, ..SimConfig::default() };
         let mut sim = Sim::new(cfg.fixed_latency(2_000));
@@ -802,7 +802,7 @@ fn a_fresh_client_waits_for_no_stalled_node() {
                 (t1 - t0, mem.inner().now() - t1)
             })
             .unwrap();
-        assert!(connect < 5 * LEASE_PATIENCE_NS, "{name}: connecting took {connect} ns");
+        assert!(connect < 500_000, "{name}: connecting took {connect} ns");
         assert!(ops < 1_000_000, "{name}: 16 operations took {ops} ns");
     }
 }

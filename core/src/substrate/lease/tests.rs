@@ -184,3 +184,59 @@ fn damaged_tables_are_errors() {
     assert!(matches!(header, Some(LeaseError::Corrupt { what: "bad header", .. })), "{header:?}");
     assert_eq!((resumed.state, &resumed.payload[..3]), (Resumed::Released, &[9, 9, 9][..]));
 }
+
+/// A node stalled while a client opens the table or claims (SWARM §7.7)
+/// costs the claim a few roundtrips, not the stall; the lease starts on
+/// the other two sites, takes the stalled one at its renewals once it
+/// answers, and so survives the crash of another node afterwards.
+#[test]
+fn a_site_left_out_as_late_is_taken_at_renewal() {
+    const STALL_NS: u64 = 300_000;
+    // Stalled from the start (the table has no site there), and stalled
+    // after the table was opened (the claim's CAS lands late).
+    for stall_after_open in [false, true] {
+        let mut sim = sim(6);
+        let mem = sim.client();
+        let t = if stall_after_open {
+            let m = mem.clone();
+            Some(sim.block_on(async move { table(&m).await }).unwrap())
+        } else {
+            None
+        };
+        let at = sim.now();
+        sim.stall_node_at(1, at, STALL_NS);
+        let (took, sites, renewed) = sim
+            .block_on(async move {
+                let t0 = mem.now();
+                let t = match t {
+                    Some(t) => t,
+                    None => table(&mem).await,
+                };
+                let c = clk(&mem);
+                let mut a = t.claim(&mem, &c, Want::Any, 1).await.unwrap();
+                let took = mem.now() - t0;
+                let at_claim = a.words.iter().filter(|&&w| w != 0).count();
+                for _ in 0..6 {
+                    mem.sleep(LENGTH_NS / 2).await;
+                    a.keep(&mem, c.now()).await.unwrap();
+                }
+                let sites = (at_claim, a.words.iter().filter(|&&w| w != 0).count());
+                (took, sites, a)
+            })
+            .unwrap();
+        assert!(took < STALL_NS / 3, "claiming took {took} ns");
+        assert_eq!(sites, (2, 3), "sites held at the claim, and after renewals");
+        let mut a = renewed;
+        let now = sim.now();
+        sim.crash_node_at(2, now, CrashMode::FailFast);
+        let mem = sim.client();
+        let kept = sim
+            .block_on(async move {
+                let c = clk(&mem);
+                mem.sleep(LENGTH_NS / 2).await;
+                a.renew(&mem, c.now()).await
+            })
+            .unwrap();
+        assert_eq!(kept, Ok(()), "stalled after open: {stall_after_open}");
+    }
+}
