@@ -24,7 +24,7 @@ use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::{InOutError, Layout, Replica, ReplicaCache, Reply, WriteReply, max_word};
 use crate::swarm::meta::Meta;
-use crate::swarm::writerlog::LogCopy;
+use crate::swarm::writerlog::{EntryHeader, LogCopy, Place};
 use crate::{Memory, NodeId, RemoteAddr};
 
 use core::fmt;
@@ -294,8 +294,11 @@ impl Register {
         };
         if let (false, Some(c)) = (found, copy) {
             entries.clear();
+            // The entries this write needs; a late node's is waited for
+            // only by the patient try.
+            let enough = if patient { usize::MAX } else { need - already };
             let looked_up =
-                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab), usize::MAX)).await;
+                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab), enough)).await;
             for (j, entry) in looked_up.into_iter().enumerate() {
                 match entry {
                     Ok(Some(e)) => {
@@ -569,8 +572,10 @@ impl Register {
 
     /// The value of `max` and its log entry, from the entry on one of the
     /// replicas that hold it (`holders`, bit `r` for replica `r`; all of
-    /// them if 0): where this client guesses the entry is (no roundtrip),
-    /// else where the node's log directory says (a wrong guess costs one).
+    /// them if 0): where this client guesses the entries are (no
+    /// roundtrip), read from one holder and from the others as soon as it
+    /// is late or fails (SWARM §6); else where a node's log directory says
+    /// (a wrong guess costs one).
     pub async fn read_out_of_place<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
@@ -578,48 +583,71 @@ impl Register {
         holders: u16,
         max: Meta,
     ) -> Result<(LogCopy, Value<M::Buf>), RegError> {
+        let holds = |r: usize| holders == 0 || holders & (1 << r) != 0;
+        // (replica, guessed entry, its place)
+        let guesses: heapless::Vec<(usize, RemoteAddr, Place), MAX_REPLICAS> = (0..self.replicas.len())
+            .filter(|&r| holds(r))
+            .filter_map(|r| ctx.logs.guess(self.replicas[r].node, max).map(|(e, p)| (r, e, p)))
+            .collect();
         let mut last = RegError::Corrupt(self.replicas[0].node);
-        // Nodes this client suspects last (SWARM §6): one of them may keep
-        // the read waiting.
-        let suspect = |r: usize| ctx.nodes.suspects(self.replicas[r].node);
-        let mut order: heapless::Vec<usize, MAX_REPLICAS> = (0..self.replicas.len()).filter(|&r| !suspect(r)).collect();
-        order.extend((0..self.replicas.len()).filter(|&r| suspect(r)));
-        for r in order {
-            let rep = self.replicas[r];
-            if holders != 0 && holders & (1 << r) == 0 {
-                continue;
-            }
-            let layout = self.layout.of_replica(r);
-            let mut guessed = ctx.logs.guess(rep.node, max);
-            for _ in 0..2 {
-                let (entry, place) = match guessed.take() {
-                    Some(found) => found,
-                    None => match cold(|| ctx.logs.locate(mem, rep.node, max)).await {
-                        Ok(Some(found)) => found,
-                        Ok(None) => {
-                            last = RegError::Corrupt(rep.node);
-                            break;
+        let mut tried = 0u16;
+        if !guesses.is_empty() {
+            let op = |j: usize| {
+                let (r, entry, _) = guesses[j];
+                let (rep, layout) = (self.replicas[r], self.layout.of_replica(r));
+                async move { rep.read_out_of_place(mem, &layout, entry, self.layout.max_value, max).await }
+            };
+            let plan = self.plan(ctx, mem, |j| guesses[j].0, guesses.len());
+            let mut got = None;
+            let on_reply = |j: usize, res: Result<(EntryHeader, Value<M::Buf>), InOutError>| {
+                let r = guesses[j].0;
+                self.note(ctx, r, &res);
+                match res {
+                    Ok(v) => {
+                        if got.is_none() {
+                            got = Some((j, v));
                         }
-                        Err(e) => {
-                            last = RegError::NoQuorum(e.into());
-                            break;
-                        }
-                    },
-                };
-                let got = rep.read_out_of_place(mem, &layout, entry, self.layout.max_value, max).await;
-                match got {
-                    Ok((header, v)) => return Ok((LogCopy { place, header }, v)),
-                    // A wrong guess: look the segment up.
-                    Err(InOutError::Elsewhere(n)) => last = RegError::Corrupt(n),
-                    Err(InOutError::Corrupt(n)) => {
-                        last = RegError::Corrupt(n);
-                        break;
                     }
+                    Err(InOutError::Elsewhere(_)) => {}
                     Err(e) => {
-                        last = RegError::NoQuorum(e);
-                        break;
+                        tried |= 1 << r;
+                        last = match e {
+                            InOutError::Corrupt(n) => RegError::Corrupt(n),
+                            e => RegError::NoQuorum(e),
+                        };
                     }
                 }
+            };
+            let tally = quorum_first(guesses.len(), 1, plan, op, on_reply).await;
+            self.learn(ctx, &tally, |j| guesses[j].0, 1);
+            if let Some((j, (header, v))) = got {
+                return Ok((LogCopy { place: guesses[j].2, header }, v));
+            }
+        }
+        // No guess held: the holders' directories, one holder after the
+        // other (those not known to have failed; suspects last).
+        let suspect = |r: usize| ctx.nodes.suspects(self.replicas[r].node);
+        let mut order: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..self.replicas.len()).filter(|&r| holds(r) && tried & (1 << r) == 0 && !suspect(r)).collect();
+        order.extend((0..self.replicas.len()).filter(|&r| holds(r) && tried & (1 << r) == 0 && suspect(r)));
+        for r in order {
+            let rep = self.replicas[r];
+            let layout = self.layout.of_replica(r);
+            let (entry, place) = match cold(|| ctx.logs.locate(mem, rep.node, max)).await {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    last = RegError::Corrupt(rep.node);
+                    continue;
+                }
+                Err(e) => {
+                    last = RegError::NoQuorum(e.into());
+                    continue;
+                }
+            };
+            match rep.read_out_of_place(mem, &layout, entry, self.layout.max_value, max).await {
+                Ok((header, v)) => return Ok((LogCopy { place, header }, v)),
+                Err(InOutError::Elsewhere(n) | InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
+                Err(e) => last = RegError::NoQuorum(e),
             }
         }
         Err(last)

@@ -203,9 +203,10 @@ async fn lock_for_read<M: Memory, C: Clock>(
 
 /// TRYLOCK(`m`'s timestamp, `mode`) on the lock words of `m`'s log entry
 /// on the register's nodes, those this client suspects left out (as
-/// failed) while a majority is not suspected (SWARM §6); if that fails,
-/// once more with every node (TRYLOCK may run again: it only ever moves
-/// words towards `(ts, mode)`).
+/// failed) while a majority is not suspected, and those late once a
+/// majority answered (SWARM §6); if that fails, once more with every
+/// node, each waited for (TRYLOCK may run again: it only ever moves words
+/// towards `(ts, mode)`).
 async fn lock<M: Memory, C: Clock>(
     ctx: &mut ClientCtx<C>,
     mem: &M,
@@ -216,13 +217,13 @@ async fn lock<M: Memory, C: Clock>(
 ) -> Result<bool, RegError> {
     let nodes: heapless::Vec<crate::NodeId, MAX_REPLICAS> = reg.replicas.iter().map(|r| r.node).collect();
     let trusted = nodes.iter().filter(|&&n| !ctx.nodes.suspects(n)).count();
-    if trusted >= majority(nodes.len()) && trusted < nodes.len() {
-        let locks = lock_words(ctx, mem, &nodes, m, copy, true).await?;
+    if trusted >= majority(nodes.len()) {
+        let locks = lock_words(ctx, mem, &nodes, m, copy, true, majority(nodes.len())).await?;
         if let Ok(won) = try_lock(mem, &locks, m.lock_ts(), mode).await {
             return Ok(won);
         }
     }
-    let locks = lock_words(ctx, mem, &nodes, m, copy, false).await?;
+    let locks = lock_words(ctx, mem, &nodes, m, copy, false, usize::MAX).await?;
     try_lock(mem, &locks, m.lock_ts(), mode).await.map_err(|e| no_quorum(e, reg))
 }
 
@@ -258,7 +259,8 @@ fn mark_verified<M: Memory>(mem: &M, reg: &Register, cache: &mut RegCache, m: Me
 /// `copy`: word 0 of the entry on each of `nodes` (the register's; the
 /// entry is created where missing, so that every process agrees on the
 /// same 2f+1 words); `None` for a node that cannot be reached, or that
-/// this client suspects if `trusted_only`. If too few words are left for
+/// this client suspects if `trusted_only`, or late once `need` answered.
+/// If too few words are left for
 /// a majority because an entry could not be created (a node without room
 /// for its segment), that is the error, not nodes that did not answer.
 async fn lock_words<M: Memory, C: Clock>(
@@ -268,10 +270,11 @@ async fn lock_words<M: Memory, C: Clock>(
     m: Meta,
     copy: &LogCopy,
     trusted_only: bool,
+    need: usize,
 ) -> Result<heapless::Vec<Option<RemoteAddr>, MAX_REPLICAS>, RegError> {
     let asked: heapless::Vec<crate::NodeId, MAX_REPLICAS> =
         nodes.iter().copied().filter(|&n| !trusted_only || !ctx.nodes.suspects(n)).collect();
-    let found = ctx.logs.entries(mem, &asked, m.client(), copy.place, Some(&mut ctx.slab), usize::MAX).await;
+    let found = ctx.logs.entries(mem, &asked, m.client(), copy.place, Some(&mut ctx.slab), need).await;
     let mut words = heapless::Vec::new();
     let mut why = None;
     for n in nodes {
