@@ -339,6 +339,46 @@ impl Replica {
     /// [`Replica::read_out_of_place`].
     pub async fn read<M: Memory>(&self, mem: &M, layout: Layout, client: u8) -> Result<Reply<M::Buf>, InOutError> {
         let buf = mem.read(self.at(0), layout.read_len() as usize).await?;
+        self.reply(buf, layout, client)
+    }
+
+    /// READ's first half and, in the same roundtrip, the second for
+    /// `guess`, a tuple the reader expects, from its log entry `entry` on
+    /// this node: what a reader asks of the replicas without an in-place
+    /// copy while those with one are suspected (SWARM §6), so that the
+    /// value of a key that did not change still comes in one roundtrip.
+    /// The value is present if the replica's largest tuple is `guess` and
+    /// the entry holds it, or the in-place copy matches.
+    pub async fn read_guessing<M: Memory>(
+        &self,
+        mem: &M,
+        layout: Layout,
+        client: u8,
+        guess: Meta,
+        entry: RemoteAddr,
+    ) -> Result<Reply<M::Buf>, InOutError> {
+        let ops = [
+            Op::Read { offset: self.base, len: layout.read_len() as usize },
+            Op::Read { offset: entry.offset + 8, len: ENTRY_ID_BYTES + layout.max_value as usize },
+        ];
+        let mut out = mem.pipeline(self.node, &ops).await?.into_iter();
+        let (Some(OpOutput::Read(obj)), Some(OpOutput::Read(copy))) = (out.next(), out.next()) else {
+            return Err(InOutError::Corrupt(self.node));
+        };
+        let mut reply = self.reply(obj, layout, client)?;
+        if reply.value.is_none() && reply.meta == guess {
+            reply.value = self.entry_value(copy, &layout, guess).ok().map(|(_, v)| v);
+        }
+        Ok(reply)
+    }
+
+    /// What READ's first half makes of the object's bytes `buf`.
+    fn reply<B: core::ops::Deref<Target = [u8]>>(
+        &self,
+        buf: B,
+        layout: Layout,
+        client: u8,
+    ) -> Result<Reply<B>, InOutError> {
         let corrupt = InOutError::Corrupt(self.node);
         let meta = max_word(&buf, layout.meta_words as usize);
         let word = word_at(&buf, layout.word_of(client) as usize).ok_or(corrupt)?;
@@ -349,10 +389,12 @@ impl Replica {
             return Ok(Reply { meta, word, value: None });
         }
         let ip = layout.inplace() as usize;
-        let (hash, vlen) = (word_at(&buf, ip).ok_or(corrupt)?, word_at(&buf, ip + 8).ok_or(corrupt)?);
+        let b = &*buf;
+        let (hash, vlen) = (word_at(b, ip).ok_or(corrupt)?, word_at(b, ip + 8).ok_or(corrupt)?);
         let start = ip + INPLACE_HEADER as usize;
-        let valid =
-            vlen <= layout.max_value && inplace_hash(layout.tag, meta, &buf[start..start + vlen as usize]) == hash;
+        let valid = vlen <= layout.max_value
+            && b.len() >= start + vlen as usize
+            && inplace_hash(layout.tag, meta, &b[start..start + vlen as usize]) == hash;
         let value = valid.then(|| Value::in_buf(buf, start..start + vlen as usize));
         Ok(Reply { meta, word, value })
     }
@@ -372,13 +414,24 @@ impl Replica {
     ) -> Result<(EntryHeader, Value<M::Buf>), InOutError> {
         let at = RemoteAddr::new(self.node, entry.offset + 8);
         let buf = mem.read(at, ENTRY_ID_BYTES + max.min(layout.max_value) as usize).await?;
-        let header = EntryHeader::decode(&buf).ok_or(InOutError::Corrupt(self.node))?;
+        self.entry_value(buf, layout, meta)
+    }
+
+    /// What READ's second half makes of the entry's bytes `buf`.
+    fn entry_value<B: core::ops::Deref<Target = [u8]>>(
+        &self,
+        buf: B,
+        layout: &Layout,
+        meta: Meta,
+    ) -> Result<(EntryHeader, Value<B>), InOutError> {
+        let b = &*buf;
+        let header = EntryHeader::decode(b).ok_or(InOutError::Corrupt(self.node))?;
         if !header.holds(meta) {
             return Err(InOutError::Elsewhere(self.node));
         }
         let end = usize::try_from(header.len).ok().and_then(|l| l.checked_add(ENTRY_ID_BYTES));
-        let end = end.filter(|&e| e <= buf.len()).ok_or(InOutError::Corrupt(self.node))?;
-        if !header.checks(layout.tag, &buf[ENTRY_ID_BYTES..end]) {
+        let end = end.filter(|&e| e <= b.len()).ok_or(InOutError::Corrupt(self.node))?;
+        if !header.checks(layout.tag, &b[ENTRY_ID_BYTES..end]) {
             return Err(InOutError::Corrupt(self.node));
         }
         Ok((header, Value::in_buf(buf, ENTRY_ID_BYTES..end)))

@@ -539,7 +539,17 @@ impl Register {
         cache: &mut RegCache,
     ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
         let (layout, id) = (self.layout, ctx.id);
-        let op = |r: usize| self.replicas[r].read(mem, layout.of_replica(r), id);
+        let guess = self.guess(ctx, cache);
+        let op = |r: usize| {
+            let (rep, layout) = (self.replicas[r], layout.of_replica(r));
+            let guessed = guess.and_then(|(m, entries)| entries[r].map(|e| (m, e)));
+            async move {
+                match guessed {
+                    Some((m, entry)) => cold(|| rep.read_guessing(mem, layout, id, m, entry)).await,
+                    None => rep.read(mem, layout, id).await,
+                }
+            }
+        };
         let plan = self.plan(ctx, mem, |r| r, self.replicas.len());
         let (mut max, mut holders, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, None, None);
         let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {
@@ -568,6 +578,36 @@ impl Register {
             return Err(no_quorum(first_err));
         }
         Ok((max, in_place, holders))
+    }
+
+    /// While every replica with an in-place copy is suspected (the
+    /// paper's layout keeps one, on the first replica), the tuple this
+    /// client last saw and its log entry on each other replica: READ asks
+    /// for the entry in the same roundtrip ([`Replica::read_guessing`]),
+    /// so that a node down costs the keys whose copy it held nothing while
+    /// they do not change (SWARM §7.7 shows gets slowing until the copy is
+    /// back).
+    fn guess<C: Clock>(
+        &self,
+        ctx: &ClientCtx<C>,
+        cache: &RegCache,
+    ) -> Option<(Meta, [Option<RemoteAddr>; MAX_REPLICAS])> {
+        let n = self.replicas.len();
+        let copies = (0..n).filter(|&r| self.layout.of_replica(r).in_place);
+        if copies.clone().next().is_none() || copies.clone().any(|r| !ctx.nodes.suspects(self.replicas[r].node)) {
+            return None;
+        }
+        let seen = cache.replicas[..n].iter().map(|c| c.max).max()?;
+        if seen.is_bottom() || seen.is_deleted() {
+            return None;
+        }
+        let mut entries = [None; MAX_REPLICAS];
+        for (r, e) in entries.iter_mut().enumerate().take(n) {
+            if !self.layout.of_replica(r).in_place {
+                *e = ctx.logs.guess(self.replicas[r].node, seen).map(|(at, _)| at);
+            }
+        }
+        Some((seen, entries))
     }
 
     /// The value of `max` and its log entry, from the entry on one of the
@@ -793,6 +833,77 @@ mod tests {
             })
             .unwrap();
         assert_eq!(got, (Ok((Meta::new(1, 1, 1), alloc::vec![1; 16])), 1));
+    }
+
+    /// With the in-place copy on the first replica only and its node
+    /// down, a read of an unchanged register still takes one roundtrip: it
+    /// asks the other replicas for the entry of the tuple it last saw; a
+    /// changed one takes the second roundtrip and returns the new value.
+    #[test]
+    fn reads_guess_the_value_while_the_in_place_copy_is_down() {
+        const RTT: u64 = 1_000;
+        let mut sim = Sim::new(SimConfig {
+            seed: 9,
+            nodes: 3,
+            node_size: 4 << 20,
+            min_latency_ns: RTT,
+            max_latency_ns: RTT,
+            max_piece_gap_ns: 0,
+            tail_one_in: 0,
+            ..SimConfig::default()
+        });
+        let (admin, m) = (sim.client(), sim.client());
+        let layout = Layout::new(1, 64).unwrap().in_place_on_first();
+        let reg = sim
+            .block_on(async move {
+                let geo = LogGeometry::new(64, 64 << 10, 16).unwrap();
+                let nodes: Vec<NodeId> = (0..3).map(NodeId).collect();
+                for &n in &nodes {
+                    Region::format(&admin, n, 4 << 20, 64 << 10).await.unwrap();
+                    writerlog::format(&admin, n, geo).await.unwrap();
+                }
+                let mut ctx = ClientCtx::new(100, || 0).unwrap();
+                Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap()
+            })
+            .unwrap();
+        let write = |slot: u32, t: u64, v: u8| {
+            let meta = Meta::new(t, slot, 1);
+            let copy =
+                LogCopy { place: Place { segment: 0, slot, start: 1 }, header: EntryHeader::of(meta, 0, &[v; 16]) };
+            (meta, copy)
+        };
+        let now = sim.now();
+        sim.crash_node_at(0, now + 10 * RTT, CrashMode::FailFast);
+        let (times, values) = sim
+            .block_on(async move {
+                let (mut w, mut wc) = (ClientCtx::new(1, || 0).unwrap(), RegCache::default());
+                let (mut r, mut rc) = (ClientCtx::new(2, || 0).unwrap(), RegCache::default());
+                let (meta, copy) = write(1, 1, 1);
+                reg.write(&mut w, &m, &mut wc, meta, &copy, &[1; 16]).await.unwrap();
+                let (mut times, mut values) = (Vec::new(), Vec::new());
+                for round in 0..5 {
+                    if round == 0 {
+                        // Warm: this reader saw the tuple, then node 0 crashes.
+                        reg.read(&mut r, &m, &mut rc).await.unwrap();
+                        m.sleep(20 * RTT).await;
+                    }
+                    if round == 3 {
+                        let (meta, copy) = write(2, 2, 2);
+                        reg.write(&mut w, &m, &mut wc, meta, &copy, &[2; 16]).await.unwrap();
+                    }
+                    let t0 = m.now();
+                    let (_, v) = reg.read(&mut r, &m, &mut rc).await.unwrap();
+                    times.push(m.now() - t0);
+                    values.push(v[0]);
+                }
+                (times, values)
+            })
+            .unwrap();
+        // The first read learns that node 0 is down (a roundtrip more); the
+        // next ones guess right; after the write, one guesses wrong, and
+        // the next right again.
+        assert_eq!(values, [1, 1, 1, 2, 2]);
+        assert_eq!(&times[1..], &[RTT, RTT, 2 * RTT, RTT], "{times:?}");
     }
 
     proptest! {
