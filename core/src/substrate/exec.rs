@@ -45,6 +45,35 @@ pub async fn yield_now() {
     .await
 }
 
+/// State too large to move by value (a client's writer-log directories
+/// and slab: over 100 KiB), boxed where `alloc` is available, so that
+/// moving its owner costs a pointer: an unoptimised build copies a struct
+/// on every move, and a client's context moves through every connect.
+pub struct Heavy<T>(#[cfg(feature = "alloc")] alloc::boxed::Box<T>, #[cfg(not(feature = "alloc"))] T);
+
+impl<T> Heavy<T> {
+    /// `t`, boxed where `alloc` is available.
+    pub fn new(t: T) -> Self {
+        #[cfg(feature = "alloc")]
+        return Heavy(alloc::boxed::Box::new(t));
+        #[cfg(not(feature = "alloc"))]
+        return Heavy(t);
+    }
+}
+
+impl<T> core::ops::Deref for Heavy<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> core::ops::DerefMut for Heavy<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
 /// A future for a path an operation rarely takes (a retry, a slow path, a
 /// write-back), boxed where `alloc` is available so that it does not
 /// inflate the caller's future: async state machines are as large as their

@@ -16,7 +16,7 @@
 //! its predecessor stopped.
 
 use crate::substrate::clock::{Clock, MAX_SKEW_NS};
-use crate::substrate::exec::cold;
+use crate::substrate::exec::{Heavy, cold};
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::{Held, LeaseError, Resumed};
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
@@ -66,9 +66,9 @@ pub struct ClientCtx<C> {
     /// This client's id, `1..=MAX_CLIENT`; it names its writes and its log.
     pub id: u8,
     /// The writer logs (directories and cached segments).
-    pub logs: Logs,
+    pub logs: Heavy<Logs>,
     /// Remote memory allocation.
-    pub slab: SlabAllocator,
+    pub slab: Heavy<SlabAllocator>,
     /// The nodes this client last saw fail or come late: the replicated
     /// objects start their majority with the others (SWARM §6).
     pub nodes: NodeView,
@@ -190,8 +190,8 @@ impl<C: Clock> ClientCtx<C> {
         let ahead = clock.ticks(2 * MAX_SKEW_NS);
         Ok(ClientCtx {
             id,
-            logs: Logs::new(),
-            slab: SlabAllocator::new(),
+            logs: Heavy::new(Logs::new()),
+            slab: Heavy::new(SlabAllocator::new()),
             nodes: NodeView::default(),
             paths: Paths::default(),
             clock,
