@@ -73,7 +73,7 @@ mod checks {
             let mut logs = Logs::new();
             let mut entry = async |m: Meta| {
                 let place = Place { segment: 0, slot: m.slot(), start: 1 };
-                logs.entries(mem, &[NODE], WRITER, place, Some(&mut slab)).await[0].unwrap().unwrap()
+                logs.entries(mem, &[NODE], WRITER, place, Some(&mut slab), 1).await[0].unwrap().unwrap()
             };
             let (e0, e1) = (entry(M0).await, entry(M1).await);
             let out = replica.write(mem, &layout, e0, 0, M0, &EntryHeader::of(M0, 0, &V0), &V0).await.unwrap().outcome;
