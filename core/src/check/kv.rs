@@ -281,6 +281,18 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         }
         let slow = sim.random(0, c.replicas as u64 - 1) as usize;
         sim.slow_node_at(slow, start + sim.random(0, 30_000), 5);
+        // A node that holds no index stalls for less than the clients'
+        // time-out: what reaches it lands late, and quorums must not wait
+        // for it (SWARM §6).
+        // (Nor the slow node: slow and stalled, it would time out, a fault
+        // beyond the crashed minority.)
+        let candidates: alloc::vec::Vec<usize> =
+            (0..c.replicas).filter(|&n| n != INDEX_NODE.index() && n != slow).collect();
+        if !candidates.is_empty() {
+            let node = candidates[sim.random(0, candidates.len() as u64 - 1) as usize];
+            let (at, ns) = (start + sim.random(0, 60_000), sim.random(2_000, 25_000));
+            sim.stall_node_at(node, at, ns);
+        }
     }
     if let Err(e) = sim.run() {
         return Err(format!("{e} (an operation of a live client did not complete)"));

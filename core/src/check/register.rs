@@ -233,6 +233,13 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         sim.crash_client_at(&clients[victim], at);
         let slow = sim.random(0, c.replicas as u64 - 1) as usize;
         sim.slow_node_at(slow, start + sim.random(0, 30_000), 5);
+        // A node stalls for less than the clients' time-out: what reaches
+        // it lands late, and quorums must not wait for it (SWARM §6).
+        // (Not the slow node: slow and stalled, it would time out, a fault
+        // beyond the crashed minority.)
+        let stalled = (slow + 1 + sim.random(0, c.replicas as u64 - 2) as usize) % c.replicas;
+        let (at, ns) = (start + sim.random(0, 60_000), sim.random(2_000, 25_000));
+        sim.stall_node_at(stalled, at, ns);
     }
     if let Err(e) = sim.run() {
         return Err(format!("seed {seed}: {e} (an operation of a live client did not complete)\n{replay}"));

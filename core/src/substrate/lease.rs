@@ -362,6 +362,32 @@ impl LeaseTable {
         majority(self.nodes.len())
     }
 
+    /// Adds the sites of the table's nodes that did not answer when it
+    /// was opened and answer now (their word unknown: the next renewal
+    /// learns it, or takes it if it is free), waiting for each one
+    /// (`patient`: an operation failed for want of sites) or no longer
+    /// than a quorum waits for a late replica. Whether it found any.
+    async fn find_sites<M: Memory>(&mut self, mem: &M, patient: bool) -> bool {
+        let t = &*self;
+        let missing: heapless::Vec<NodeId, MAX_REPLICAS> =
+            t.nodes.iter().copied().filter(|&n| !t.sites.iter().any(|s| s.node == n)).collect();
+        if missing.is_empty() {
+            return false;
+        }
+        let (need, watch) = if patient { (usize::MAX, patience(mem)) } else { (0, patience(mem).courtesy()) };
+        let futs = missing.iter().map(|&n| LeaseTable::site(mem, n)).collect();
+        let (found, _) = join_timely(futs, need, watch, |i| LeaseError::Mem(late(missing[i]))).await;
+        let mut any = false;
+        for r in found.results.into_iter().flatten() {
+            if let Ok((site, ids, length_ns)) = r
+                && (ids, length_ns) == (self.ids, self.length_ns)
+            {
+                any |= self.sites.push(site).is_ok();
+            }
+        }
+        any
+    }
+
     /// Ticks after an expiry before the id may be claimed again.
     fn grace<C: Clock>(clock: &C) -> u64 {
         clock.ticks(3 * MAX_SKEW_NS)
@@ -385,12 +411,19 @@ impl LeaseTable {
         }
         let (grace, length) = (Self::grace(clock), clock.ticks(self.length_ns));
         let nonce = (nonce as u64) & ((1 << (64 - EXPIRY_BITS)) - 1);
+        // Sites that did not answer when the table was opened are looked
+        // up again where too few of the others answer.
+        let mut table = self.clone();
+        let t = &mut table;
         // Rounds: a contested id is skipped, and the table read again.
         for _ in 0..4 {
-            let words = self.read_words(mem).await?;
+            let words = match t.read_words(mem).await {
+                Err(LeaseError::NoQuorum) if t.find_sites(mem, true).await => t.read_words(mem).await?,
+                words => words?,
+            };
             let now = clock.now();
             let free = |id: u8| {
-                let held = (0..self.sites.len())
+                let held = (0..t.sites.len())
                     .filter(|&s| {
                         words[s].is_some_and(|w| w[id as usize] != 0 && expiry_of(w[id as usize]) + grace >= now)
                     })
@@ -403,7 +436,7 @@ impl LeaseTable {
                     continue;
                 }
                 tried = true;
-                if let Some(held) = self.try_claim(mem, clock, id, &words, now, nonce, length).await? {
+                if let Some(held) = t.try_claim(mem, clock, id, &words, now, nonce, length).await? {
                     return Ok(held);
                 }
             }
@@ -582,7 +615,7 @@ impl Held {
     /// while the lease holds a majority: no other claimer can win one.
     pub async fn renew<M: Memory>(&mut self, mem: &M, now: u64) -> Result<(), LeaseError> {
         if self.table.sites.len() < self.table.nodes.len() {
-            cold(|| self.find_sites(mem)).await;
+            cold(|| self.table.find_sites(mem, false)).await;
         }
         let t = &self.table;
         let mine = word(self.nonce, now + self.length);
@@ -620,24 +653,6 @@ impl Held {
         Ok(())
     }
 
-    /// Adds the sites of the table's nodes that did not answer when it
-    /// was opened and answer now (their word unknown: the next renewal
-    /// learns it, or takes it if it is free).
-    async fn find_sites<M: Memory>(&mut self, mem: &M) {
-        let t = &self.table;
-        let missing: heapless::Vec<NodeId, MAX_REPLICAS> =
-            t.nodes.iter().copied().filter(|&n| !t.sites.iter().any(|s| s.node == n)).collect();
-        let futs = missing.iter().map(|&n| LeaseTable::site(mem, n)).collect();
-        let (found, _) = join_timely(futs, 0, patience(mem).courtesy(), |i| LeaseError::Mem(late(missing[i]))).await;
-        for r in found.results.into_iter().flatten() {
-            if let Ok((site, ids, length_ns)) = r
-                && (ids, length_ns) == (self.table.ids, self.table.length_ns)
-            {
-                let _ = self.table.sites.push(site);
-            }
-        }
-    }
-
     /// Records `payload` as taken: from now on this holder may go beyond
     /// it. Written to a majority before it returns.
     pub async fn record<M: Memory>(&mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
@@ -650,6 +665,17 @@ impl Held {
         let body = encode(self.id, self.version, state, payload);
         let futs = (0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect();
         let (writes, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[s].node)).await;
+        if writes.ok >= t.need() {
+            return Ok(());
+        }
+        // Too few sites answered: once more with the table's other nodes
+        // (a record may go anywhere; the next claim reads a majority).
+        if !self.table.find_sites(mem, true).await {
+            return Err(LeaseError::NoQuorum);
+        }
+        let t = &self.table;
+        let futs = (0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect();
+        let (writes, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[s].node)).await;
         if writes.ok < t.need() {
             return Err(LeaseError::NoQuorum);
         }
@@ -660,15 +686,28 @@ impl Held {
     /// then its lease words cleared, each after the record on its node.
     pub async fn release<M: Memory>(mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
         self.version += 1;
-        let t = &self.table;
         let body = encode(self.id, self.version, RELEASED, payload);
+        if self.release_on_sites(mem, &body).await {
+            return Ok(());
+        }
+        // Too few sites answered: once more with the table's other nodes.
+        if self.table.find_sites(mem, true).await && self.release_on_sites(mem, &body).await {
+            return Ok(());
+        }
+        Err(LeaseError::NoQuorum)
+    }
+
+    /// The released record on every site, each followed by the clearing of
+    /// this holder's word there: whether a majority did both.
+    async fn release_on_sites<M: Memory>(&self, mem: &M, body: &[u8]) -> bool {
+        let t = &self.table;
         let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).collect();
         let futs = sites
             .iter()
             .map(|&s| {
                 let (word, record) = (t.word(s, self.id), t.record(s, self.id));
                 let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
-                let _ = ops.push(Op::Write { offset: record.offset, data: &body });
+                let _ = ops.push(Op::Write { offset: record.offset, data: body });
                 if self.words[s] != 0 {
                     let _ = ops.push(Op::Cas { offset: word.offset, expected: self.words[s], new: 0 });
                 }
@@ -676,10 +715,7 @@ impl Held {
             })
             .collect();
         let (done, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[sites[s]].node)).await;
-        if done.ok < t.need() {
-            return Err(LeaseError::NoQuorum);
-        }
-        Ok(())
+        done.ok >= t.need()
     }
 }
 
