@@ -775,25 +775,15 @@ mod tests {
         events.borrow().clone()
     }
 
-    /// A read whose tuple only one replica held, which crashes between the
-    /// read's quorum and the value: the read starts again on the live
-    /// majority and returns what it holds, instead of failing while a
-    /// majority is up (found by the register campaign, seed 1393).
-    #[test]
-    fn a_read_whose_only_holder_crashes_reads_again() {
-        const RTT: u64 = 1_000;
-        let mut sim = Sim::new(SimConfig {
-            seed: 7,
-            nodes: 3,
-            node_size: 4 << 20,
-            min_latency_ns: RTT,
-            max_latency_ns: RTT,
-            max_piece_gap_ns: 0,
-            tail_one_in: 0,
-            ..SimConfig::default()
-        });
-        let (admin, m) = (sim.client(), sim.client());
-        let layout = Layout::new(1, 64).unwrap();
+    /// Roundtrip of the fixed-latency tests.
+    const RTT: u64 = 1_000;
+
+    /// A register of `layout` on 3 nodes of a simulator whose every
+    /// roundtrip takes [`RTT`] (no tails), for tests that count them.
+    fn fixed_rtt_register(seed: u64, layout: Layout) -> (Sim, Register) {
+        let mut sim =
+            Sim::new(SimConfig { seed, nodes: 3, node_size: 4 << 20, ..SimConfig::default() }.fixed_latency(RTT));
+        let admin = sim.client();
         let reg = sim
             .block_on(async move {
                 let geo = LogGeometry::new(64, 64 << 10, 16).unwrap();
@@ -803,25 +793,38 @@ mod tests {
                     writerlog::format(&admin, n, geo).await.unwrap();
                 }
                 let mut ctx = ClientCtx::new(100, || 0).unwrap();
-                let reg = Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap();
-                // A completed write of `old`, then one of `new` that reached
-                // replica 1 alone (its writer crashed).
-                let mut w = ClientCtx::new(1, || 0).unwrap();
-                let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
-                let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
-                    place: Place { segment: 0, slot, start: 1 },
-                    header: EntryHeader::of(meta, 0, v),
-                };
-                reg.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16])
-                    .await
-                    .unwrap();
-                let c = copy(2, new, &[2; 16]);
-                let at = w.logs.entries(&admin, &[NodeId(1)], 1, c.place, Some(&mut w.slab), 1).await[0];
-                let entry = at.unwrap().unwrap();
-                reg.replicas[1].write(&admin, &layout.of_replica(1), entry, 0, new, &c.header, &[2; 16]).await.unwrap();
-                reg
+                Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap()
             })
             .unwrap();
+        (sim, reg)
+    }
+
+    /// A read whose tuple only one replica held, which crashes between the
+    /// read's quorum and the value: the read starts again on the live
+    /// majority and returns what it holds, instead of failing while a
+    /// majority is up (found by the register campaign, seed 1393).
+    #[test]
+    fn a_read_whose_only_holder_crashes_reads_again() {
+        let layout = Layout::new(1, 64).unwrap();
+        let (mut sim, reg) = fixed_rtt_register(7, layout);
+        let (admin, m) = (sim.client(), sim.client());
+        let r = reg.clone();
+        sim.block_on(async move {
+            // A completed write of `old`, then one of `new` that reached
+            // replica 1 alone (its writer crashed).
+            let mut w = ClientCtx::new(1, || 0).unwrap();
+            let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
+            let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
+                place: Place { segment: 0, slot, start: 1 },
+                header: EntryHeader::of(meta, 0, v),
+            };
+            r.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16]).await.unwrap();
+            let c = copy(2, new, &[2; 16]);
+            let at = w.logs.entries(&admin, &[NodeId(1)], 1, c.place, Some(&mut w.slab), 1).await[0];
+            let entry = at.unwrap().unwrap();
+            r.replicas[1].write(&admin, &layout.of_replica(1), entry, 0, new, &c.header, &[2; 16]).await.unwrap();
+        })
+        .unwrap();
         // Node 1 answers the read's first roundtrip, then crashes.
         let start = sim.now();
         sim.crash_node_at(1, start + RTT + 1, CrashMode::FailFast);
@@ -841,31 +844,8 @@ mod tests {
     /// changed one takes the second roundtrip and returns the new value.
     #[test]
     fn reads_guess_the_value_while_the_in_place_copy_is_down() {
-        const RTT: u64 = 1_000;
-        let mut sim = Sim::new(SimConfig {
-            seed: 9,
-            nodes: 3,
-            node_size: 4 << 20,
-            min_latency_ns: RTT,
-            max_latency_ns: RTT,
-            max_piece_gap_ns: 0,
-            tail_one_in: 0,
-            ..SimConfig::default()
-        });
-        let (admin, m) = (sim.client(), sim.client());
-        let layout = Layout::new(1, 64).unwrap().in_place_on_first();
-        let reg = sim
-            .block_on(async move {
-                let geo = LogGeometry::new(64, 64 << 10, 16).unwrap();
-                let nodes: Vec<NodeId> = (0..3).map(NodeId).collect();
-                for &n in &nodes {
-                    Region::format(&admin, n, 4 << 20, 64 << 10).await.unwrap();
-                    writerlog::format(&admin, n, geo).await.unwrap();
-                }
-                let mut ctx = ClientCtx::new(100, || 0).unwrap();
-                Register::create(&mut ctx, &admin, &nodes, layout).await.unwrap()
-            })
-            .unwrap();
+        let (mut sim, reg) = fixed_rtt_register(9, Layout::new(1, 64).unwrap().in_place_on_first());
+        let m = sim.client();
         let write = |slot: u32, t: u64, v: u8| {
             let meta = Meta::new(t, slot, 1);
             let copy =
