@@ -26,6 +26,7 @@
 //! less than [`LATE_FACTOR`] times those of the fastest one; where they do
 //! not, the cost is bandwidth (a widened operation), not correctness.
 
+use core::future::Future;
 use core::task::{Context, Poll};
 
 use crate::substrate::quorum::Tally;
@@ -128,6 +129,21 @@ impl<'a> Watch<'a> {
         }
         self.time.poll_alarm(cx, self.deadline)
     }
+}
+
+/// `fut`, or `None` once it is late by `watch` (with no reply to measure
+/// by: [`NO_REPLY_LATE_NS`]): one operation on one node that the caller
+/// would rather ask elsewhere than wait for, with nothing of a quorum's
+/// bookkeeping on its common path.
+pub async fn or_late<F: Future>(fut: F, mut watch: Watch<'_>) -> Option<F::Output> {
+    let mut fut = core::pin::pin!(fut);
+    core::future::poll_fn(move |cx| {
+        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        watch.poll_late(cx, false).map(|()| None)
+    })
+    .await
 }
 
 /// What a node left out for being late answers, as far as the caller is
@@ -305,6 +321,28 @@ mod tests {
         assert_eq!(took, MIN_LATE_NS);
         assert_eq!((replies.ok, replies.failed, tally.late), (2, 1, 0b100));
         assert!(matches!(&replies.results[2], Some(Err(e)) if e.kind == MemErrorKind::TimedOut));
+    }
+
+    /// One read, given up when late: a stalled node's after
+    /// [`NO_REPLY_LATE_NS`] (not its time-out), a healthy one's never.
+    #[test]
+    fn one_read_is_given_up_once_late() {
+        let cfg = SimConfig::default().fixed_latency(1_000);
+        let mut sim = Sim::new(SimConfig { timeout_ns: 10 * NO_REPLY_LATE_NS, ..cfg });
+        sim.stall_node_at(1, 0, 100 * NO_REPLY_LATE_NS);
+        let mem = sim.client();
+        let got = sim
+            .block_on(async move {
+                let mut out = Vec::new();
+                for n in [0, 1] {
+                    let t0 = mem.now();
+                    let r = or_late(mem.read(RemoteAddr::new(node(n), 0), 8), Watch::on(&mem)).await;
+                    out.push((r.map(|r| r.is_ok()), mem.now() - t0));
+                }
+                out
+            })
+            .unwrap();
+        assert_eq!(got, [(Some(true), 1_000), (None, NO_REPLY_LATE_NS)]);
     }
 
     #[test]

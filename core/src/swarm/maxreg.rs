@@ -18,7 +18,7 @@
 use crate::objects::max::MaxOutcome;
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
-use crate::substrate::late::Plan;
+use crate::substrate::late::{Plan, Watch, late, or_late};
 use crate::substrate::quorum::{MAX_REPLICAS, Tally, majority, quorum, quorum_first};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
@@ -624,13 +624,41 @@ impl Register {
         max: Meta,
     ) -> Result<(LogCopy, Value<M::Buf>), RegError> {
         let holds = |r: usize| holders == 0 || holders & (1 << r) != 0;
-        // (replica, guessed entry, its place)
-        let guesses: heapless::Vec<(usize, RemoteAddr, Place), MAX_REPLICAS> = (0..self.replicas.len())
-            .filter(|&r| holds(r))
-            .filter_map(|r| ctx.logs.guess(self.replicas[r].node, max).map(|(e, p)| (r, e, p)))
-            .collect();
         let mut last = RegError::Corrupt(self.replicas[0].node);
         let mut tried = 0u16;
+        // The common case: the first trusted holder's entry, where this
+        // client guesses it is, read at once (a quorum's bookkeeping would
+        // cost a tenth of a 1 µs read); the others are asked if it fails
+        // or is late.
+        let first = (0..self.replicas.len()).find(|&r| holds(r) && !ctx.nodes.suspects(self.replicas[r].node));
+        if let Some(r) = first
+            && let Some((entry, place)) = ctx.logs.guess(self.replicas[r].node, max)
+        {
+            let (rep, layout) = (self.replicas[r], self.layout.of_replica(r));
+            let read = rep.read_out_of_place(mem, &layout, entry, self.layout.max_value, max);
+            match or_late(read, Watch::on(mem)).await {
+                Some(Ok((header, v))) => return Ok((LogCopy { place, header }, v)),
+                Some(Err(InOutError::Elsewhere(_))) => {}
+                Some(Err(e)) => {
+                    self.note(ctx, r, &Err::<(), _>(e));
+                    tried |= 1 << r;
+                    last = match e {
+                        InOutError::Corrupt(n) => RegError::Corrupt(n),
+                        e => RegError::NoQuorum(e),
+                    };
+                }
+                None => {
+                    ctx.nodes.note(rep.node, true);
+                    tried |= 1 << r;
+                    last = RegError::NoQuorum(InOutError::Mem(late(rep.node)));
+                }
+            }
+        }
+        // (replica, guessed entry, its place) of the others
+        let guesses: heapless::Vec<(usize, RemoteAddr, Place), MAX_REPLICAS> = (0..self.replicas.len())
+            .filter(|&r| holds(r) && tried & (1 << r) == 0 && Some(r) != first)
+            .filter_map(|r| ctx.logs.guess(self.replicas[r].node, max).map(|(e, p)| (r, e, p)))
+            .collect();
         if !guesses.is_empty() {
             let op = |j: usize| {
                 let (r, entry, _) = guesses[j];
