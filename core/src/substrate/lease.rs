@@ -661,25 +661,8 @@ impl Held {
 
     async fn write_record<M: Memory>(&mut self, mem: &M, state: u64, payload: &[u64]) -> Result<(), LeaseError> {
         self.version += 1;
-        let t = &self.table;
         let body = encode(self.id, self.version, state, payload);
-        let futs = (0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect();
-        let (writes, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[s].node)).await;
-        if writes.ok >= t.need() {
-            return Ok(());
-        }
-        // Too few sites answered: once more with the table's other nodes
-        // (a record may go anywhere; the next claim reads a majority).
-        if !self.table.find_sites(mem, true).await {
-            return Err(LeaseError::NoQuorum);
-        }
-        let t = &self.table;
-        let futs = (0..t.sites.len()).map(|s| mem.write(t.record(s, self.id), &body)).collect();
-        let (writes, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[s].node)).await;
-        if writes.ok < t.need() {
-            return Err(LeaseError::NoQuorum);
-        }
-        Ok(())
+        self.put_record(mem, &body, false).await
     }
 
     /// Gives the id back: `payload` recorded as where this holder stopped,
@@ -687,34 +670,37 @@ impl Held {
     pub async fn release<M: Memory>(mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
         self.version += 1;
         let body = encode(self.id, self.version, RELEASED, payload);
-        if self.release_on_sites(mem, &body).await {
-            return Ok(());
-        }
-        // Too few sites answered: once more with the table's other nodes.
-        if self.table.find_sites(mem, true).await && self.release_on_sites(mem, &body).await {
+        self.put_record(mem, &body, true).await
+    }
+
+    /// Writes the record `body` to a majority of the sites, each followed
+    /// by the clearing of this holder's word there if `clear`. If too few
+    /// sites answer, once more with the table's nodes that had none (a
+    /// record may go anywhere: the next claim reads a majority).
+    async fn put_record<M: Memory>(&mut self, mem: &M, body: &[u8], clear: bool) -> Result<(), LeaseError> {
+        if self.put_on_sites(mem, body, clear).await
+            || self.table.find_sites(mem, true).await && self.put_on_sites(mem, body, clear).await
+        {
             return Ok(());
         }
         Err(LeaseError::NoQuorum)
     }
 
-    /// The released record on every site, each followed by the clearing of
-    /// this holder's word there: whether a majority did both.
-    async fn release_on_sites<M: Memory>(&self, mem: &M, body: &[u8]) -> bool {
+    /// One pass of [`Held::put_record`]: whether a majority did it all.
+    async fn put_on_sites<M: Memory>(&self, mem: &M, body: &[u8], clear: bool) -> bool {
         let t = &self.table;
-        let sites: heapless::Vec<usize, MAX_REPLICAS> = (0..t.sites.len()).collect();
-        let futs = sites
-            .iter()
-            .map(|&s| {
+        let futs = (0..t.sites.len())
+            .map(|s| {
                 let (word, record) = (t.word(s, self.id), t.record(s, self.id));
                 let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
                 let _ = ops.push(Op::Write { offset: record.offset, data: body });
-                if self.words[s] != 0 {
+                if clear && self.words[s] != 0 {
                     let _ = ops.push(Op::Cas { offset: word.offset, expected: self.words[s], new: 0 });
                 }
                 async move { mem.pipeline(word.node, &ops).await }
             })
             .collect();
-        let (done, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[sites[s]].node)).await;
+        let (done, _) = join_timely(futs, t.need(), patience(mem), |s| late(t.sites[s].node)).await;
         done.ok >= t.need()
     }
 }
