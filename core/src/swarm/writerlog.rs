@@ -587,7 +587,8 @@ impl Logs {
             let bytes = self.nodes.first().map_or(0, |d| d.geo.per_segment * d.geo.entry_size);
             let created = found.iter().filter(|f| f.is_some_and(|(_, off)| off != 0)).count();
             let need = need.saturating_sub(created);
-            let chunks = slab.alloc_each(mem, &targets, bytes, need).await;
+            let sizes = [bytes; MAX_REPLICAS];
+            let chunks = slab.alloc_each(mem, &targets, &sizes, need).await;
 
             let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
             for (j, chunk) in chunks.into_iter().enumerate() {

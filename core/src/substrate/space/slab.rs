@@ -269,7 +269,7 @@ impl SlabAllocator {
         out
     }
 
-    /// Allocates `size` bytes on each of `nodes` (an object of its size
+    /// Allocates `sizes[i]` bytes on each `nodes[i]` (an object of its size
     /// class on each, as [`alloc`](Self::alloc) would), taking the new
     /// chunks that some of them need on all of them at once: no roundtrip
     /// when every node's current chunk has room, else one. Results are in
@@ -279,16 +279,18 @@ impl SlabAllocator {
         &mut self,
         mem: &M,
         nodes: &[NodeId],
-        size: u64,
+        sizes: &[u64],
         need: usize,
     ) -> heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> {
+        let size = |i: usize| sizes.get(i).copied().unwrap_or(0);
+        let class = |i: usize| class_of(size(i));
         let mut out: heapless::Vec<Result<RemoteAddr, AllocError>, MAX_REPLICAS> =
-            nodes.iter().map(|_| Err(AllocError::BadSize { size })).collect();
-        let Some((class, obj)) = class_of(size) else { return out };
+            (0..nodes.len()).map(|i| Err(AllocError::BadSize { size: size(i) })).collect();
         // The nodes whose class has no free object and no room left.
         let mut short: heapless::Vec<NodeId, MAX_REPLICAS> = heapless::Vec::new();
         let open = self.open_each(mem, nodes, need).await;
         for (i, (&node, opened)) in nodes.iter().zip(open).enumerate() {
+            let Some((class, obj)) = class(i) else { continue };
             let slabs = opened
                 .and_then(|()| self.nodes.iter_mut().find(|s| s.region.node == node).ok_or(AllocError::TooManyNodes));
             match slabs {
@@ -309,7 +311,9 @@ impl SlabAllocator {
             let i = nodes.iter().position(|&n| n == node).unwrap_or(0);
             match chunk {
                 Ok(chunk) => {
-                    if let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == node) {
+                    if let (Some(s), Some((class, _))) =
+                        (self.nodes.iter_mut().find(|s| s.region.node == node), class(i))
+                    {
                         let c = &mut s.classes[class];
                         (c.bump, c.end) = (chunk.offset, chunk.offset + s.region.chunk);
                     }
@@ -318,6 +322,7 @@ impl SlabAllocator {
             }
         }
         for (i, &node) in nodes.iter().enumerate() {
+            let Some((class, obj)) = class(i) else { continue };
             if out[i].is_err() {
                 continue;
             }
@@ -437,11 +442,11 @@ mod tests {
                 }
                 let nodes = [NodeId(0), NodeId(1), NodeId(2)];
                 let mut slab = SlabAllocator::new();
-                let first = slab.alloc_each(&mem, &nodes, 16 << 10, nodes.len()).await;
+                let first = slab.alloc_each(&mem, &nodes, &[16 << 10; 3], nodes.len()).await;
                 let c = Counted::new(&mem);
-                let second = slab.alloc_each(&c, &nodes, 16 << 10, nodes.len()).await;
+                let second = slab.alloc_each(&c, &nodes, &[16 << 10; 3], nodes.len()).await;
                 let rtts = c.roundtrips();
-                let missing = slab.alloc_each(&mem, &[NodeId(7)], 64, 1).await;
+                let missing = slab.alloc_each(&mem, &[NodeId(7)], &[64], 1).await;
                 (first, second, rtts, missing)
             })
             .unwrap();
