@@ -20,6 +20,8 @@ MUTANTS=(
   "guessed-unlocked||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "abd-no-write-back||not linearizable|cargo test -p swarm-core --release --lib baselines::abd::tests::campaign_3_replicas"
   "deleted-unconfirmed||an acknowledged update was lost|cargo test -p swarm-core --release --lib systems::tests::a_deletion_marker"
+  "no-restore||after node 2's crash|cargo test -p swarm-core --release --lib systems::tests::a_key_inserted_past_a_late_node"
+  "insert-impatient||too few memory nodes answered|cargo test -p swarm-core --release --lib systems::tests::dm_abd_campaign"
 )
 
 only=${1:-}

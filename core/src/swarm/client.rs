@@ -46,6 +46,12 @@ pub struct Paths {
     /// Reads run again because the replicas holding their tuple failed
     /// between the quorum and the value.
     pub read_restarts: u64,
+    /// Inserts tried again waiting for every replica's allocation, after
+    /// one left out as late cost their first write its majority.
+    pub patient_inserts: u64,
+    /// Registers given the replicas their insert left out (on nodes that
+    /// were late or down then).
+    pub restored_replicas: u64,
 }
 
 impl Paths {
@@ -58,6 +64,8 @@ impl Paths {
         self.write_backs += o.write_backs;
         self.widened += o.widened;
         self.read_restarts += o.read_restarts;
+        self.patient_inserts += o.patient_inserts;
+        self.restored_replicas += o.restored_replicas;
     }
 }
 

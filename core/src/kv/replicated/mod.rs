@@ -42,6 +42,15 @@
 //! - A delete with a cached location first checks that the index slot
 //!   still holds it (one more roundtrip, two in all; see
 //!   [`Replicated::delete`]); see [`super`] for what deletes answer.
+//! - An insert does not wait for a node that is late with a fresh chunk
+//!   (§6 promises that a slow node costs nothing): the key gets no replica
+//!   there, as on a node that is down. So that it again survives the
+//!   failure of any minority, a later operation gives it the missing
+//!   replica once the node answers (`Replicated::restore`: a new
+//!   descriptor, and the index entry swung to it); one that finds no
+//!   majority without it waits for the node to do so. An insert whose
+//!   first write then finds no majority is tried again, waiting for every
+//!   node.
 //! - As in the paper's implementation (§6), operations start with a
 //!   majority (the key's first replicas, unless this client saw their node
 //!   fail) and widen on failure ([`crate::substrate::quorum::quorum_first`]), and by
@@ -56,7 +65,9 @@ use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
+use crate::substrate::late::NodeView;
 use crate::substrate::lease::LeaseError;
+use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
 use crate::swarm::client::{ClientCtx, ClientError};
@@ -210,6 +221,8 @@ pub struct Replicated<P, M, C> {
     replicas: usize,
     nodes: usize,
     limits: Limits,
+    /// Nodes (bit `n`) where restoring a replica found no room.
+    no_room: u32,
 }
 
 impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
@@ -259,6 +272,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             replicas: cfg.replicas,
             nodes,
             limits: cfg.limits(),
+            no_room: 0,
         }))
     }
 
@@ -278,11 +292,19 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
-        let mut k = self.describe(key, entry).await?;
         // Boxed: the cached path above holds the common copy of `op`'s future.
-        let out = cold(|| op(&mut self.io, &mut k)).await;
-        self.cache.insert(key, entry.location, Cached::new(k));
-        Ok(Some((out, false)))
+        cold(|| async {
+            let mut k = self.describe(key, entry).await?;
+            if k.reg.replicas.iter().any(|r| restorable(r, &self.io.ctx.nodes, self.no_room, false))
+                && let Some(now) = self.restore(key, k.clone(), false).await
+            {
+                k = now;
+            }
+            let out = op(&mut self.io, &mut k).await;
+            self.cache.insert(key, k.entry.location, Cached::new(k));
+            Ok(Some((out, false)))
+        })
+        .await
     }
 
     /// Runs `op` on what this client knows of `key`, if it has the key in
@@ -292,11 +314,20 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         key: &[u8],
         mut op: impl AsyncFnMut(&mut Io<P, M, C>, &mut Known) -> T,
     ) -> Option<T> {
-        let (_, tag, cached) = self.cache.get_hashed(key)?;
-        cached.load(&mut self.work, tag);
-        let out = op(&mut self.io, &mut self.work).await;
-        cached.keep(&self.work);
-        Some(out)
+        let mut tried = false;
+        loop {
+            let (_, tag, cached) = self.cache.get_hashed(key)?;
+            cached.load(&mut self.work, tag);
+            // Rarely (a replica left out and its node back): restore it
+            // first, so that this operation uses it too.
+            if tried || !self.work.reg.replicas.iter().any(|r| restorable(r, &self.io.ctx.nodes, self.no_room, false)) {
+                let out = op(&mut self.io, &mut self.work).await;
+                cached.keep(&self.work);
+                return Some(out);
+            }
+            tried = true;
+            cold(|| self.restore_cached(key, false)).await;
+        }
     }
 
     /// The key's register: cached (no roundtrip, maybe stale: the flag), or
@@ -332,9 +363,10 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         Ok(())
     }
 
-    /// Inserts `key` with `value` in fresh replicas; `None` to retry.
-    async fn insert_fresh(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Written>, KvError> {
-        let reg = self.new_register(key).await?;
+    /// Inserts `key` with `value` in fresh replicas (see
+    /// [`new_register`](Self::new_register) for `wait_all`).
+    async fn insert_fresh(&mut self, key: &[u8], value: &[u8], wait_all: bool) -> Result<Fresh, KvError> {
+        let (reg, left_out) = self.new_register(key, wait_all).await?;
         let desc = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await?;
         let bytes = descriptor::encode(&reg);
         let mut rc = RegCache::default();
@@ -357,13 +389,17 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let inserted = Box::pin(index.insert_after(&*mem, key, desc.offset, ready)).await;
         let inserted = match inserted? {
             Some(i) => i,
+            // A majority of the replicas that were not late may not be a
+            // majority that answers (another node may have crashed): the
+            // mapping was not published, so try again on every replica.
+            None if left_out && !cfg!(swarm_mutant = "insert-impatient") => return Ok(Fresh::WaitForAll),
             None => return Err(failed.unwrap_or(KvError::Unavailable)),
         };
         let mine = |entry| Known { reg: reg.clone(), rc: rc.clone(), entry };
         match inserted {
             Insert::New(entry) => {
                 self.cache.insert(key, entry.location, Cached::new(mine(entry)));
-                Ok(Some(Written))
+                Ok(Fresh::Done(Written))
             }
             Insert::Exists(entry) => {
                 // Mapped already (by another client, or before our cache
@@ -373,35 +409,52 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 match self.io.write(&mut k, value).await {
                     Ok(()) => {
                         self.cache.insert(key, entry.location, Cached::new(k));
-                        return Ok(Some(Written));
+                        return Ok(Fresh::Done(Written));
                     }
                     Err(RegError::Deleted) => {}
+                    Err(e @ RegError::NoQuorum(_)) => {
+                        let restored = cold(|| self.restore(key, k, true)).await.is_some();
+                        return if restored { Ok(Fresh::Again) } else { Err(reg_error(e)) };
+                    }
                     Err(e) => return Err(reg_error(e)),
                 }
                 let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
                 match swung? {
                     Change::Done { now: Some(now), .. } => {
                         self.cache.insert(key, now.location, Cached::new(mine(now)));
-                        Ok(Some(Written))
+                        Ok(Fresh::Done(Written))
                     }
-                    _ => Ok(None),
+                    _ => Ok(Fresh::Again),
                 }
             }
         }
     }
 
     /// Fresh objects on the key's nodes (`hash + i mod nodes`), taken from
-    /// this client's chunks: usually no roundtrip. A node that cannot be
-    /// reached for a new chunk gets [`NO_REPLICA`] (if a majority can be
-    /// had): a replica that every operation fails on, as on a crashed node.
-    async fn new_register(&mut self, key: &[u8]) -> Result<Register, KvError> {
-        let mut replicas = heapless::Vec::new();
-        let mut missing = 0;
-        for r in 0..self.replicas {
-            let node = node_of(key, r, self.nodes);
-            let base = match self.io.ctx.slab.alloc(&self.io.mem, node, self.layout.of_replica(r).size()).await {
+    /// this client's chunks: usually no roundtrip. The new chunks that some
+    /// nodes need are taken on all of them at once; unless `wait_all`, a
+    /// node that is late with its chunk once a majority have theirs is left
+    /// out, as one that cannot be reached is (SWARM §6: an insert does not
+    /// wait for a slow node). A node left out gets [`NO_REPLICA`] (if a
+    /// majority can be had, or one may be once those left out as late are
+    /// waited for): a replica that every operation fails on, as on a
+    /// crashed node, until [`restore`](Self::restore) gives the key a new
+    /// one. The second value says whether one may have been left out only
+    /// for being late.
+    async fn new_register(&mut self, key: &[u8], wait_all: bool) -> Result<(Register, bool), KvError> {
+        let nodes: heapless::Vec<NodeId, MAX_REPLICAS> =
+            (0..self.replicas).map(|r| node_of(key, r, self.nodes)).collect();
+        let sizes: heapless::Vec<u64, MAX_REPLICAS> =
+            (0..self.replicas).map(|r| self.layout.of_replica(r).size()).collect();
+        // (A need above their number waits for every one.)
+        let need = if wait_all { usize::MAX } else { majority(nodes.len()) };
+        let got = self.io.ctx.slab.alloc_each(&self.io.mem, &nodes, &sizes, need).await;
+        let (mut replicas, mut missing) = (heapless::Vec::new(), 0);
+        for (&node, r) in nodes.iter().zip(got) {
+            let base = match r {
                 Ok(a) => a.offset,
                 Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
+                    self.io.ctx.nodes.note(node, true);
                     missing += 1;
                     NO_REPLICA
                 }
@@ -409,10 +462,101 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             };
             let _ = replicas.push(Replica { node, base });
         }
-        if missing > (self.replicas - 1) / 2 {
+        let left_out = missing > 0 && !wait_all;
+        if missing > (self.replicas - 1) / 2 && !left_out {
             return Err(KvError::Unavailable);
         }
-        Ok(Register { layout: self.layout.tagged(key_hash(key)), replicas })
+        Ok((Register { layout: self.layout.tagged(key_hash(key)), replicas }, left_out))
+    }
+
+    /// Gives a register the replicas it was created without, on those of
+    /// their nodes that this client does not suspect (SWARM §6: an insert
+    /// leaves out a node that is late or down, see
+    /// [`new_register`](Self::new_register); once the node is back, the
+    /// key should again survive the failure of any minority). Fresh objects
+    /// there, a new descriptor naming them, and the key's index entry
+    /// swung to it if it is still `k`'s; the new register, if so.
+    ///
+    /// Without `wait`, best effort, before an operation on the key (which
+    /// then uses the new replicas too): only on nodes the client does not
+    /// suspect, not waiting for one that turns out late. Whatever fails is
+    /// left for a later operation, and a node with no room is not tried
+    /// again by this client. With `wait`, after an operation that reached
+    /// no majority without them: on every such node, waiting for each, as
+    /// an insert that had waited for them would have.
+    ///
+    /// Safe while other clients still use the old descriptor: a new
+    /// replica starts empty, as a replica that no write or lock has reached
+    /// yet, and every quorum, with or without it, is a majority of the same
+    /// replicas, so any two intersect.
+    async fn restore(&mut self, key: &[u8], k: Known, wait: bool) -> Option<Known> {
+        let (view, no_room) = (&self.io.ctx.nodes, self.no_room);
+        let lacking: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..k.reg.replicas.len()).filter(|&i| restorable(&k.reg.replicas[i], view, no_room, wait)).collect();
+        if lacking.is_empty() || cfg!(swarm_mutant = "no-restore") {
+            return None;
+        }
+        let nodes: heapless::Vec<NodeId, MAX_REPLICAS> = lacking.iter().map(|&i| k.reg.replicas[i].node).collect();
+        let sizes: heapless::Vec<u64, MAX_REPLICAS> =
+            lacking.iter().map(|&i| self.layout.of_replica(i).size()).collect();
+        // Unless waiting, need none: a node late now is suspected instead.
+        let need = if wait { usize::MAX } else { 0 };
+        let got = self.io.ctx.slab.alloc_each(&self.io.mem, &nodes, &sizes, need).await;
+        let Known { mut reg, mut rc, entry } = k;
+        let mut restored = false;
+        for ((&i, &node), r) in lacking.iter().zip(&nodes).zip(got) {
+            match r {
+                Ok(a) => {
+                    reg.replicas[i].base = a.offset;
+                    rc.replicas[i] = Default::default();
+                    restored = true;
+                }
+                Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
+                    self.io.ctx.nodes.note(node, true)
+                }
+                Err(_) => self.no_room |= bit(node),
+            }
+        }
+        if !restored {
+            return None;
+        }
+        let Ok(desc) = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await else { return None };
+        if self.io.mem.write(desc, &descriptor::encode(&reg)).await.is_err() {
+            return None;
+        }
+        let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
+        match swung {
+            Ok(Change::Done { now: Some(now), .. }) => {
+                self.io.ctx.paths.restored_replicas += 1;
+                let k = Known { reg, rc, entry: now };
+                self.cache.insert(key, now.location, Cached::new(k.clone()));
+                Some(k)
+            }
+            // The key maps to something else now (or the index could not
+            // tell): what this client has of it may be stale.
+            _ => {
+                self.cache.remove(key);
+                None
+            }
+        }
+    }
+
+    /// After an operation on `key` failed with `e`: whether it reached no
+    /// majority of a register created without some replicas, and those
+    /// are now restored (waiting for their nodes), so it is worth trying
+    /// again. An insert that left out a late node counted on the others;
+    /// if one of those fails before the late node is back, the register
+    /// needs its missing replica to have a majority again.
+    async fn restore_after(&mut self, key: &[u8], e: &RegError) -> bool {
+        matches!(e, RegError::NoQuorum(_)) && cold(|| self.restore_cached(key, true)).await
+    }
+
+    /// [`restore`](Self::restore) of the register this client caches for
+    /// `key`, if any.
+    async fn restore_cached(&mut self, key: &[u8], wait: bool) -> bool {
+        let Some((_, tag, cached)) = self.cache.get_hashed(key) else { return false };
+        let k = cached.known(tag);
+        self.restore(key, k, wait).await.is_some()
     }
 }
 
@@ -433,7 +577,15 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
             let Some((read, cached)) = self.with_key(key, Io::read).await? else {
                 return Ok(Got::NotFound);
             };
-            let (m, v) = read.map_err(reg_error)?;
+            let (m, v) = match read {
+                Ok(read) => read,
+                Err(e) => {
+                    if self.restore_after(key, &e).await {
+                        continue;
+                    }
+                    return Err(reg_error(e));
+                }
+            };
             if m.is_deleted() {
                 self.cache.remove(key);
                 if cached {
@@ -458,6 +610,7 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
             match written {
                 Ok(()) => return Ok(Ok(Written)),
                 Err((RegError::Deleted, entry)) => self.unmap(key, entry).await?,
+                Err((e, _)) if self.restore_after(key, &e).await => {}
                 Err((e, _)) => return Err(reg_error(e)),
             }
         }
@@ -479,7 +632,11 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
                 self.cache.remove(key);
                 continue;
             }
-            let known = Box::pin(k.reg.delete(&mut self.io.ctx, &self.io.mem, &mut k.rc)).await.map_err(reg_error)?;
+            let known = match Box::pin(k.reg.delete(&mut self.io.ctx, &self.io.mem, &mut k.rc)).await {
+                Ok(known) => known,
+                Err(e) if self.restore_after(key, &e).await => continue,
+                Err(e) => return Err(reg_error(e)),
+            };
             self.cache.remove(key);
             self.index.remove_background(&self.io.mem, key, &k.entry)?;
             // Known deleted before: a delete completed earlier.
@@ -490,6 +647,7 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
 
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
+        let mut wait_all = false;
         for _ in 0..RETRIES {
             // A cached key: an insert of an existing key is an update.
             if let Some(written) = self.on_cached(key, async |io, k| io.write(k, value).await).await {
@@ -498,12 +656,17 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
                     Err(RegError::Deleted) => {
                         self.cache.remove(key);
                     }
+                    Err(e) if self.restore_after(key, &e).await => continue,
                     Err(e) => return Err(reg_error(e)),
                 }
             }
-            match Box::pin(self.insert_fresh(key, value)).await {
-                Ok(Some(done)) => return Ok(done),
-                Ok(None) => {}
+            match Box::pin(self.insert_fresh(key, value, wait_all)).await {
+                Ok(Fresh::Done(done)) => return Ok(done),
+                Ok(Fresh::Again) => {}
+                Ok(Fresh::WaitForAll) => {
+                    self.io.ctx.paths.patient_inserts += 1;
+                    wait_all = true;
+                }
                 // No room for fresh replicas on a full node: a key that is
                 // there already needs none (an insert of it is an update).
                 Err(full @ KvError::NodeFull { .. }) => {
@@ -531,9 +694,33 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
     }
 }
 
+/// Whether `r` is a replica that an insert left out (see
+/// `Replicated::new_register`) and that `Replicated::restore` may give the
+/// key now: its node is not one the client suspects (unless `wait`), nor
+/// one where it found no room (`no_room`, a mask of [`bit`]s).
+fn restorable(r: &Replica, view: &NodeView, no_room: u32, wait: bool) -> bool {
+    r.base == NO_REPLICA && (wait || !view.suspects(r.node)) && no_room & bit(r.node) == 0
+}
+
+/// Bit `n` of a mask of nodes `n < 32` (none for the others).
+fn bit(node: NodeId) -> u32 {
+    if node.0 < 32 { 1 << node.0 } else { 0 }
+}
+
+/// How an insert of a key in fresh replicas ended.
+enum Fresh {
+    Done(Written),
+    /// Lost a race with another client's insert or delete: try again.
+    Again,
+    /// The first write reached no majority, and a replica was left out for
+    /// being late: try again, waiting for every replica's allocation.
+    WaitForAll,
+}
+
 /// The base of a replica that could not be allocated: beyond any node's
-/// region, so every operation on it fails its bounds check, forever (even
-/// if the node comes back).
+/// region, so every operation on it fails its bounds check, even if the
+/// node comes back, until the key is given a new replica there
+/// (`Replicated::restore`).
 const NO_REPLICA: u64 = 1 << 62;
 
 /// What a client's register operations need: its memory and its SWARM
