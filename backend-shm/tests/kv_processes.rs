@@ -349,15 +349,34 @@ fn a_new_process_works_at_once_while_a_node_is_stalled() {
         text.split_whitespace().map(|w| w.parse().unwrap()).collect()
     };
     let (healthy, stalled) = (rtts("healthy"), rtts("stalled"));
-    eprintln!("roundtrips (connect, first get, first update): healthy {healthy:?}, node 1 stalled {stalled:?}");
-    for (what, (h, s)) in ["connect", "first get", "first update"].iter().zip(healthy.iter().zip(&stalled)) {
+    eprintln!(
+        "roundtrips (connect, first get, first update, first insert): healthy {healthy:?}, node 1 stalled {stalled:?}"
+    );
+    let what = ["connect", "first get", "first update", "first insert"];
+    assert_eq!(stalled.len(), what.len());
+    for (what, (h, s)) in what.iter().zip(healthy.iter().zip(&stalled)) {
         assert!(s <= &(h + 1), "{what}: {s} roundtrips with node 1 stalled, {h} without");
+    }
+    // The keys inserted during the stall got no replica on node 1; once it
+    // is back, they get one, so that they survive node 2's failure.
+    store.set_fault(NodeId(1), Fault::Healthy).unwrap();
+    store.set_fault(NodeId(2), Fault::Failed).unwrap();
+    let mut s = connect(store.memory(), loader);
+    for (run, k) in FRESH_RUNS.iter().flat_map(|&(run, from)| (from..from + NEW_KEYS).map(move |k| (run, k))) {
+        match block_on(s.get(&key(k))) {
+            Ok(Got::Found(v)) => assert_eq!(id_of(&v), Some(k), "key {k} of the {run} run"),
+            other => panic!("key {k} of the {run} run, with node 2 failed: {other:?}"),
+        }
     }
 }
 
-/// Connects with a stall time-out of an hour, gets and updates every key
-/// and writes the roundtrips of its connection, first get and first
-/// update to `rtts-{run}`.
+/// New keys per fresh process, and where each run's start.
+const NEW_KEYS: u64 = 8;
+const FRESH_RUNS: [(&str, u64); 2] = [("healthy", KEYS), ("stalled", KEYS + NEW_KEYS)];
+
+/// Connects with a stall time-out of an hour, gets and updates every key,
+/// inserts its run's new keys, and writes the roundtrips of its
+/// connection, first get, first update and first insert to `rtts-{run}`.
 fn fresh_child(run: &str, dir: &Path) {
     let (store, _clock) = open(dir);
     let mem = Counted::new(store.memory().with_timeout(Duration::from_secs(3600)));
@@ -379,6 +398,14 @@ fn fresh_child(run: &str, dir: &Path) {
         mem.reset();
         block_on(s.update(&key(k), &value((id as u64) << 32 | k))).unwrap().unwrap();
         if k == 0 {
+            rtts.push(mem.roundtrips());
+        }
+    }
+    let (_, from) = FRESH_RUNS.iter().find(|(r, _)| *r == run).expect("a run of FRESH_RUNS");
+    for k in *from..from + NEW_KEYS {
+        mem.reset();
+        block_on(s.insert(&key(k), &value(k))).unwrap();
+        if k == *from {
             rtts.push(mem.roundtrips());
         }
     }
