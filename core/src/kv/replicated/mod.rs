@@ -446,22 +446,34 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             (0..self.replicas).map(|r| node_of(key, r, self.nodes)).collect();
         let sizes: heapless::Vec<u64, MAX_REPLICAS> =
             (0..self.replicas).map(|r| self.layout.of_replica(r).size()).collect();
-        // (A need above their number waits for every one.)
-        let need = if wait_all { usize::MAX } else { majority(nodes.len()) };
-        let got = self.io.ctx.slab.alloc_each(&self.io.mem, &nodes, &sizes, need).await;
-        let (mut replicas, mut missing) = (heapless::Vec::new(), 0);
-        for (&node, r) in nodes.iter().zip(got) {
-            let base = match r {
-                Ok(a) => a.offset,
+        // On a node it suspects, the client takes an object only if that
+        // needs no roundtrip (it would be late again); on the others, all at
+        // once. (A need above their number waits for every one.)
+        let mut bases = [NO_REPLICA; MAX_REPLICAS];
+        let (mut ask, mut local) = (heapless::Vec::<usize, MAX_REPLICAS>::new(), 0);
+        for (r, &node) in nodes.iter().enumerate() {
+            if wait_all || !self.io.ctx.nodes.suspects(node) {
+                let _ = ask.push(r);
+            } else if let Some(a) = self.io.ctx.slab.alloc_local(node, sizes[r]) {
+                (bases[r], local) = (a.offset, local + 1);
+            }
+        }
+        let need = if wait_all { usize::MAX } else { majority(nodes.len()).saturating_sub(local) };
+        let (ask_nodes, ask_sizes): (heapless::Vec<NodeId, MAX_REPLICAS>, heapless::Vec<u64, MAX_REPLICAS>) =
+            ask.iter().map(|&r| (nodes[r], sizes[r])).unzip();
+        let got = self.io.ctx.slab.alloc_each(&self.io.mem, &ask_nodes, &ask_sizes, need).await;
+        for (&r, got) in ask.iter().zip(got) {
+            match got {
+                Ok(a) => bases[r] = a.offset,
                 Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() => {
-                    self.io.ctx.nodes.note(node, true);
-                    missing += 1;
-                    NO_REPLICA
+                    self.io.ctx.nodes.note(nodes[r], true)
                 }
                 Err(e) => return Err(e.into()),
-            };
-            let _ = replicas.push(Replica { node, base });
+            }
         }
+        let replicas: heapless::Vec<Replica, MAX_REPLICAS> =
+            nodes.iter().zip(bases).map(|(&node, base)| Replica { node, base }).collect();
+        let missing = replicas.iter().filter(|r| r.base == NO_REPLICA).count();
         let left_out = missing > 0 && !wait_all;
         if missing > (self.replicas - 1) / 2 && !left_out {
             return Err(KvError::Unavailable);

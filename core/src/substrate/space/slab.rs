@@ -113,6 +113,26 @@ struct Class {
     free: heapless::Vec<u64, FREE_LIST>,
 }
 
+impl Class {
+    /// An object of `obj` bytes from the free list, or the current chunk
+    /// if it has room.
+    fn take(&mut self, obj: u64) -> Option<u64> {
+        if let Some(off) = self.free.pop() {
+            return Some(off);
+        }
+        if self.end - self.bump < obj {
+            return None;
+        }
+        self.bump += obj;
+        Some(self.bump - obj)
+    }
+
+    /// Whether [`take`](Self::take) would succeed.
+    fn can_take(&self, obj: u64) -> bool {
+        !self.free.is_empty() || self.end - self.bump >= obj
+    }
+}
+
 struct NodeSlabs {
     region: Region,
     classes: [Class; CLASSES],
@@ -207,17 +227,21 @@ impl SlabAllocator {
             return Err(AllocError::BadSize { size });
         }
         let c = &mut slabs.classes[class];
-        if let Some(off) = c.free.pop() {
-            return Ok(RemoteAddr::new(node, off));
-        }
-        if c.end - c.bump < obj {
+        if !c.can_take(obj) {
             let chunk = slabs.region.alloc_chunk(mem).await?;
-            c.bump = chunk.offset;
-            c.end = chunk.offset + slabs.region.chunk;
+            (c.bump, c.end) = (chunk.offset, chunk.offset + slabs.region.chunk);
         }
-        let off = c.bump;
-        c.bump += obj;
+        let off = c.take(obj).ok_or(AllocError::BadSize { size })?;
         Ok(RemoteAddr::new(node, off))
+    }
+
+    /// Allocates `size` bytes on `node` only if that needs no roundtrip (its
+    /// region is open and the size class has a free object or room in its
+    /// chunk): for a node the caller would rather leave out than wait for.
+    pub fn alloc_local(&mut self, node: NodeId, size: u64) -> Option<RemoteAddr> {
+        let (class, obj) = class_of(size)?;
+        let s = self.nodes.iter_mut().find(|s| s.region.node == node)?;
+        Some(RemoteAddr::new(node, s.classes[class].take(obj)?))
     }
 
     /// Takes a whole chunk of `node` for the caller (e.g. a log segment).
@@ -296,8 +320,7 @@ impl SlabAllocator {
             match slabs {
                 Ok(s) if obj > s.region.chunk => {}
                 Ok(s) => {
-                    let c = &s.classes[class];
-                    if c.free.is_empty() && c.end - c.bump < obj {
+                    if !s.classes[class].can_take(obj) {
                         let _ = short.push(node);
                     }
                     out[i] = Ok(RemoteAddr::new(node, 0));
@@ -327,15 +350,10 @@ impl SlabAllocator {
                 continue;
             }
             let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == node) else { continue };
-            let c = &mut s.classes[class];
-            out[i] = match c.free.pop() {
-                Some(off) => Ok(RemoteAddr::new(node, off)),
-                None => {
-                    let off = c.bump;
-                    c.bump += obj;
-                    Ok(RemoteAddr::new(node, off))
-                }
-            };
+            out[i] = s.classes[class]
+                .take(obj)
+                .map(|off| RemoteAddr::new(node, off))
+                .ok_or(AllocError::BadSize { size: size(i) });
         }
         out
     }
