@@ -107,6 +107,7 @@
 //! followed, so garbage there only makes them look used.
 
 mod layout;
+mod probe;
 mod race;
 // The replicated index (issue #21) will use the rules; until then only their tests do.
 #[cfg_attr(not(test), allow(dead_code))]

@@ -3,7 +3,8 @@
 
 use core::future::Future;
 
-use crate::index::layout::{Block, CANDIDATES, COMBINED_BYTES, Candidate, Geometry, KeyHash, MAX_KEY, SlotWord};
+use crate::index::layout::{Block, CANDIDATES, COMBINED_BYTES, Geometry, KeyHash, MAX_KEY, SlotWord};
+use crate::index::probe::{AfterLoss, Choice, View, after_lost_change};
 use crate::index::{Change, Entry, Expect, Index, IndexError, Insert};
 use crate::substrate::join::join2;
 use crate::substrate::memory::word_at;
@@ -52,50 +53,6 @@ impl IndexConfig {
             return Err(IndexError::BadConfig("the index needs between 1 and 2^58 bucket groups"));
         }
         Ok(())
-    }
-}
-
-/// What a client knows of a candidate slot's word: whose key it holds.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Owner {
-    /// Not resolved (no need, or not yet).
-    Unknown,
-    /// This key; the block's location.
-    Key(u64),
-    /// Another key with the same fingerprint and length.
-    Other,
-}
-
-/// A client's view of a key's candidate slots.
-struct View {
-    cands: heapless::Vec<Candidate, CANDIDATES>,
-    words: [SlotWord; CANDIDATES],
-    owners: [Owner; CANDIDATES],
-}
-
-impl View {
-    fn len(&self) -> usize {
-        self.cands.len()
-    }
-
-    /// Sets slot `i`'s word as seen later (e.g. returned by a failed CAS).
-    fn set(&mut self, i: usize, w: SlotWord) {
-        if self.words[i] != w {
-            self.words[i] = w;
-            self.owners[i] = Owner::Unknown;
-        }
-    }
-
-    fn first_empty(&self) -> usize {
-        (0..self.len()).find(|&i| self.words[i].is_empty()).unwrap_or(self.len())
-    }
-
-    /// The slot holding the key live, if any.
-    fn live(&self) -> Option<(usize, u64)> {
-        (0..self.len()).find_map(|i| match self.owners[i] {
-            Owner::Key(loc) if self.words[i].is_live() => Some((i, loc)),
-            _ => None,
-        })
     }
 }
 
@@ -206,7 +163,7 @@ impl RaceIndex {
             let buf: &[u8] = if c.read == 0 { &a } else { &b };
             words[i] = SlotWord(word_at(buf, c.at as usize).ok_or(self.corrupt("short read of a bucket"))?);
         }
-        Ok(View { cands, words, owners: [Owner::Unknown; CANDIDATES] })
+        Ok(View::new(cands, words))
     }
 
     /// Reads the blocks of the slots whose owner matters and is unknown:
@@ -221,18 +178,8 @@ impl RaceIndex {
         view: &mut View,
         tombs: bool,
     ) -> Result<(), IndexError> {
-        let first_empty = view.first_empty();
-        let wanted = |v: &View, i: usize| {
-            let w = v.words[i];
-            v.owners[i] == Owner::Unknown && w.matches(kh) && (w.is_live() || (tombs && i < first_empty))
-        };
         loop {
-            let mut batch: heapless::Vec<usize, MAX_REPLICAS> = heapless::Vec::new();
-            for i in 0..view.len() {
-                if wanted(view, i) && batch.push(i).is_err() {
-                    break;
-                }
-            }
+            let batch = view.unresolved(kh, tombs);
             if batch.is_empty() {
                 return Ok(());
             }
@@ -249,7 +196,7 @@ impl RaceIndex {
             for (&i, r) in batch.iter().zip(reads.results) {
                 let buf = r.ok_or(self.corrupt("a block read was not answered"))??;
                 let (location, k) = Block::decode(&buf, key.len()).map_err(|what| self.corrupt(what))?;
-                view.owners[i] = if k == key { Owner::Key(location) } else { Owner::Other };
+                view.resolved(i, key, location, k);
             }
         }
     }
@@ -356,15 +303,13 @@ impl RaceIndex {
         for _ in 0..MAX_ATTEMPTS {
             self.resolve(mem, key, &kh, &mut view, true).await?;
             let node = self.geo.node;
-            if let Some((i, loc)) = view.live() {
-                let slot = RemoteAddr::new(node, view.cands[i].offset);
-                return Ok(Some(Insert::Exists(Entry { location: loc, slot, word: view.words[i].0 })));
-            }
-            let free = |i: usize| {
-                view.words[i].is_empty() || (view.words[i].is_tomb() && matches!(view.owners[i], Owner::Key(_)))
-            };
-            let Some(i) = (0..view.len()).find(|&i| free(i)) else {
-                return Err(IndexError::Full { node });
+            let i = match view.insert_choice() {
+                Choice::Exists(i, loc) => {
+                    let slot = RemoteAddr::new(node, view.cands[i].offset);
+                    return Ok(Some(Insert::Exists(Entry { location: loc, slot, word: view.words[i].0 })));
+                }
+                Choice::Take(i) => i,
+                Choice::Full => return Err(IndexError::Full { node }),
             };
             if fresh.is_none() {
                 *fresh = Some(self.alloc_block(mem, &kh, key.len()).await?);
@@ -471,12 +416,10 @@ impl RaceIndex {
                     prev
                 }
             };
-            // The slot belongs to this key forever: a tombstone means removed.
-            if prev.is_tomb() && prev.matches(&kh) {
-                return Ok(Change::NotFound);
-            }
-            if !(prev.is_live() && prev.matches(&kh)) {
-                return Err(self.corrupt("a key's slot changed to another key's"));
+            match after_lost_change(prev, &kh) {
+                AfterLoss::Removed => return Ok(Change::NotFound),
+                AfterLoss::Changed => {}
+                AfterLoss::Foreign => return Err(self.corrupt("a key's slot changed to another key's")),
             }
             cur = Entry { location: self.location_of(mem, key, prev).await?, slot: cur.slot, word: prev.0 };
             if matches!(expect, Expect::Entry(_)) {

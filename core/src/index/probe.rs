@@ -1,0 +1,129 @@
+//! What a client decides from a key's candidate slots, whatever holds them:
+//! which blocks it must read to learn whose key a slot holds, where an
+//! insert goes, and what a lost CAS on the key's slot means. The rules of
+//! [`crate::index`] ("Concurrent inserts of one key") live here once, for
+//! the single-node index ([`super::race`]) and the replicated one that
+//! issue #21 builds on SNAPSHOT; the I/O (reading buckets and blocks,
+//! posting CASes) stays with each index.
+
+use crate::index::layout::{CANDIDATES, Candidate, KeyHash, SlotWord};
+use crate::substrate::quorum::MAX_REPLICAS;
+
+/// What a client knows of a candidate slot's word: whose key it holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Owner {
+    /// Not resolved (no need, or not yet).
+    Unknown,
+    /// This key; the block's location.
+    Key(u64),
+    /// Another key with the same fingerprint and length.
+    Other,
+}
+
+/// A client's view of a key's candidate slots, in the key's fixed order.
+pub(super) struct View {
+    pub cands: heapless::Vec<Candidate, CANDIDATES>,
+    pub words: [SlotWord; CANDIDATES],
+    owners: [Owner; CANDIDATES],
+}
+
+/// Where an insert of the key goes, given a resolved [`View`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Choice {
+    /// The key is live in slot `i`, at this location.
+    Exists(usize, u64),
+    /// Slot `i`: the first, in the key's order, that is empty or the key's
+    /// own tombstone (rules 1 and 2).
+    Take(usize),
+    /// No candidate slot may take the key.
+    Full,
+}
+
+impl View {
+    /// The slots `cands` as read (`words`), no owner known yet.
+    pub fn new(cands: heapless::Vec<Candidate, CANDIDATES>, words: [SlotWord; CANDIDATES]) -> View {
+        View { cands, words, owners: [Owner::Unknown; CANDIDATES] }
+    }
+
+    pub fn len(&self) -> usize {
+        self.cands.len()
+    }
+
+    /// Sets slot `i`'s word as seen later (e.g. returned by a failed CAS).
+    pub fn set(&mut self, i: usize, w: SlotWord) {
+        if self.words[i] != w {
+            self.words[i] = w;
+            self.owners[i] = Owner::Unknown;
+        }
+    }
+
+    fn first_empty(&self) -> usize {
+        (0..self.len()).find(|&i| self.words[i].is_empty()).unwrap_or(self.len())
+    }
+
+    /// The slots whose owner matters and is unknown, as many as one
+    /// roundtrip reads: live slots with the key's fingerprint and length,
+    /// and (for inserts, `tombs`) such tombstones before the first empty
+    /// slot, which an insert may take back only if they are the key's.
+    pub fn unresolved(&self, kh: &KeyHash, tombs: bool) -> heapless::Vec<usize, MAX_REPLICAS> {
+        let first_empty = self.first_empty();
+        let wanted = |i: usize| {
+            let w = self.words[i];
+            self.owners[i] == Owner::Unknown && w.matches(kh) && (w.is_live() || (tombs && i < first_empty))
+        };
+        (0..self.len()).filter(|&i| wanted(i)).take(MAX_REPLICAS).collect()
+    }
+
+    /// Records that slot `i`'s block holds `found` at `location`, for a
+    /// lookup of `key`.
+    pub fn resolved(&mut self, i: usize, key: &[u8], location: u64, found: &[u8]) {
+        self.owners[i] = if found == key { Owner::Key(location) } else { Owner::Other };
+    }
+
+    /// The slot holding the key live, if any, and its location.
+    pub fn live(&self) -> Option<(usize, u64)> {
+        (0..self.len()).find_map(|i| match self.owners[i] {
+            Owner::Key(loc) if self.words[i].is_live() => Some((i, loc)),
+            _ => None,
+        })
+    }
+
+    /// Where an insert goes, once [`unresolved`](Self::unresolved) (with
+    /// tombstones) is empty.
+    pub fn insert_choice(&self) -> Choice {
+        if let Some((i, loc)) = self.live() {
+            return Choice::Exists(i, loc);
+        }
+        let free =
+            |i: usize| self.words[i].is_empty() || (self.words[i].is_tomb() && matches!(self.owners[i], Owner::Key(_)));
+        (0..self.len()).find(|&i| free(i)).map_or(Choice::Full, Choice::Take)
+    }
+}
+
+/// What the value `prev` found by a lost CAS on the key's own slot means.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum AfterLoss {
+    /// The key's tombstone: removed meanwhile.
+    Removed,
+    /// Another live value of the key: follow it.
+    Changed,
+    /// Not the key's: the slot cannot have changed owner (rule 1), so the
+    /// memory is corrupt.
+    Foreign,
+}
+
+/// Classifies `prev`, the value a CAS on the slot of the key hashed to `kh`
+/// found instead of the expected one. A slot belongs to its key forever
+/// (rule 1), so it can only hold the key's tombstone or another of its
+/// live values.
+pub(super) fn after_lost_change(prev: SlotWord, kh: &KeyHash) -> AfterLoss {
+    if !prev.matches(kh) {
+        AfterLoss::Foreign
+    } else if prev.is_tomb() {
+        AfterLoss::Removed
+    } else if prev.is_live() {
+        AfterLoss::Changed
+    } else {
+        AfterLoss::Foreign
+    }
+}
