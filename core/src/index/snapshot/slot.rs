@@ -767,6 +767,87 @@ mod tests {
         }
     }
 
+    /// A loser whose value is in its list but who read the primary at
+    /// `vold` after its replies decided exactly (Rule 3's check here): it
+    /// needs no mark to know it lost, even with a target that keeps none.
+    #[test]
+    fn an_exact_loser_needs_no_mark() {
+        let mut sim = fixed_sim(3);
+        let mem = sim.client();
+        let s = slot(3);
+        let (x, l) = (value(1, 0, 1), value(2, 0, 2));
+        let (got, paths) = sim
+            .block_on(async move {
+                // x (stopped) took backup 1 first; l takes backup 0: [l, x], x least.
+                stopped_cas(&mem, &s, 1, x).await;
+                let mut paths = SlotPaths::default();
+                (rcas(&mem, &s, Exp::Fresh, l, &NoTarget, &mut paths).await, paths)
+            })
+            .unwrap();
+        assert_eq!(got, Ok(Outcome::Lost { current: x }));
+        assert_eq!(paths, SlotPaths { lose: 1, help: 1, ..SlotPaths::default() });
+        assert_eq!(replicas(&sim, 3), vec![x; 3]);
+    }
+
+    /// A winner whose primary CAS lands after a helper committed it and a
+    /// later round committed over it still won (no master: nothing else
+    /// moves the primary from `vold`).
+    #[test]
+    fn a_winner_overtaken_after_its_decision_won() {
+        let mut sim = fixed_sim(3);
+        let (mw, admin) = (sim.client(), sim.client());
+        let s = slot(3);
+        let (w, c) = (value(1, 0, 1), value(2, 0, 2));
+        let (got, paths) = sim
+            .block_on(async move {
+                let target = Marks::of(w);
+                let backups = backup_phase(&mw, &s, V0, w, &target).await;
+                // Before w goes on, a helper commits it and a later round (c) follows.
+                for b in s.backups() {
+                    assert_eq!(admin.cas(*b, w, c).await, Ok(w));
+                }
+                assert_eq!(admin.cas(s.primary(), V0, w).await, Ok(V0));
+                assert_eq!(admin.cas(s.primary(), w, c).await, Ok(w));
+                let mut round = Round { mem: &mw, slot: &s, target: &target, vold: V0, vnew: w, backups, pure: false };
+                let mut paths = SlotPaths::default();
+                (round.decide(&mut paths).await, paths)
+            })
+            .unwrap();
+        assert_eq!(got, Ok(Outcome::Won { previous: V0 }));
+        assert_eq!(paths, SlotPaths { r1: 1, ..SlotPaths::default() });
+        assert_eq!(replicas(&sim, 3), vec![c; 3]);
+    }
+
+    /// A helper whose round was committed, and a later one begun, between
+    /// its wait and its backup reads must not complete anything: it reads
+    /// the primary after the backups, finds it moved, and leaves the later
+    /// round's backups alone (`winner` of a half-done later round would
+    /// move its backup back).
+    #[test]
+    fn a_late_helper_leaves_a_later_round_alone() {
+        let mut sim = fixed_sim(3);
+        let (mw, ml, admin) = (sim.client(), sim.client(), sim.client());
+        let s = slot(3);
+        // y > w: winner([y, w]) would be w, moving backup 0 back from y.
+        let (w, l, y) = (value(1, 0, 1), value(2, 0, 2), value(3, 0, 3));
+        let (got, b0) = sim
+            .block_on(async move {
+                // w wins every backup and stops; l loses both.
+                backup_phase(&mw, &s, V0, w, &NoTarget).await;
+                let backups = backup_phase(&ml, &s, V0, l, &NoTarget).await;
+                assert_eq!(rules::eval(&backups.seen, l), Eval::Decided(Decision::Lose));
+                // Someone else helps w to its commit; y's round starts on backup 0.
+                assert_eq!(admin.cas(s.primary(), V0, w).await, Ok(V0));
+                assert_eq!(admin.cas(s.backups()[0], w, y).await, Ok(w));
+                let mut round = Round { mem: &ml, slot: &s, target: &NoTarget, vold: V0, vnew: l, backups, pure: true };
+                let got = round.help(&mut SlotPaths::default()).await;
+                (got, read_word(&ml, s.backups()[0]).await.unwrap())
+            })
+            .unwrap();
+        assert_eq!(got, Ok(Outcome::Lost { current: w }));
+        assert_eq!(b0, y, "the later round's backup is untouched");
+    }
+
     /// Writers stopped after CASing only some backups (every subset, from
     /// one or two stopped writers), then two live writers: the round
     /// completes with one value, everyone agrees on it, every replica
@@ -1034,10 +1115,13 @@ mod tests {
 
     type Ops = Rc<RefCell<Vec<Operation<CasIn, CasOut>>>>;
 
+    /// Paths taken, and how many writes learnt that they won from their mark.
+    type Taken = Rc<RefCell<(SlotPaths, u64)>>;
+
     /// Writer `w`: `wins` successful writes, each retried from the current
     /// word it lost to (a hint) with a new value until it wins; the first
     /// try of each reads `vold` itself. Records every try.
-    async fn retrying_writer(m: SimMemory, s: Slot, w: u64, wins: u32, ops: Ops, paths: Rc<RefCell<SlotPaths>>) {
+    async fn retrying_writer(m: SimMemory, s: Slot, w: u64, wins: u32, ops: Ops, taken: Taken) {
         let mut seq = 0;
         for _ in 0..wins {
             let mut exp = Exp::Fresh;
@@ -1048,7 +1132,10 @@ mod tests {
                 let call = m.now();
                 let mut p = SlotPaths::default();
                 let got = rcas(&m, &s, exp, v, &Marks::of(v), &mut p).await;
-                paths.borrow_mut().add(&p);
+                let mut t = taken.borrow_mut();
+                t.0.add(&p);
+                t.1 += u64::from(p.marks > 0 && matches!(got, Ok(Outcome::Won { .. })));
+                drop(t);
                 let (input, output) = match (exp, got) {
                     (_, Ok(Outcome::Won { previous })) => {
                         (CasIn::Cas { exp: Some(previous), new: v }, CasOut::Won(previous))
@@ -1069,17 +1156,31 @@ mod tests {
         }
     }
 
-    /// Writers retrying until they win, a reader, optionally a writer that
-    /// crashes at a random time; the history must be a CAS register's.
-    fn chain(seed: u64, r: usize, writers: u64, wins: u32, crash: bool) -> SlotPaths {
+    /// What goes wrong in a [`chain`].
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum Fault {
+        None,
+        /// A fourth writer crashes at a random time.
+        Crash,
+        /// Writer 1 is 100 times slower for a while: its CASes land far
+        /// apart, some after its round was helped to its commit.
+        Slow,
+    }
+
+    /// Writers retrying until they win, a reader, and `fault`; the history
+    /// must be a CAS register's.
+    fn chain(seed: u64, r: usize, writers: u64, wins: u32, fault: Fault) -> (SlotPaths, u64) {
         let mut sim = new_sim(seed, r);
         let s = slot(r);
         let ops: Ops = Rc::default();
-        let paths: Rc<RefCell<SlotPaths>> = Rc::default();
-        let mut clients = Vec::new();
+        let paths: Taken = Rc::default();
         for w in 1..=writers {
             let m = sim.client();
-            clients.push(m.clone());
+            if w == 1 && fault == Fault::Slow {
+                let at = sim.random(0, 20_000);
+                sim.slow_client_at(&m, at, 100);
+                sim.slow_client_at(&m, at + 200_000, 1);
+            }
             sim.spawn(&m.clone(), retrying_writer(m, s.clone(), w, wins, ops.clone(), paths.clone()));
         }
         let reader = sim.client();
@@ -1094,7 +1195,7 @@ mod tests {
         });
         // The crashing writer's one write: pending unless it returned.
         let crashed_op = Rc::new(RefCell::new(None));
-        if crash {
+        if fault == Fault::Crash {
             let m = sim.client();
             let at = sim.random(0, 30_000);
             sim.crash_client_at(&m, at);
@@ -1105,7 +1206,7 @@ mod tests {
                 *out.borrow_mut() = Some(Operation::pending(15, m.now(), CasIn::Cas { exp: None, new: v }));
                 let mut p = SlotPaths::default();
                 let got = rcas(&m, &s, Exp::Fresh, v, &Marks::of(v), &mut p).await;
-                paths.borrow_mut().add(&p);
+                paths.borrow_mut().0.add(&p);
                 let Some(op) = out.borrow_mut().as_mut().map(|op| op.call) else { return };
                 let output = match got.unwrap() {
                     Outcome::Won { previous } => CasOut::Won(previous),
@@ -1125,7 +1226,7 @@ mod tests {
         let last = peek(&sim, 0, SLOT_AT);
         let end = sim.now() + 1;
         history.push(Operation::completed(100, end, end, CasIn::Read, CasOut::Read(last)));
-        let ctx = format!("r {r}, seed {seed}, crash {crash}");
+        let ctx = format!("r {r}, seed {seed}, {fault:?}");
         assert_eq!(replicas(&sim, r), vec![last; r], "{ctx}");
         let wins_seen =
             history.iter().filter(|op| matches!(op.response.as_ref().map(|r| r.output), Some(CasOut::Won(_)))).count();
@@ -1135,16 +1236,24 @@ mod tests {
         *paths.borrow()
     }
 
+    /// Runs [`chain`] on `seeds`, r = 3 and 5 alternately or `r`; sums what they took.
+    fn chains(seeds: core::ops::Range<u64>, r: Option<usize>, wins: u32, fault: Fault) -> (SlotPaths, u64) {
+        let mut total = (SlotPaths::default(), 0);
+        for seed in seeds {
+            let (p, by_mark) = chain(seed, r.unwrap_or(3 + 2 * (seed as usize % 2)), 3, wins, fault);
+            total.0.add(&p);
+            total.1 += by_mark;
+        }
+        std::println!("{fault:?}, r {r:?}: {total:?}");
+        total
+    }
+
     /// 3 writers × 7 wins (21 rounds) with retries, a reader, on r = 3 and
     /// r = 5: the history is a CAS register's, the replicas end equal.
     #[test]
     fn retried_writes_form_a_cas_register() {
         for r in [3, 5] {
-            let mut paths = SlotPaths::default();
-            for seed in 0..40 {
-                paths.add(&chain(seed, r, 3, 7, false));
-            }
-            std::println!("r {r}: {paths:?}");
+            let (paths, _) = chains(0..40, Some(r), 7, Fault::None);
             assert!(paths.r1 > 0 && paths.r3 > 0 && paths.lose > 0, "r {r}: {paths:?}");
             if r == 5 {
                 assert!(paths.r2 > 0, "r {r}: {paths:?}");
@@ -1157,12 +1266,17 @@ mod tests {
     /// effect or not, at most once.
     #[test]
     fn a_crashed_writer_is_helped() {
-        let mut paths = SlotPaths::default();
-        for seed in 0..100 {
-            paths.add(&chain(seed, 3 + 2 * (seed as usize % 2), 3, 3, true));
-        }
-        std::println!("{paths:?}");
+        let (paths, _) = chains(0..100, None, 3, Fault::Crash);
         assert!(paths.help > 0, "{paths:?}");
+    }
+
+    /// As above, with writer 1 slow for a while: its rounds are helped, and
+    /// its CASes that land after the help see later rounds, so that it
+    /// decides from lists that mix rounds and learns from its mark that it won.
+    #[test]
+    fn a_slow_writer_is_helped_and_learns_it_won() {
+        let (paths, won_by_mark) = chains(0..200, None, 3, Fault::Slow);
+        assert!(paths.help > 0 && won_by_mark > 0, "{paths:?}, won by mark {won_by_mark}");
     }
 
     proptest! {
