@@ -27,18 +27,22 @@
 //!   Finish  -> OUTCOME(vchk)                                    (F7)
 //!   Fail    -> Unavailable
 //! COMMIT:  pipeline(P, [tgt.commit_ops(vnew, vold), CAS(P, vold, vnew)]) -> Won { previous: vold }
+//!          (with no backups, r = 1, the CAS alone decides: it may answer Lost)
 //! WAIT:    read(P) at once, then after a pause, until it leaves vold or WAIT_READS reads:
 //!          p != vold -> OUTCOME(p);  else HELP                  (F5)
 //! HELP:    bs = read every B[i]; p = read(P) after them; p != vold -> OUTCOME(p)
 //!          w = winner(bs); CAS(B[i], bs[i], w) for bs[i] != w;
 //!          pipeline(P, [tgt.commit_ops(w, vold), CAS(P, vold, w)]); OUTCOME(P)
-//! OUTCOME(p): p == vnew -> Won; proven loser -> Lost { current: p };
-//!             else tgt.marked(vnew) ? Won : Lost                (F7)
+//! OUTCOME(p): p == vnew -> Won;
+//!             won no backup, or read P == vold after every reply -> Lost { current: p };
+//!             else tgt.marked(vnew) ? Won : Lost                (F7, +1 RTT)
 //! ```
 //!
 //! Roundtrips (FUSEE §4.3, "Performance"): Rule 1 takes 3 with the read of
-//! `vold` (2 with a hint), Rule 2 4, Rule 3 5. A loser takes 2 (3 with the
-//! read) and then reads the primary until the winner commits.
+//! `vold` (2 with a hint), Rule 2 4, Rule 3 5; with r = 1 (no backup
+//! phase) a write takes 2, or 1 with a hint. A loser decides in as many as
+//! the winner before its commit, then reads the primary until the winner
+//! commits.
 //!
 //! # Linearisation
 //!
