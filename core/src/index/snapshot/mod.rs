@@ -12,8 +12,11 @@
 //!
 //! This folder will hold the replicated index (the slot protocol with the
 //! fixes of `notes/fusee-design.md` §1, helping, the view and the in-band
-//! master, and `SnapshotIndex`). For now it holds only the pure rules
+//! master, and `SnapshotIndex`). For now it holds the pure rules
 //! ([`rules`]): what a writer decides from what its backup CASes returned,
-//! and which value a helper completes a round with.
+//! and which value a helper completes a round with; and the slot protocol
+//! over memory ([`slot`]: READ and RCAS of one replicated word, with
+//! minimal helping, no view changes and no master yet).
 
 pub(crate) mod rules;
+pub(crate) mod slot;
