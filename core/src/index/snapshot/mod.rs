@@ -12,8 +12,11 @@
 //!
 //! This folder will hold the replicated index (the slot protocol with the
 //! fixes of `notes/fusee-design.md` §1, helping, the view and the in-band
-//! master, and `SnapshotIndex`). For now it holds only the pure rules
+//! master, and `SnapshotIndex`). For now it holds the pure rules
 //! ([`rules`]): what a writer decides from what its backup CASes returned,
-//! and which value a helper completes a round with.
+//! and which value a helper completes a round with; and the key-block
+//! arena ([`arena`]): space at the same offset on every index replica,
+//! claimed in chunks by CAS on a majority of the replicas.
 
+pub(crate) mod arena;
 pub(crate) mod rules;
