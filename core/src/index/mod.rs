@@ -109,7 +109,8 @@
 mod layout;
 mod probe;
 mod race;
-// The replicated index (issue #21) will use the rules; until then only their tests do.
+// The replicated index (issue #21) will use the rules and the arena; until then only
+// their tests do.
 #[cfg_attr(not(test), allow(dead_code))]
 mod snapshot;
 #[cfg(test)]

@@ -14,9 +14,12 @@
 //! fixes of `notes/fusee-design.md` §1, helping, the view and the in-band
 //! master, and `SnapshotIndex`). For now it holds the pure rules
 //! ([`rules`]): what a writer decides from what its backup CASes returned,
-//! and which value a helper completes a round with; and the slot protocol
+//! and which value a helper completes a round with; the slot protocol
 //! over memory ([`slot`]: READ and RCAS of one replicated word, with
-//! minimal helping, no view changes and no master yet).
+//! minimal helping, no view changes and no master yet); and the key-block
+//! arena ([`arena`]): space at the same offset on every index replica,
+//! claimed in chunks by CAS on a majority of the replicas.
 
+pub(crate) mod arena;
 pub(crate) mod rules;
 pub(crate) mod slot;

@@ -72,7 +72,8 @@ impl core::error::Error for AllocError {}
 
 /// A partly used chunk, handed from a client to its id's next holder: the
 /// free part `bump..end` of the chunk of size class `class` on `node`
-/// (class [`CLASSES`]: a caller's own, the index's key blocks).
+/// (class [`CLASSES`]: a caller's own, the index's key blocks; class
+/// [`ARENA_CLASS`]: the replicated index's arena chunk, in arena offsets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Carry {
     /// The node.
@@ -84,6 +85,11 @@ pub struct Carry {
     /// End of the chunk.
     pub end: u64,
 }
+
+/// The class of a carried chunk of the replicated index's key-block arena
+/// (`index::snapshot::arena`): its offsets are relative to the arena, not
+/// to the node's region, so it is never taken for a region chunk.
+pub const ARENA_CLASS: u8 = CLASSES as u8 + 1;
 
 /// Chunks a lease payload carries.
 pub const MAX_CARRIED: usize = (PAYLOAD_WORDS - HEAD_WORDS - 1) / 3;
@@ -402,7 +408,7 @@ impl SlabAllocator {
         for i in 0..n {
             let w = &payload[HEAD_WORDS + 1 + 3 * i..HEAD_WORDS + 4 + 3 * i];
             let c = Carry { node: NodeId((w[0] >> 8) as u16), class: w[0] as u8, bump: w[1], end: w[2] };
-            if (c.class as usize) <= CLASSES && w[0] >> 24 == 0 {
+            if ((c.class as usize) <= CLASSES || c.class == ARENA_CLASS) && w[0] >> 24 == 0 {
                 let _ = self.adopted.push(c);
             }
         }
@@ -412,7 +418,13 @@ impl SlabAllocator {
     /// taken over, if any (unchecked: the caller checks it with
     /// [`Carry::fits`]).
     pub fn take_extra(&mut self, node: NodeId) -> Option<Carry> {
-        let i = self.adopted.iter().position(|c| c.node == node && c.class as usize == CLASSES)?;
+        self.take_extra_of(node, CLASSES as u8)
+    }
+
+    /// The chunk of class `class` (above the size classes: [`CLASSES`] or
+    /// [`ARENA_CLASS`]) on `node` that was taken over, if any (unchecked).
+    pub fn take_extra_of(&mut self, node: NodeId, class: u8) -> Option<Carry> {
+        let i = self.adopted.iter().position(|c| c.node == node && c.class == class)?;
         Some(self.adopted.swap_remove(i))
     }
 
@@ -440,6 +452,31 @@ mod tests {
         assert_eq!(class_of(32 << 20), Some((19, 32 << 20)));
         assert_eq!(class_of((32 << 20) + 1), None);
         assert_eq!(class_of(u64::MAX), None);
+    }
+
+    /// An arena chunk goes through a lease payload under its own class: the
+    /// next holder gets it back as such, never as the caller's region chunk.
+    #[test]
+    fn arena_chunks_are_carried_under_their_own_class() {
+        let arena = Carry { node: NodeId(0), class: ARENA_CLASS, bump: 128, end: 4096 };
+        let own = Carry { node: NodeId(0), class: CLASSES as u8, bump: 8192, end: 12288 };
+        let mut p = SlabAllocator::new().hand_over([1, 2, 3], Some(arena));
+        let mut next = SlabAllocator::new();
+        next.take_over(&p);
+        assert_eq!(next.take_extra(NodeId(0)), None);
+        assert_eq!(next.take_extra_of(NodeId(0), ARENA_CLASS), Some(arena));
+        // With the caller's own chunk beside it (as a second carried chunk).
+        p[HEAD_WORDS] += 1;
+        p[HEAD_WORDS + 4..HEAD_WORDS + 7].copy_from_slice(&[CLASSES as u64, own.bump, own.end]);
+        let mut next = SlabAllocator::new();
+        next.take_over(&p);
+        assert_eq!(next.take_extra(NodeId(0)), Some(own));
+        assert_eq!(next.take_extra_of(NodeId(0), ARENA_CLASS), Some(arena));
+        // A class beyond the markers is dropped.
+        p[HEAD_WORDS + 1] = ARENA_CLASS as u64 + 1;
+        let mut next = SlabAllocator::new();
+        next.take_over(&p);
+        assert_eq!(next.carried().count(), 1);
     }
 
     /// Objects on several nodes at once: chunks are taken together when
