@@ -31,7 +31,7 @@
 //! WAIT:    read(P) at once, then after a pause, until it leaves vold or WAIT_READS reads:
 //!          p != vold -> OUTCOME(p);  else HELP                  (F5)
 //! HELP:    bs = read every B[i]; p = read(P) after them; p != vold -> OUTCOME(p)
-//!          w = winner(bs); CAS(B[i], bs[i], w) for bs[i] != w;
+//!          w = winner(bs); tgt.fetch(w) onto P; CAS(B[i], bs[i], w) for bs[i] != w;
 //!          pipeline(P, [tgt.commit_ops(w, vold), CAS(P, vold, w)]); OUTCOME(P)
 //! OUTCOME(p): p == vnew -> Won;
 //!             won no backup, or read P == vold after every reply -> Lost { current: p };
@@ -86,11 +86,6 @@
 //!   may be left undecided (a backup CAS may have been applied) and only the
 //!   in-band master (design steps 8-9: view, fence F9, Alg. 3) can repair
 //!   it. No view lease is checked before posting.
-//! - **Helping a target.** A helper commits the winner's *word* (and its
-//!   mark through [`Target::commit_ops`]); it does not copy what the word
-//!   points to onto the primary (the design's `tgt.fetch(w)`, step 7), so
-//!   a helped word of a target with content (a key block) has none there.
-//!   The winner's own copies reach every backup with its backup CASes.
 
 use core::future::poll_fn;
 
@@ -147,7 +142,9 @@ impl Slot {
 /// What a write expects the slot to hold (its round's `vold`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Exp {
-    /// Whatever the primary holds: read it in the first roundtrip.
+    /// Whatever the primary holds: read it in the first roundtrip (FUSEE's
+    /// blind writes, design step 15; the index always has a word at hand).
+    #[cfg_attr(not(test), allow(dead_code))]
     Fresh,
     /// This word, without reading it: a cache's last word (F6: a loss then
     /// never means success), or one the caller read from the primary itself
@@ -270,12 +267,31 @@ pub(crate) trait Target {
         let _ = (mem, word);
         core::future::ready(Ok(None))
     }
+
+    /// Before a helper commits `word`, another writer's winning value:
+    /// puts on the primary whatever `word` points to, which its writer
+    /// copied only to backups (its own commit would have written it with
+    /// the CAS). `holders` are the backups seen holding `word`; at least
+    /// one of them got it from its writer's own backup pipeline, copies
+    /// first (catch-ups move words, not copies). Done before the commit's
+    /// pipeline is posted, so the copy is there when the word is.
+    fn fetch<M: Memory>(
+        &self,
+        mem: &M,
+        word: u64,
+        holders: &[RemoteAddr],
+    ) -> impl Future<Output = Result<(), MemError>> {
+        let _ = (mem, word, holders);
+        core::future::ready(Ok(()))
+    }
 }
 
 /// A bare word: nothing rides the pipelines and nothing is marked.
+#[cfg(test)]
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct NoTarget;
 
+#[cfg(test)]
 impl Target for NoTarget {}
 
 /// READ: the primary's word (linearises at that read).
@@ -483,6 +499,11 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         self.pure = true;
         // Only a writer that lost (so with backups) waits and helps.
         let Some(w) = rules::winner(&bs) else { return Ok(Outcome::Lost { current: p }) };
+        if w != self.vnew {
+            let holders: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
+                bs.iter().zip(slot.backups()).filter(|&(&b, _)| b == w).map(|(_, &at)| at).collect();
+            self.target.fetch(mem, w, &holders).await?;
+        }
         self.catch_up(&bs, w).await?;
         let prev = self.commit(w).await?;
         self.outcome(if prev == self.vold { w } else { prev }, paths).await
