@@ -22,6 +22,8 @@ MUTANTS=(
   "deleted-unconfirmed||an acknowledged update was lost|cargo test -p swarm-core --release --lib systems::tests::a_deletion_marker"
   "no-restore||after node 2's crash|cargo test -p swarm-core --release --lib systems::tests::a_key_inserted_past_a_late_node"
   "insert-impatient||too few memory nodes answered|cargo test -p swarm-core --release --lib systems::tests::dm_abd_campaign"
+  "same-tombstone||not linearizable|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
+  "any-empty-slot||live slots|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
 )
 
 only=${1:-}
