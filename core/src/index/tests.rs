@@ -526,6 +526,9 @@ pub(super) struct Campaign {
     /// Only inserts (then lookups), every client starting with key 0 at once.
     pub(super) inserts_only: bool,
     pub(super) crash_one: bool,
+    /// Stalls of random nodes, each shorter than the operation time-out:
+    /// late operations land out of order, none fails.
+    pub(super) stalls: bool,
 }
 
 pub(super) struct Outcome {
@@ -603,6 +606,13 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
         let at = sim.random(0, 30_000);
         sim.crash_client_at(&clients[0], at);
     }
+    if c.stalls {
+        let start = sim.now();
+        for _ in 0..3 {
+            let (node, at, ns) = (sim.random(0, U::NODES as u64 - 1), sim.random(0, 40_000), sim.random(1_000, 30_000));
+            sim.stall_node_at(node as usize, start + at, ns);
+        }
+    }
     sim.run().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     if !c.crash_one {
         U::settled(&sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
@@ -658,9 +668,9 @@ pub(super) fn check_run<U: Under>(seed: u64, c: &Campaign) -> Outcome {
 }
 
 pub(super) const INSERTS: Campaign =
-    Campaign { clients: 4, keys: 8, ops_per_client: 0, inserts_only: true, crash_one: false };
+    Campaign { clients: 4, keys: 8, ops_per_client: 0, inserts_only: true, crash_one: false, stalls: false };
 pub(super) const MIXED: Campaign =
-    Campaign { clients: 4, keys: 4, ops_per_client: 12, inserts_only: false, crash_one: false };
+    Campaign { clients: 4, keys: 4, ops_per_client: 12, inserts_only: false, crash_one: false, stalls: false };
 
 /// Concurrent inserts of overlapping key sets (all clients start with the
 /// same key at the same time), then lookups.
@@ -690,6 +700,9 @@ fn concurrent_mixed_operations_are_linearizable() {
     }
     for seed in 300..400 {
         check_run::<Race>(seed, &Campaign { crash_one: true, ..MIXED });
+    }
+    for seed in 400..500 {
+        check_run::<Race>(seed, &Campaign { stalls: true, ..MIXED });
     }
 }
 

@@ -307,6 +307,23 @@ fn concurrent_mixed_operations_are_linearizable() {
     assert!(p3.lose + p5.lose > 50, "clients should meet on slots");
 }
 
+/// Nodes stall for less than the time-out while clients write: CASes of
+/// one round land late, among a later round's (the F3 interleavings, and
+/// writers whose outcome only their mark tells, F7), and every history is
+/// still linearizable with replicas equal at the end.
+#[test]
+fn campaigns_with_stalled_nodes() {
+    let p3 = campaigns::<Snap<3>>(0..150, &Campaign { stalls: true, ..MIXED });
+    let p5 = campaigns::<Snap<5>>(0..100, &Campaign { stalls: true, ..MIXED });
+    let p5i = campaigns::<Snap<5>>(0..100, &Campaign { stalls: true, ..INSERTS });
+    std::println!("paths, 3 replicas: {p3:?}\npaths, 5 replicas: {p5:?}\ninserts, 5 replicas: {p5i:?}");
+    let all = [p3, p5, p5i].iter().fold(SlotPaths::default(), |mut a, p| {
+        a.add(p);
+        a
+    });
+    assert!(all.r3 > 0 && all.marks > 0, "stalls should split rounds and leave writers to learn from marks: {all:?}");
+}
+
 /// A client crashes mid-run, possibly in the middle of a round: the
 /// others complete its round if they meet it (F5) and the index stays
 /// linearizable.
