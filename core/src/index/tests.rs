@@ -607,10 +607,13 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
         sim.crash_client_at(&clients[0], at);
     }
     if c.stalls {
-        let start = sim.now();
+        // One after another, so that no operation waits longer than one.
+        let mut at = sim.now();
         for _ in 0..3 {
-            let (node, at, ns) = (sim.random(0, U::NODES as u64 - 1), sim.random(0, 40_000), sim.random(1_000, 30_000));
-            sim.stall_node_at(node as usize, start + at, ns);
+            at += sim.random(0, 15_000);
+            let (node, ns) = (sim.random(0, U::NODES as u64 - 1), sim.random(1_000, 30_000));
+            sim.stall_node_at(node as usize, at, ns);
+            at += ns;
         }
     }
     sim.run().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
