@@ -24,6 +24,7 @@ MUTANTS=(
   "insert-impatient||too few memory nodes answered|cargo test -p swarm-core --release --lib systems::tests::dm_abd_campaign"
   "same-tombstone||not linearizable|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
   "any-empty-slot||live slots|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
+  "help-own-value|--cfg loom|every replica ends with the winner|cargo test -p swarm-loom-tests --release --test snapshot"
 )
 
 only=${1:-}

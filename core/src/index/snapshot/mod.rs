@@ -14,7 +14,7 @@
 //!
 //! - `rules`: what a writer decides from what its backup CASes returned,
 //!   and which value a helper completes a round with (pure).
-//! - `slot`: READ and RCAS of one replicated word over [`crate::Memory`],
+//! - [`slot`]: READ and RCAS of one replicated word over [`crate::Memory`],
 //!   with helping (no view changes and no master yet).
 //! - [`arena`]: the key-block arena, space at the same offset on every
 //!   index replica, claimed in chunks by CAS on a majority of them.
@@ -28,7 +28,7 @@ pub(crate) mod block;
 pub mod header;
 pub mod index;
 pub(crate) mod rules;
-pub(crate) mod slot;
+pub mod slot;
 #[cfg(all(test, feature = "sim"))]
 mod tests;
 

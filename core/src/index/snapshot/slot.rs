@@ -6,7 +6,7 @@
 //! which readers read and which holds the committed value, and r - 1
 //! *backups*, on which the concurrent writers of a *round* (every write that
 //! started from the same `vold`) settle who wins. The decisions are the pure
-//! rules of [`super::rules`]; this module posts the operations and feeds them
+//! rules of `super::rules`; this module posts the operations and feeds them
 //! the replies.
 //!
 //! ```text
@@ -77,7 +77,7 @@
 //! won a backup, only a durable mark of its commit can tell: [`Target`]s
 //! write one in the commit pipeline (of their own value, and of the
 //! winner's when they help), and [`Target::marked`] reads it. A target
-//! without marks ([`NoTarget`]) gets [`SlotError::Unknown`] then.
+//! without marks (the trait's defaults) gets [`SlotError::Unknown`] then.
 //!
 //! # Not done yet
 //!
@@ -100,20 +100,20 @@ use crate::{MAX_PIPELINE, MemError, MemErrorKind, Memory, Op, OpOutput, RemoteAd
 /// twice this many roundtrips. The winner needs at most 3 after its backup
 /// phase (Rule 3: the check, the catch-ups, the commit). Helping early is
 /// safe (idempotent), only wasteful.
-pub(crate) const WAIT_READS: u32 = 8;
+pub const WAIT_READS: u32 = 8;
 
 /// The most operations a [`Target`] adds to one pipeline: the slot's CAS
 /// takes the last place.
-pub(crate) const TARGET_OPS: usize = MAX_PIPELINE - 1;
+pub const TARGET_OPS: usize = MAX_PIPELINE - 1;
 
 /// Operations a [`Target`] puts in front of a slot CAS.
-pub(crate) type TargetOps<'a> = heapless::Vec<Op<'a>, TARGET_OPS>;
+pub type TargetOps<'a> = heapless::Vec<Op<'a>, TARGET_OPS>;
 
 /// One logical slot: the address of its word on each replica, the primary
 /// first. Each replica's word may be at a different offset; replicas are
 /// expected on distinct nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Slot {
+pub struct Slot {
     words: heapless::Vec<RemoteAddr, MAX_REPLICAS>,
 }
 
@@ -121,7 +121,7 @@ impl Slot {
     /// The slot whose word is at `words[0]` on the primary and `words[i]` on
     /// backup `i - 1`; `None` without a primary or with more than
     /// [`MAX_REPLICAS`] replicas.
-    pub(crate) fn new(words: &[RemoteAddr]) -> Option<Slot> {
+    pub fn new(words: &[RemoteAddr]) -> Option<Slot> {
         if words.is_empty() {
             return None;
         }
@@ -129,19 +129,19 @@ impl Slot {
     }
 
     /// The primary's word.
-    pub(crate) fn primary(&self) -> RemoteAddr {
+    pub fn primary(&self) -> RemoteAddr {
         self.words[0]
     }
 
     /// The backups' words, backup `i` at `[i]`.
-    pub(crate) fn backups(&self) -> &[RemoteAddr] {
+    pub fn backups(&self) -> &[RemoteAddr] {
         &self.words[1..]
     }
 }
 
 /// What a write expects the slot to hold (its round's `vold`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Exp {
+pub enum Exp {
     /// Whatever the primary holds: read it in the first roundtrip (FUSEE's
     /// blind writes, design step 15; the index always has a word at hand).
     #[cfg_attr(not(test), allow(dead_code))]
@@ -156,7 +156,7 @@ pub(crate) enum Exp {
 
 /// How a write ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// `vnew` was committed over `previous` (the round's `vold`).
     Won {
         /// What the slot held before.
@@ -173,7 +173,7 @@ pub(crate) enum Outcome {
 
 /// Why a write or read has no answer.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum SlotError {
+pub enum SlotError {
     /// A replica's operation failed or timed out. The write's round may be
     /// left undecided or half caught up until recovery (the master, a later
     /// step) repairs the slot; the write may or may not take effect.
@@ -196,26 +196,26 @@ impl From<MemError> for SlotError {
 /// How many writes took each path, for tests and campaigns to check
 /// coverage.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub(crate) struct SlotPaths {
+pub struct SlotPaths {
     /// Rule 1: won every backup.
-    pub(crate) r1: u64,
+    pub r1: u64,
     /// Rule 2: won a strict majority of the backups.
-    pub(crate) r2: u64,
+    pub r2: u64,
     /// Rule 3: the least value, the primary still at `vold` after the replies.
-    pub(crate) r3: u64,
+    pub r3: u64,
     /// Lost from the backups, or Rule 3's least value was another.
-    pub(crate) lose: u64,
+    pub lose: u64,
     /// Rule 3's check found the round committed.
-    pub(crate) finish: u64,
+    pub finish: u64,
     /// Losers that waited out [`WAIT_READS`] and helped.
-    pub(crate) help: u64,
+    pub help: u64,
     /// Outcomes that only the target's commit mark could tell (F7).
-    pub(crate) marks: u64,
+    pub marks: u64,
 }
 
 impl SlotPaths {
     /// Adds `o`'s counts to these.
-    pub(crate) fn add(&mut self, o: &SlotPaths) {
+    pub fn add(&mut self, o: &SlotPaths) {
         self.r1 += o.r1;
         self.r2 += o.r2;
         self.r3 += o.r3;
@@ -241,7 +241,7 @@ impl SlotPaths {
 /// writer's copies to each backup (ahead of its CAS there) and what a
 /// commit writes on the primary (ahead of the primary CAS). Every method
 /// has a default that does nothing.
-pub(crate) trait Target {
+pub trait Target {
     /// Operations on backup `backup`'s node ahead of this writer's CAS
     /// there (e.g. writing the key block its word points to into that
     /// replica's arena). Posted once, with the round's first CAS, on every
@@ -295,7 +295,7 @@ pub(crate) struct NoTarget;
 impl Target for NoTarget {}
 
 /// READ: the primary's word (linearises at that read).
-pub(crate) async fn read<M: Memory>(mem: &M, slot: &Slot) -> Result<u64, SlotError> {
+pub async fn read<M: Memory>(mem: &M, slot: &Slot) -> Result<u64, SlotError> {
     Ok(read_word(mem, slot.primary()).await?)
 }
 
@@ -303,7 +303,7 @@ pub(crate) async fn read<M: Memory>(mem: &M, slot: &Slot) -> Result<u64, SlotErr
 /// word and this writer wins its round (see the module docs). `vnew` must
 /// never have been proposed for this slot before (F1). Counts the paths it
 /// took in `paths`.
-pub(crate) async fn rcas<M: Memory, T: Target>(
+pub async fn rcas<M: Memory, T: Target>(
     mem: &M,
     slot: &Slot,
     exp: Exp,
@@ -499,6 +499,10 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         self.pure = true;
         // Only a writer that lost (so with backups) waits and helps.
         let Some(w) = rules::winner(&bs) else { return Ok(Outcome::Lost { current: p }) };
+        // A helper that completes the round with its own value instead of
+        // the backups' winner: two writers of one round can both win.
+        #[cfg(swarm_mutant = "help-own-value")]
+        let w = self.vnew;
         if w != self.vnew {
             let holders: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
                 bs.iter().zip(slot.backups()).filter(|&(&b, _)| b == w).map(|(_, &at)| at).collect();
