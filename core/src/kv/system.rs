@@ -139,6 +139,13 @@ pub trait KvSystem: 'static {
     /// One client of its store over memory `M`, with clock `C`.
     type Client<M: Memory, C: Clock>: KvClient<Value = Value<M::Buf>> + Handle<Mem = M>;
 
+    /// The node whose server this system's clients need running (its
+    /// coordinator or metadata server), if any: the campaigns, the
+    /// harness and the backend suites start [`KvSystem::serve`] beside it
+    /// before clients connect. `None` (the default) for systems of
+    /// passive memory only.
+    const SERVER: Option<NodeId> = None;
+
     /// Checks what this system needs of a configuration that passed the
     /// checks every store shares ([`StoreConfig::check`] calls it).
     fn check(cfg: &StoreConfig, nodes: usize) -> Result<(), KvError>;
@@ -204,6 +211,7 @@ pub trait Visit {
 #[derive(Clone, Copy)]
 pub struct System {
     info: &'static SystemInfo,
+    server: Option<NodeId>,
     check: fn(&StoreConfig, usize) -> Result<(), KvError>,
     node_bytes: fn(&StoreConfig, usize, u64) -> u64,
     node_chunks: fn(&StoreConfig, usize, NodeId, &NodeShape) -> Result<NodeChunks, KvError>,
@@ -213,7 +221,7 @@ impl System {
     /// The handle of system `S` (the registry makes these).
     #[cfg(feature = "alloc")]
     pub(crate) const fn of<S: KvSystem>() -> System {
-        System { info: S::INFO, check: S::check, node_bytes: S::node_bytes, node_chunks: S::node_chunks }
+        System { info: S::INFO, server: S::SERVER, check: S::check, node_bytes: S::node_bytes, node_chunks: S::node_chunks }
     }
 
     /// Its declaration.
@@ -234,6 +242,11 @@ impl System {
     /// Whether this is the latency floor reports compare to.
     pub fn is_floor(self) -> bool {
         self.info.floor
+    }
+
+    /// The node whose server its clients need ([`KvSystem::SERVER`]).
+    pub fn server(self) -> Option<NodeId> {
+        self.server
     }
 
     /// Its consistency model.

@@ -183,6 +183,15 @@ pub trait Memory {
         let _ = ops;
     }
 
+    /// A server answered a request of this caller after `rounds` sequential
+    /// roundtrips of its own to other memory nodes, which the caller waited
+    /// for (pDPM-Central's coordinator writing a value to its data nodes):
+    /// roundtrip accounting adds them to the caller's, as the papers count
+    /// them (pDPM Table 1). Nothing by default.
+    fn note_server_roundtrips(&self, rounds: u32) {
+        let _ = rounds;
+    }
+
     /// This client's monotonic time, in nanoseconds from an origin of the
     /// backend's choosing: what tells a quorum that the replicas it
     /// started with are late ([`crate::substrate::late`]). `None` (the
@@ -234,6 +243,10 @@ impl<M: Memory + ?Sized> Memory for &M {
 
     fn note_served(&self, ops: u32) {
         (**self).note_served(ops)
+    }
+
+    fn note_server_roundtrips(&self, rounds: u32) {
+        (**self).note_server_roundtrips(rounds)
     }
 
     fn now_ns(&self) -> Option<u64> {

@@ -14,7 +14,11 @@
 //! A message exchange with a server (`crate::substrate::msg::rpc`) counts
 //! as one roundtrip: the request's write is counted, the polls of the
 //! caller's inbox ([`Memory::read_inbox`]) are not; the server's own memory
-//! operations for the request are reported apart ([`Counted::served`]).
+//! operations for the request are reported apart ([`Counted::served`]),
+//! except the sequential roundtrips a server makes to other nodes while
+//! the caller waits, which it may report ([`Memory::note_server_roundtrips`])
+//! and which count as the caller's (pDPM-Central's write: the RPC, then the
+//! coordinator's WRITE to the data nodes, 2 roundtrips as pDPM Table 1).
 
 use core::cell::Cell;
 use core::future::Future;
@@ -134,6 +138,11 @@ impl<M: Memory> Memory for Counted<M> {
     fn note_served(&self, ops: u32) {
         self.served.set(self.served.get().saturating_add(ops));
         self.mem.note_served(ops)
+    }
+
+    fn note_server_roundtrips(&self, rounds: u32) {
+        self.level.set(self.level.get().saturating_add(rounds));
+        self.mem.note_server_roundtrips(rounds)
     }
 
     fn now_ns(&self) -> Option<u64> {

@@ -1,0 +1,258 @@
+//! A pDPM-Central client (pDPM §4.2): every operation is an RPC to the
+//! coordinator over the server layer's rings; a get then READs the value
+//! from a data node itself.
+//!
+//! # The read's two roundtrips
+//!
+//! The paper's read is `RPC -> rdlock -> READ DN -> unlock -> reply`: the
+//! coordinator reads the data node, and the client sees 2 RTTs (its RPC,
+//! and the coordinator's READ nested in it). Here the coordinator answers
+//! the RPC with the committed version's copies, read-locked for this client
+//! (roundtrip 1), and the client READs one copy (roundtrip 2): the same two
+//! network roundtrips in sequence, the value crossing the network once
+//! instead of twice, and the coordinator's CPU freed of the READ. The read
+//! lock is released by this client's next request (no roundtrip of its
+//! own; see [`super::coordinator`]): until then the coordinator frees
+//! neither the version's record nor its copies, so the READ finds the
+//! value that was committed when the coordinator answered.
+//!
+//! The copy read is checked against the version's checksum: with the lock
+//! it always matches unless memory was garbled, so a mismatch is an error
+//! ([`KvError::Corrupt`]), never retried away. A copy whose node fails is
+//! replaced by the next one ([`Paths::other_copies`]).
+//!
+//! # Writes
+//!
+//! An update or insert is one RPC with the value; the coordinator writes
+//! the copies (one roundtrip to the data nodes, in parallel) and commits on
+//! its own node before answering, and reports its roundtrips, which count
+//! as this client's ([`Memory::note_server_roundtrips`]): 2, as pDPM
+//! Table 1. A delete is one RPC.
+
+use crate::kv::{Got, Handle, KvClient, KvError, Limits, Missing, StoreConfig, Who, Written};
+use crate::substrate::clock::Clock;
+use crate::substrate::lease::Held;
+use crate::substrate::msg::MsgError;
+use crate::substrate::msg::rpc::{Channel, Status};
+use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
+use crate::substrate::value::Value;
+use crate::{MemError, MemErrorKind, Memory};
+
+use super::wire::{self, Answer, Mode, value_sum};
+use super::{COORDINATOR, PdpmCentral};
+use crate::kv::KvSystem;
+
+/// How long a call waits for the coordinator: longer than its slowest
+/// write (a data node that hangs until its time-out, then the commit).
+pub const CALL_TIMEOUT_NS: u64 = 1_000_000_000;
+/// How long connecting waits for the coordinator to start.
+pub const CONNECT_TIMEOUT_NS: u64 = 2_000_000_000;
+
+/// The rare paths a client took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Paths {
+    /// Reads that went to another copy after a data node failed.
+    pub other_copies: u64,
+    /// Calls that reconnected or waited for the coordinator to start.
+    pub waits: u64,
+}
+
+/// One pDPM-Central client.
+pub struct CentralClient<M, C> {
+    mem: M,
+    id: u8,
+    lease: Option<Held>,
+    clock: C,
+    channel: Channel,
+    limits: Limits,
+    paths: Paths,
+}
+
+fn down(kind: MemErrorKind) -> KvError {
+    KvError::Down(MemError::new(COORDINATOR, kind))
+}
+
+/// A failed call as the key-value interface says it.
+fn call_error(e: MsgError) -> KvError {
+    match e {
+        MsgError::Mem(e) => KvError::Down(e),
+        MsgError::TimedOut => down(MemErrorKind::TimedOut),
+        MsgError::NoServer { .. } | MsgError::Superseded => down(MemErrorKind::Unreachable),
+        MsgError::Refused(Status::Failed) => KvError::Unavailable,
+        MsgError::Refused(_) => KvError::Bug("the coordinator refused a well-formed request"),
+        MsgError::TooLarge { .. } => KvError::BadConfig("the coordinator's rings are too small for this value"),
+        MsgError::Corrupt { .. } => KvError::Corrupt,
+        MsgError::Full | MsgError::Region(_) | MsgError::BadConfig(_) => KvError::Unavailable,
+    }
+}
+
+impl<M: Memory, C: Clock> CentralClient<M, C> {
+    /// Connects a client to the coordinator, waiting for it to start (up
+    /// to [`CONNECT_TIMEOUT_NS`]).
+    pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
+        let id = who.id();
+        if id == 0 || id > cfg.writers {
+            return Err(KvError::BadConfig("client id outside 1..=writers"));
+        }
+        let lease = match who {
+            Who::Id(_) => None,
+            Who::Lease(h) => Some(h),
+        };
+        let give_back = async |lease: Option<Held>, mem: &M| {
+            if let Some(h) = lease {
+                let _ = h.release(mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None)).await;
+            }
+        };
+        if let Err(e) = crate::systems::open(&mem).await {
+            give_back(lease, &mem).await;
+            return Err(e);
+        }
+        let start = clock.now();
+        let limit = CONNECT_TIMEOUT_NS / clock.tick_ns().max(1);
+        let channel = loop {
+            match Channel::connect(&mem, COORDINATOR, id as u16).await {
+                Ok(c) => break c,
+                Err(MsgError::NoServer { .. }) if clock.now().wrapping_sub(start) <= limit => {
+                    crate::substrate::exec::yield_now().await
+                }
+                Err(e) => {
+                    give_back(lease, &mem).await;
+                    return Err(call_error(e));
+                }
+            }
+        };
+        Ok(CentralClient { mem, id, lease, clock, channel, limits: cfg.limits(), paths: Paths::default() })
+    }
+
+    /// The rare paths it took.
+    pub fn central_paths(&self) -> Paths {
+        self.paths
+    }
+
+    async fn keep_lease(&mut self) -> Result<(), KvError> {
+        match &mut self.lease {
+            Some(h) => h.keep(&self.mem, self.clock.now()).await.map_err(KvError::Lease),
+            None => Ok(()),
+        }
+    }
+
+    /// Calls the coordinator: its answer (its own roundtrips to data nodes
+    /// noted as this client's).
+    async fn call(&mut self, method: u16, body: &[u8]) -> Result<Answer, KvError> {
+        let reply = match self.channel.call(&self.mem, &self.clock, CALL_TIMEOUT_NS, method, body).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.paths.waits += 1;
+                return Err(call_error(e));
+            }
+        };
+        let body = reply.ok().map_err(call_error)?;
+        let (answer, rounds) =
+            Answer::decode(&body, self.mem.node_count(), self.limits.max_value).ok_or(KvError::Corrupt)?;
+        self.mem.note_server_roundtrips(rounds as u32);
+        Ok(answer)
+    }
+}
+
+impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
+    type Value = Value<M::Buf>;
+
+    fn name(&self) -> &'static str {
+        PdpmCentral::INFO.name
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
+        self.limits.check_key(key)?;
+        let v = match self.call(wire::GET, key).await? {
+            Answer::Absent => return Ok(Got::NotFound),
+            Answer::Deleted => return Ok(Got::Deleted),
+            Answer::Found(v) => v,
+            _ => return Err(KvError::Corrupt),
+        };
+        let len = v.len as usize;
+        if len == 0 {
+            return if v.sum == value_sum(&[]) { Ok(Got::Found(Value::empty())) } else { Err(KvError::Corrupt) };
+        }
+        // Copies spread over clients; the next one if a node fails.
+        let n = v.copies.len();
+        let mut last = KvError::Unavailable;
+        for k in 0..n {
+            let copy = v.copies[(self.id as usize + k) % n];
+            match self.mem.read(copy, len).await {
+                Ok(buf) => {
+                    if buf.len() != len || value_sum(&buf) != v.sum {
+                        return Err(KvError::Corrupt);
+                    }
+                    return Ok(Got::Found(Value::in_buf(buf, 0..len)));
+                }
+                Err(e) if e.is_request_error() => return Err(KvError::Corrupt),
+                Err(e) => {
+                    self.paths.other_copies += 1;
+                    last = KvError::Down(e);
+                }
+            }
+        }
+        Err(last)
+    }
+
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check(key, value)?;
+        self.keep_lease().await?;
+        match self.call(wire::PUT, &wire::put_body(Mode::Update, key, value)).await? {
+            Answer::Written => Ok(Ok(Written)),
+            Answer::NotFound => Ok(Err(Missing::NotFound)),
+            _ => Err(KvError::Corrupt),
+        }
+    }
+
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+        self.limits.check(key, value)?;
+        self.keep_lease().await?;
+        match self.call(wire::PUT, &wire::put_body(Mode::Insert, key, value)).await? {
+            Answer::Written => Ok(Written),
+            _ => Err(KvError::Corrupt),
+        }
+    }
+
+    async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check_key(key)?;
+        self.keep_lease().await?;
+        match self.call(wire::DELETE, key).await? {
+            Answer::Written => Ok(Ok(Written)),
+            Answer::NotFound => Ok(Err(Missing::NotFound)),
+            _ => Err(KvError::Corrupt),
+        }
+    }
+
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.keep_lease().await
+    }
+
+    /// Gives the leased id back. The read lock of its last get, if any, is
+    /// released by the id's next holder's first request.
+    async fn close(&mut self) -> Result<(), KvError> {
+        match self.lease.take() {
+            Some(h) => h
+                .release(&self.mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None))
+                .await
+                .map_err(KvError::Lease),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<M: Memory, C> Handle for CentralClient<M, C> {
+    type Mem = M;
+
+    fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    fn id(&self) -> u8 {
+        self.id
+    }
+}

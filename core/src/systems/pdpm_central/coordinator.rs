@@ -1,0 +1,432 @@
+//! pDPM-Central's coordinator (pDPM §4.2): a [`Service`] on the core's
+//! server layer, beside the coordinator's node ([`super::COORDINATOR`]),
+//! that owns the index (key -> committed version), allocates and frees all
+//! data space, and orders every access to an entry.
+//!
+//! # State: in the process, with a durable copy on its node
+//!
+//! The coordinator answers from its process memory (a map of keys to their
+//! committed [`Version`]), and keeps the durable copy the paper keeps in
+//! its local PM on its own node: the store's index (`RaceIndex`, key ->
+//! the key's *cell*), one cell per key (a word: the offset of the key's
+//! committed record, or [`TOMB`]), and one record per committed version
+//! ([`Version::encode`]). A write commits when the cell's word is swapped
+//! to the new record (a CAS, after the record's WRITE in the same ordered
+//! pipeline: the paper's "set meta = new loc + flush"); the index and the
+//! records are never changed in place. A restarted coordinator starts with
+//! an empty map and loads a key from its node on its first request
+//! ([`Paths::loaded`]), so no scan is needed to recover.
+//!
+//! # Locks
+//!
+//! The serial server loop ([`crate::substrate::msg::server`] serves one
+//! request at a time, to completion) is the writer side of every key's
+//! reader-writer lock: two writes of a key, or a write and the answer of a
+//! read, never interleave. The reader side outlives the request: a GET
+//! read-locks the version it answers for the client, who READs the value
+//! from a data node itself (the read's second roundtrip, see
+//! [`super::client`]); the lock is released by the client's next request
+//! on its channel (it runs one operation at a time, so its next request
+//! means its READ is over), so releasing it costs no roundtrip. Writes are
+//! out of place, so a read lock never delays a write: it only delays the
+//! *free* of a superseded version, which waits until no reader holds it
+//! ([`Paths::deferred_frees`]). A client that crashes holding a read lock
+//! keeps one version of one key allocated until its id's next request.
+//!
+//! # Frees and what is leaked
+//!
+//! A superseded or deleted version's record and copies are freed (to this
+//! coordinator's free lists, reused by its next writes) once unlocked.
+//! Versions committed by an earlier incarnation are never freed by this
+//! one: it cannot know whether that incarnation's readers are done
+//! ([`Paths::leaked`]). Copies on a node marked down are left alone.
+//!
+//! # Replication
+//!
+//! A write goes to the key's R data nodes in parallel (`node_of(key, i)`),
+//! and commits once a majority acknowledged it; the version names only the
+//! copies that were acknowledged, so a reader never reads a copy that was
+//! not written. A node whose write failed is marked down and written no
+//! more by this incarnation ([`Paths::skipped`]).
+
+use alloc::vec::Vec;
+
+use hashbrown::HashMap;
+
+use super::wire::{self, Answer, Mode, RECORD_BYTES, Version, value_sum};
+use crate::index::{Index, Insert, RaceIndex};
+use crate::kv::place::node_of;
+use crate::substrate::memory::read_word;
+use crate::substrate::msg::rpc::Status;
+use crate::substrate::msg::server::{Request, Service};
+use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::slab::{SlabAllocator, class_of};
+use crate::{MemErrorKind, Memory, NodeId, Op, RemoteAddr};
+
+/// A cell's word for a deleted key.
+pub const TOMB: u64 = 1;
+
+/// What the coordinator did, over its life: what campaigns assert ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Paths {
+    /// Versions committed (writes and inserts).
+    pub commits: u64,
+    /// Reads answered with a read lock.
+    pub read_locks: u64,
+    /// Superseded versions freed at once.
+    pub frees: u64,
+    /// Superseded versions whose free waited for their readers.
+    pub deferred_frees: u64,
+    /// Superseded versions of an earlier incarnation, never freed.
+    pub leaked: u64,
+    /// Keys loaded from the coordinator's node (after a restart).
+    pub loaded: u64,
+    /// Copies not written because their node was down.
+    pub skipped: u64,
+    /// Writes that failed on a data node (which is then marked down).
+    pub failed_copies: u64,
+}
+
+/// A key's committed state.
+#[derive(Clone, Debug)]
+enum State {
+    Deleted,
+    Live {
+        record: u64,
+        version: Version,
+        /// Committed by this incarnation (its frees are this one's to make).
+        ours: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Key {
+    cell: RemoteAddr,
+    word: u64,
+    state: State,
+}
+
+/// The coordinator's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// The node it runs beside (its records, cells and index are there).
+    pub node: NodeId,
+    /// Copies of each value.
+    pub replicas: usize,
+    /// Longest key.
+    pub max_key: usize,
+    /// Largest value.
+    pub max_value: usize,
+    /// Channels of its server area (client ids `0..channels`).
+    pub channels: u16,
+}
+
+/// The coordinator's service.
+pub struct Coordinator {
+    shape: Shape,
+    index: RaceIndex,
+    slab: SlabAllocator,
+    /// Freed objects by node and size class.
+    free: HashMap<(u16, usize), Vec<u64>>,
+    keys: HashMap<Vec<u8>, Key>,
+    /// The record each channel's client read-locks (until its next request).
+    holds: Vec<Option<u64>>,
+    /// Read locks per record.
+    readers: HashMap<u64, u32>,
+    /// Superseded versions waiting for their readers, by record.
+    retired: HashMap<u64, Version>,
+    down: Vec<bool>,
+    paths: Paths,
+}
+
+/// Why a request failed (answered as [`Status::Failed`]).
+type Failed = Status;
+
+impl Coordinator {
+    /// A coordinator of shape `shape` over the store's `index` (opened on
+    /// its node).
+    pub fn new(shape: Shape, index: RaceIndex) -> Self {
+        Coordinator {
+            shape,
+            index,
+            slab: SlabAllocator::new(),
+            free: HashMap::new(),
+            keys: HashMap::new(),
+            holds: (0..shape.channels).map(|_| None).collect(),
+            readers: HashMap::new(),
+            retired: HashMap::new(),
+            down: Vec::new(),
+            paths: Paths::default(),
+        }
+    }
+
+    /// What it did so far.
+    pub fn paths(&self) -> Paths {
+        self.paths
+    }
+
+    /// Read locks held now.
+    pub fn locks_held(&self) -> usize {
+        self.holds.iter().flatten().count()
+    }
+
+    async fn alloc<M: Memory>(&mut self, mem: &M, node: NodeId, size: u64) -> Result<RemoteAddr, Failed> {
+        let (class, _) = class_of(size.max(1)).ok_or(Status::Failed)?;
+        if let Some(off) = self.free.get_mut(&(node.0, class)).and_then(|l| l.pop()) {
+            return Ok(RemoteAddr::new(node, off));
+        }
+        self.slab.alloc(mem, node, size.max(1)).await.map_err(|_| Status::Failed)
+    }
+
+    fn free(&mut self, addr: RemoteAddr, size: u64) {
+        if let Some((class, _)) = class_of(size.max(1)) {
+            self.free.entry((addr.node.0, class)).or_default().push(addr.offset);
+        }
+    }
+
+    fn free_version(&mut self, record: u64, v: &Version) {
+        self.free(RemoteAddr::new(self.shape.node, record), RECORD_BYTES as u64);
+        for &c in &v.copies {
+            if !self.is_down(c.node) {
+                self.free(c, v.len as u64);
+            }
+        }
+    }
+
+    fn is_down(&self, node: NodeId) -> bool {
+        self.down.get(node.index()).copied().unwrap_or(false)
+    }
+
+    /// A superseded version: freed now, once its readers are done, or never
+    /// (an earlier incarnation's).
+    fn retire(&mut self, state: State) {
+        let State::Live { record, version, ours } = state else { return };
+        if !ours {
+            self.paths.leaked += 1;
+        } else if self.readers.get(&record).copied().unwrap_or(0) > 0 {
+            self.paths.deferred_frees += 1;
+            self.retired.insert(record, version);
+        } else {
+            self.paths.frees += 1;
+            self.free_version(record, &version);
+        }
+    }
+
+    /// Releases the read lock of channel `c`'s client: its previous
+    /// operation is over.
+    fn release(&mut self, c: u16) {
+        let Some(record) = self.holds.get_mut(c as usize).and_then(|h| h.take()) else { return };
+        let left = match self.readers.get_mut(&record) {
+            Some(n) => {
+                *n -= 1;
+                *n
+            }
+            None => return,
+        };
+        if left == 0 {
+            self.readers.remove(&record);
+            if let Some(v) = self.retired.remove(&record) {
+                self.free_version(record, &v);
+            }
+        }
+    }
+
+    /// Makes sure the map knows `key` if the node's index does (loading it
+    /// after a restart); whether it exists.
+    async fn load<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<bool, Failed> {
+        if self.keys.contains_key(key) {
+            return Ok(true);
+        }
+        let Some(entry) = self.index.lookup(mem, key).await.map_err(|_| Status::Failed)? else { return Ok(false) };
+        let cell = wire::decode_location(entry.location, mem.node_count())
+            .filter(|c| c.node == self.shape.node)
+            .ok_or(Status::Failed)?;
+        let word = read_word(mem, cell).await.map_err(|_| Status::Failed)?;
+        let state = match word {
+            // An insert that never committed leaves no cell behind (the cell
+            // is written before the index names it): as deleted.
+            0 | TOMB => State::Deleted,
+            record => {
+                let at = RemoteAddr::new(self.shape.node, record);
+                let b = mem.read(at, RECORD_BYTES).await.map_err(|_| Status::Failed)?;
+                let version = Version::decode(&b, mem.node_count(), self.shape.max_value).ok_or(Status::Failed)?;
+                State::Live { record, version, ours: false }
+            }
+        };
+        self.paths.loaded += 1;
+        self.keys.insert(key.to_vec(), Key { cell, word, state });
+        Ok(true)
+    }
+
+    async fn get<M: Memory>(&mut self, mem: &M, c: u16, key: &[u8]) -> Result<Answer, Failed> {
+        if !self.load(mem, key).await? {
+            return Ok(Answer::Absent);
+        }
+        let (record, version) = match &self.keys[key].state {
+            State::Deleted => return Ok(Answer::Deleted),
+            State::Live { record, version, .. } => (*record, version.clone()),
+        };
+        // Mutant `central-no-rdlock`: the answer is given without a read
+        // lock, so a write frees the version while the client still reads
+        // it, and the next write may reuse its copies.
+        if !cfg!(swarm_mutant = "central-no-rdlock") {
+            *self.readers.entry(record).or_insert(0) += 1;
+            if let Some(h) = self.holds.get_mut(c as usize) {
+                *h = Some(record);
+            }
+            self.paths.read_locks += 1;
+        }
+        Ok(Answer::Found(version))
+    }
+
+    /// Writes `value` to the key's live data nodes in parallel: its copies
+    /// (a majority at least), and the roundtrips it took.
+    async fn write_copies<M: Memory>(
+        &mut self,
+        mem: &M,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(heapless::Vec<RemoteAddr, MAX_REPLICAS>, u8), Failed> {
+        let nodes = mem.node_count();
+        if self.down.len() < nodes {
+            self.down.resize(nodes, false);
+        }
+        let counted = Counted::new(mem);
+        let mut targets: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
+        for i in 0..self.shape.replicas.min(nodes) {
+            let node = node_of(key, i, nodes);
+            if self.is_down(node) {
+                self.paths.skipped += 1;
+                continue;
+            }
+            match self.alloc(&counted, node, value.len() as u64).await {
+                Ok(a) => targets.push(a).map_err(|_| Status::Failed)?,
+                Err(_) => {
+                    self.down[node.index()] = true;
+                    self.paths.failed_copies += 1;
+                }
+            }
+        }
+        let futs: heapless::Vec<_, MAX_REPLICAS> = targets.iter().map(|&a| counted.write(a, value)).collect();
+        let replies = join_all(futs).await;
+        let mut copies = heapless::Vec::new();
+        for (i, r) in replies.results.into_iter().enumerate() {
+            match r {
+                Some(Ok(())) => {
+                    let _ = copies.push(targets[i]);
+                }
+                Some(Err(e)) => {
+                    // Maybe applied later (a stall): the block is left alone.
+                    if matches!(e.kind, MemErrorKind::Unreachable | MemErrorKind::TimedOut) {
+                        self.down[targets[i].node.index()] = true;
+                    }
+                    self.paths.failed_copies += 1;
+                }
+                None => self.paths.failed_copies += 1,
+            }
+        }
+        let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
+        if copies.len() < majority(self.shape.replicas.min(nodes)).max(1) {
+            for &c in &copies {
+                self.free(c, value.len() as u64);
+            }
+            return Err(Status::Failed);
+        }
+        Ok((copies, rounds))
+    }
+
+    async fn put<M: Memory>(&mut self, mem: &M, mode: Mode, key: &[u8], value: &[u8]) -> Result<(Answer, u8), Failed> {
+        if key.is_empty() || key.len() > self.shape.max_key || value.len() > self.shape.max_value {
+            return Err(Status::BadRequest);
+        }
+        let known = self.load(mem, key).await?;
+        let live = known && matches!(self.keys[key].state, State::Live { .. });
+        if mode == Mode::Update && !live {
+            return Ok((Answer::NotFound, 0));
+        }
+        let node = self.shape.node;
+        let (copies, rounds) = self.write_copies(mem, key, value).await?;
+        let record = self.alloc(mem, node, RECORD_BYTES as u64).await?;
+        let version = Version { len: value.len() as u32, sum: value_sum(value), copies };
+        let bytes = version.encode();
+        let new = State::Live { record: record.offset, version, ours: true };
+        if known {
+            // The commit: the record, then the cell's CAS, in one pipeline.
+            let (cell, word) = (self.keys[key].cell, self.keys[key].word);
+            let ops = [
+                Op::Write { offset: record.offset, data: &bytes },
+                Op::Cas { offset: cell.offset, expected: word, new: record.offset },
+            ];
+            let out = mem.pipeline(node, &ops).await.map_err(|_| Status::Failed)?;
+            if out.get(1).and_then(|o| o.cas()) != Some(word) {
+                // Another incarnation committed meanwhile: this one is stale.
+                return Err(Status::Failed);
+            }
+            let k = self.keys.get_mut(key).ok_or(Status::Failed)?;
+            k.word = record.offset;
+            let old = core::mem::replace(&mut k.state, new);
+            self.retire(old);
+        } else {
+            // A new key: its cell, written before the index names it.
+            let cell = self.alloc(mem, node, 8).await?;
+            let ops = [
+                Op::Write { offset: record.offset, data: &bytes },
+                Op::Write { offset: cell.offset, data: &record.offset.to_le_bytes() },
+            ];
+            mem.pipeline(node, &ops).await.map_err(|_| Status::Failed)?;
+            match self.index.insert(mem, key, wire::location(cell)).await.map_err(|_| Status::Failed)? {
+                Insert::New(_) => {}
+                Insert::Exists(_) => return Err(Status::Failed),
+            }
+            self.keys.insert(key.to_vec(), Key { cell, word: record.offset, state: new });
+        }
+        self.paths.commits += 1;
+        Ok((Answer::Written, rounds))
+    }
+
+    async fn delete<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Answer, Failed> {
+        if !self.load(mem, key).await? || matches!(self.keys[key].state, State::Deleted) {
+            return Ok(Answer::NotFound);
+        }
+        let (cell, word) = (self.keys[key].cell, self.keys[key].word);
+        let prev = mem.cas(cell, word, TOMB).await.map_err(|_| Status::Failed)?;
+        if prev != word {
+            return Err(Status::Failed);
+        }
+        let k = self.keys.get_mut(key).ok_or(Status::Failed)?;
+        k.word = TOMB;
+        let old = core::mem::replace(&mut k.state, State::Deleted);
+        self.retire(old);
+        Ok(Answer::Written)
+    }
+}
+
+impl Service for Coordinator {
+    fn name(&self) -> &'static str {
+        "pdpm-central coordinator"
+    }
+
+    async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {
+        // Any request of a client ends its previous operation.
+        self.release(req.client);
+        let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= self.shape.max_key;
+        let done = match req.method {
+            wire::GET if key_ok(req.body) => self.get(mem, req.client, req.body).await.map(|a| (a, 0)),
+            wire::DELETE if key_ok(req.body) => self.delete(mem, req.body).await.map(|a| (a, 0)),
+            wire::PUT => match wire::parse_put(req.body) {
+                Some((mode, key, value)) => self.put(mem, mode, key, value).await,
+                None => Err(Status::BadRequest),
+            },
+            wire::GET | wire::DELETE => Err(Status::BadRequest),
+            _ => Err(Status::NoSuchMethod),
+        };
+        match done {
+            Ok((answer, rounds)) => {
+                answer.encode(rounds, out);
+                Status::Ok
+            }
+            Err(s) => s,
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! pDPM-Central (pDPM, Tsai, Shan, Zhang, ATC'20, §4.2): a key-value store
+//! on passive memory whose every access goes through a central
+//! *coordinator*, a server beside a memory node that holds the index, does
+//! all allocation, and serializes accesses to each entry with per-key
+//! reader-writer locks.
+//!
+//! - [`coordinator`]: the coordinator, a `Service` on the server layer
+//!   (`crate::substrate::msg::server`): its state, locks, replication and
+//!   frees;
+//! - [`client`]: the clients: a get is an RPC and a READ (2 roundtrips), a
+//!   write an RPC with the value, out of place, committed at the
+//!   coordinator (2 roundtrips: the RPC and the coordinator's WRITE to the
+//!   data nodes); deletes and inserts are RPCs too;
+//! - [`wire`]: what they exchange and what the coordinator records.
+//!
+//! # Where the coordinator runs
+//!
+//! Beside node 0 ([`COORDINATOR`]), the node that already holds every
+//! store's record, lease table and index (`crate::kv::place::INDEX_NODE`):
+//! its durable metadata (index, cells, records) is the paper's "local PM",
+//! and its accesses there are local (not counted as roundtrips, as the
+//! paper counts its metadata flush). The campaigns crash nodes other than
+//! node 0, as for the other stores, whose index lives there too.
+//!
+//! # Guarantee: linearizable
+//!
+//! The paper promises atomic single-entry writes and read-committed reads;
+//! with the coordinator's locks the store gives more. Every write commits
+//! at one point, the CAS of the key's cell made by the coordinator while it
+//! serves the request (one request at a time); every read takes its
+//! version at one point, when the coordinator serves its RPC; and the read
+//! lock keeps that version's copies allocated (not freed, so not reused)
+//! until the client's READ is done, so the READ returns exactly that
+//! version's value. A value is committed only once a majority of its data
+//! nodes acknowledged it, and a version names only the acknowledged copies,
+//! so a minority of crashed data nodes loses nothing. Hence histories are
+//! linearizable (`Guarantee::Linearizable`), checked by the simulator
+//! campaigns with crashing clients and data nodes.
+//!
+//! # Not done
+//!
+//! The coordinator is a single point of failure: a restarted coordinator
+//! recovers from its node (keys load lazily), but no backup coordinator on
+//! another node takes over when node 0's server dies for good, and a data
+//! node marked down is never readmitted.
+
+pub mod client;
+pub mod coordinator;
+pub mod wire;
+
+#[cfg(all(test, feature = "sim"))]
+mod tests;
+
+use alloc::boxed::Box;
+
+use crate::index::RaceIndex;
+use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
+use crate::substrate::clock::Clock;
+use crate::substrate::msg::area::Geometry;
+use crate::substrate::msg::rpc::REQUEST_HEADER;
+use crate::substrate::msg::server::{self, Bare, Shell, Stats};
+use crate::substrate::msg::MsgError;
+use crate::substrate::space::region::HEADER_SIZE;
+use crate::substrate::space::slab::class_of;
+use crate::{Memory, NodeId};
+
+pub use client::CentralClient;
+pub use coordinator::{Coordinator, Shape};
+
+/// The node the coordinator runs beside.
+pub const COORDINATOR: NodeId = NodeId(0);
+
+/// pDPM-Central.
+pub struct PdpmCentral;
+
+/// The coordinator's server area for `cfg`: a channel per client id, and
+/// rings that carry a write of the largest value.
+pub fn geometry(cfg: &StoreConfig) -> Geometry {
+    let need = (REQUEST_HEADER + 2 + cfg.max_key + cfg.max_value) as u64;
+    let mut geo = Geometry { channels: cfg.writers as u16 + 1, ring_bytes: 4096 };
+    while geo.max_message() < need {
+        geo.ring_bytes *= 2;
+    }
+    geo
+}
+
+/// The coordinator's shape for `cfg`.
+pub fn shape(cfg: &StoreConfig) -> Shape {
+    Shape {
+        node: COORDINATOR,
+        replicas: cfg.replicas,
+        max_key: cfg.max_key,
+        max_value: cfg.max_value,
+        channels: geometry(cfg).channels,
+    }
+}
+
+fn object(size: u64) -> u64 {
+    class_of(size.max(1)).map_or(size, |(_, c)| c)
+}
+
+impl KvSystem for PdpmCentral {
+    const INFO: &'static SystemInfo = &SystemInfo {
+        name: "pdpm-central",
+        about: "a coordinator beside node 0 holds the index and per-key locks; reads RPC + READ, writes out of place \
+                through it (pDPM §4.2)",
+        replicated: true,
+        floor: false,
+        guarantee: Guarantee::Linearizable,
+        roundtrips: Roundtrips { get: 2, update: 2, insert: 2, delete: 1 },
+        options: &[],
+    };
+
+    const SERVER: Option<NodeId> = Some(COORDINATOR);
+
+    type Client<M: Memory, C: Clock> = Box<CentralClient<M, C>>;
+
+    fn check(cfg: &StoreConfig, _: usize) -> Result<(), KvError> {
+        if geometry(cfg).check().is_err() {
+            return Err(KvError::BadConfig("values too large for the coordinator's rings"));
+        }
+        Ok(())
+    }
+
+    /// Copies of the values spread over the nodes, and on node 0 a record
+    /// and a cell per key, the index and the server area.
+    fn node_bytes(cfg: &StoreConfig, nodes: usize, _writes: u64) -> u64 {
+        let copies = cfg.keys * cfg.replicas as u64;
+        let values = copies.div_ceil(nodes.max(1) as u64) * object(cfg.max_value as u64);
+        let meta = cfg.keys * (object(wire::RECORD_BYTES as u64) + object(8));
+        let slack = (cfg.writers as u64 + 4) * 2 * StoreConfig::CHUNK;
+        let total = values + meta + cfg.index_bytes() + geometry(cfg).bytes() + slack;
+        (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
+    }
+
+    /// The coordinator's chunks: on every node a chunk of copies; on node 0
+    /// also its server area and chunks of records and cells. Per client, a
+    /// chunk of copies (of the size its values take).
+    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        if object(cfg.max_value as u64) > shape.chunk {
+            return Err(KvError::BadConfig("a value does not fit in a chunk (use bigger chunks or smaller values)"));
+        }
+        let own = match node == COORDINATOR {
+            true => 3 + geometry(cfg).bytes().div_ceil(shape.chunk),
+            false => 1,
+        };
+        Ok(NodeChunks { own, per_client: 1 })
+    }
+
+    async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
+        RaceIndex::open_or_create(mem, COORDINATOR, cfg.index()).await?;
+        Ok(())
+    }
+
+    async fn connect<M: Memory, C: Clock>(
+        mem: M,
+        cfg: &StoreConfig,
+        who: Who,
+        clock: C,
+    ) -> Result<Box<CentralClient<M, C>>, KvError> {
+        Ok(Box::new(CentralClient::open(mem, cfg, who, clock).await?))
+    }
+
+    /// The coordinator beside node 0; the bare server beside the others.
+    async fn serve<M: Memory, H: Shell>(mem: M, node: NodeId, cfg: &StoreConfig, shell: &H) -> Result<Stats, MsgError> {
+        if node != COORDINATOR {
+            return server::serve(mem, node, Geometry::default(), Bare, shell).await;
+        }
+        let index = RaceIndex::open(&mem, node)
+            .await
+            .map_err(|_| MsgError::BadConfig("no pDPM-Central index on node 0 (set the store up first)"))?;
+        server::serve(mem, node, geometry(cfg), Coordinator::new(shape(cfg), index), shell).await
+    }
+}

@@ -1,0 +1,1 @@
+//! pDPM-Central in the simulator.
