@@ -28,7 +28,7 @@ use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 use super::{TICK_NS, clock, id_of, value};
 use crate::kv::place::INDEX_NODE;
 use crate::kv::{Got, Guarantee, KvClient, KvSystem, StoreConfig, System, Visit, Who};
-use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
 use crate::substrate::lease::Want;
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::Region;
@@ -205,6 +205,34 @@ pub fn setup(sim: &mut Sim, cfg: &StoreConfig) -> Result<(), String> {
     .map_err(|e| format!("setup: {e}"))?
 }
 
+/// Starts the server that `cfg`'s system needs, if any
+/// ([`KvSystem::SERVER`]), as a task of a simulated client of its own;
+/// its shell stops it.
+pub fn start_server(sim: &mut Sim, cfg: &StoreConfig) -> Option<ServerShell> {
+    let node = cfg.system.server()?;
+    let m = sim.client();
+    let shell = ServerShell::new(&m, 200);
+    let (mm, sh, cfg) = (m.clone(), shell.clone(), cfg.clone());
+    sim.spawn(&m, async move {
+        let _ = systems::serve(mm, node, &cfg, &sh).await;
+    });
+    Some(shell)
+}
+
+/// Client `id` is done (finished or crashed); the server stops after the
+/// last of `clients`.
+fn finished(done: &RefCell<Vec<u8>>, id: u8, clients: u64, server: &Option<ServerShell>) {
+    let mut d = done.borrow_mut();
+    if !d.contains(&id) {
+        d.push(id);
+    }
+    if d.len() as u64 == clients
+        && let Some(s) = server
+    {
+        s.stop();
+    }
+}
+
 fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let mut sim = Sim::new(SimConfig {
         seed,
@@ -220,6 +248,9 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let taken: Rc<RefCell<Paths>> = Rc::default();
     let start = sim.now();
     let shared = c.shared_keys();
+    // The system's server, stopped once every client is done.
+    let server = start_server(&mut sim, &cfg);
+    let done: Rc<RefCell<Vec<u8>>> = Rc::default();
     let mut clients = Vec::new();
     for id in 1..=c.clients {
         let mem = sim.client();
@@ -227,39 +258,45 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
         let taken = taken.clone();
         let (keys, ops, clients_n, leases) = (c.keys, c.ops, c.clients as u64, c.leases);
+        let (done, server) = (done.clone(), server.clone());
         sim.spawn(&mem, async move {
-            let clk = clock(&m, skew);
-            let who = match leases {
-                false => Ok(Who::Id(id)),
-                true => systems::claim(&m, &cfg, &clk, Want::Any, id as u32).await.map(Who::Lease),
-            };
-            let connected = match who {
-                Ok(who) => S::connect(Counted::new(m.clone()), &cfg, who, clk).await,
-                Err(e) => Err(e),
-            };
-            let mut s = match connected {
-                Ok(s) => s,
-                Err(e) => return failures.borrow_mut().push(format!("client {id}: connect: {e}")),
-            };
-            for seq in 1..=ops {
-                m.sleep(m.random(0, 3_000)).await;
-                // Shared keys, or this client's own.
-                let k = if shared { m.random(0, keys - 1) } else { (id as u64 - 1) % clients_n.min(KEYS.len() as u64) };
-                let v = (id as u64) << 32 | seq;
-                let op = match m.random(0, 19) {
-                    0..=7 => KvOp::Get(k),
-                    8..=11 => KvOp::Update(k, v),
-                    12..=16 => KvOp::Insert(k, v),
-                    _ => KvOp::Delete(k),
+            async {
+                let clk = clock(&m, skew);
+                let who = match leases {
+                    false => Ok(Who::Id(id)),
+                    true => systems::claim(&m, &cfg, &clk, Want::Any, id as u32).await.map(Who::Lease),
                 };
-                if let Err(e) = record(&mut s, &m, &hist, id, op).await {
-                    return failures.borrow_mut().push(e);
+                let connected = match who {
+                    Ok(who) => S::connect(Counted::new(m.clone()), &cfg, who, clk).await,
+                    Err(e) => Err(e),
+                };
+                let mut s = match connected {
+                    Ok(s) => s,
+                    Err(e) => return failures.borrow_mut().push(format!("client {id}: connect: {e}")),
+                };
+                for seq in 1..=ops {
+                    m.sleep(m.random(0, 3_000)).await;
+                    // Shared keys, or this client's own.
+                    let k =
+                        if shared { m.random(0, keys - 1) } else { (id as u64 - 1) % clients_n.min(KEYS.len() as u64) };
+                    let v = (id as u64) << 32 | seq;
+                    let op = match m.random(0, 19) {
+                        0..=7 => KvOp::Get(k),
+                        8..=11 => KvOp::Update(k, v),
+                        12..=16 => KvOp::Insert(k, v),
+                        _ => KvOp::Delete(k),
+                    };
+                    if let Err(e) = record(&mut s, &m, &hist, id, op).await {
+                        return failures.borrow_mut().push(e);
+                    }
+                }
+                taken.borrow_mut().add(&s.paths());
+                if let Err(e) = s.close().await {
+                    failures.borrow_mut().push(format!("client {id}: close: {e}"));
                 }
             }
-            taken.borrow_mut().add(&s.paths());
-            if let Err(e) = s.close().await {
-                failures.borrow_mut().push(format!("client {id}: close: {e}"));
-            }
+            .await;
+            finished(&done, id, clients_n, &server);
         });
         clients.push(mem);
     }
@@ -278,6 +315,13 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
             let victim = sim.random(0, clients.len() as u64 - 1) as usize;
             let at = start + sim.random(0, 60_000);
             sim.crash_client_at(&clients[victim], at);
+            // The crashed client is done when it crashes.
+            let (done, server, m) = (done.clone(), server.clone(), sim.client());
+            let (mm, n) = (m.clone(), c.clients as u64);
+            sim.spawn(&m, async move {
+                mm.sleep(at.saturating_sub(mm.now()) + 1).await;
+                finished(&done, victim as u8 + 1, n, &server);
+            });
         }
         let slow = sim.random(0, c.replicas as u64 - 1) as usize;
         sim.slow_node_at(slow, start + sim.random(0, 30_000), 5);
@@ -297,7 +341,10 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     if let Err(e) = sim.run() {
         return Err(format!("{e} (an operation of a live client did not complete)"));
     }
-    // Afterwards, a fresh client reads every key: no acknowledged write lost.
+    // Afterwards, a fresh client reads every key: no acknowledged write lost
+    // (through a new incarnation of the system's server, if it has one: it
+    // recovers what the first one committed).
+    let _again = start_server(&mut sim, &cfg);
     let mem = sim.client();
     let (h, f, last, leases) = (hist.clone(), failures.clone(), c.clients + 1, c.leases);
     let keys = if shared { c.keys } else { (c.clients as u64).min(KEYS.len() as u64) };

@@ -221,7 +221,13 @@ impl System {
     /// The handle of system `S` (the registry makes these).
     #[cfg(feature = "alloc")]
     pub(crate) const fn of<S: KvSystem>() -> System {
-        System { info: S::INFO, server: S::SERVER, check: S::check, node_bytes: S::node_bytes, node_chunks: S::node_chunks }
+        System {
+            info: S::INFO,
+            server: S::SERVER,
+            check: S::check,
+            node_bytes: S::node_bytes,
+            node_chunks: S::node_chunks,
+        }
     }
 
     /// Its declaration.

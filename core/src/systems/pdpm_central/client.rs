@@ -146,7 +146,11 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
                 return Err(call_error(e));
             }
         };
-        let body = reply.ok().map_err(call_error)?;
+        let body = match reply.status {
+            Status::Ok => reply.body,
+            Status::Failed => return Err(wire::decode_failure(&reply.body)),
+            s => return Err(call_error(MsgError::Refused(s))),
+        };
         let (answer, rounds) =
             Answer::decode(&body, self.mem.node_count(), self.limits.max_value).ok_or(KvError::Corrupt)?;
         self.mem.note_server_roundtrips(rounds as u32);

@@ -55,6 +55,7 @@ use hashbrown::HashMap;
 
 use super::wire::{self, Answer, Mode, RECORD_BYTES, Version, value_sum};
 use crate::index::{Index, Insert, RaceIndex};
+use crate::kv::KvError;
 use crate::kv::place::node_of;
 use crate::substrate::memory::read_word;
 use crate::substrate::msg::rpc::Status;
@@ -140,8 +141,16 @@ pub struct Coordinator {
     paths: Paths,
 }
 
-/// Why a request failed (answered as [`Status::Failed`]).
-type Failed = Status;
+/// Why a request failed: answered as [`OWN_NODE`] with the error
+/// ([`wire::encode_failure`]), or [`Status::BadRequest`] for
+/// [`BAD_REQUEST`].
+type Failed = KvError;
+
+/// A request that is not what its method takes.
+const BAD_REQUEST: KvError = KvError::Bug("a malformed request");
+/// A failed operation on the coordinator's own node, or a record there
+/// that cannot be right.
+const OWN_NODE: KvError = KvError::Unavailable;
 
 impl Coordinator {
     /// A coordinator of shape `shape` over the store's `index` (opened on
@@ -172,11 +181,11 @@ impl Coordinator {
     }
 
     async fn alloc<M: Memory>(&mut self, mem: &M, node: NodeId, size: u64) -> Result<RemoteAddr, Failed> {
-        let (class, _) = class_of(size.max(1)).ok_or(Status::Failed)?;
+        let (class, _) = class_of(size.max(1)).ok_or(KvError::BadConfig("values too large for the nodes' chunks"))?;
         if let Some(off) = self.free.get_mut(&(node.0, class)).and_then(|l| l.pop()) {
             return Ok(RemoteAddr::new(node, off));
         }
-        self.slab.alloc(mem, node, size.max(1)).await.map_err(|_| Status::Failed)
+        Ok(self.slab.alloc(mem, node, size.max(1)).await?)
     }
 
     fn free(&mut self, addr: RemoteAddr, size: u64) {
@@ -189,9 +198,15 @@ impl Coordinator {
         self.free(RemoteAddr::new(self.shape.node, record), RECORD_BYTES as u64);
         for &c in &v.copies {
             if !self.is_down(c.node) {
-                self.free(c, v.len as u64);
+                self.free(c, self.copy_bytes());
             }
         }
+    }
+
+    /// Bytes of every copy: room for the largest value, as RAW's registers,
+    /// so that a copy freed by one write fits any later one.
+    fn copy_bytes(&self) -> u64 {
+        self.shape.max_value.max(1) as u64
     }
 
     fn is_down(&self, node: NodeId) -> bool {
@@ -238,19 +253,19 @@ impl Coordinator {
         if self.keys.contains_key(key) {
             return Ok(true);
         }
-        let Some(entry) = self.index.lookup(mem, key).await.map_err(|_| Status::Failed)? else { return Ok(false) };
+        let Some(entry) = self.index.lookup(mem, key).await.map_err(KvError::from)? else { return Ok(false) };
         let cell = wire::decode_location(entry.location, mem.node_count())
             .filter(|c| c.node == self.shape.node)
-            .ok_or(Status::Failed)?;
-        let word = read_word(mem, cell).await.map_err(|_| Status::Failed)?;
+            .ok_or(OWN_NODE)?;
+        let word = read_word(mem, cell).await.map_err(|_| OWN_NODE)?;
         let state = match word {
             // An insert that never committed leaves no cell behind (the cell
             // is written before the index names it): as deleted.
             0 | TOMB => State::Deleted,
             record => {
                 let at = RemoteAddr::new(self.shape.node, record);
-                let b = mem.read(at, RECORD_BYTES).await.map_err(|_| Status::Failed)?;
-                let version = Version::decode(&b, mem.node_count(), self.shape.max_value).ok_or(Status::Failed)?;
+                let b = mem.read(at, RECORD_BYTES).await.map_err(|_| OWN_NODE)?;
+                let version = Version::decode(&b, mem.node_count(), self.shape.max_value).ok_or(OWN_NODE)?;
                 State::Live { record, version, ours: false }
             }
         };
@@ -300,11 +315,17 @@ impl Coordinator {
                 self.paths.skipped += 1;
                 continue;
             }
-            match self.alloc(&counted, node, value.len() as u64).await {
-                Ok(a) => targets.push(a).map_err(|_| Status::Failed)?,
-                Err(_) => {
+            match self.alloc(&counted, node, self.copy_bytes()).await {
+                Ok(a) => targets.push(a).map_err(|_| OWN_NODE)?,
+                Err(KvError::Down(_)) => {
                     self.down[node.index()] = true;
                     self.paths.failed_copies += 1;
+                }
+                Err(e) => {
+                    for &t in &targets {
+                        self.free(t, self.copy_bytes());
+                    }
+                    return Err(e);
                 }
             }
         }
@@ -329,16 +350,16 @@ impl Coordinator {
         let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
         if copies.len() < majority(self.shape.replicas.min(nodes)).max(1) {
             for &c in &copies {
-                self.free(c, value.len() as u64);
+                self.free(c, self.copy_bytes());
             }
-            return Err(Status::Failed);
+            return Err(KvError::Unavailable);
         }
         Ok((copies, rounds))
     }
 
     async fn put<M: Memory>(&mut self, mem: &M, mode: Mode, key: &[u8], value: &[u8]) -> Result<(Answer, u8), Failed> {
         if key.is_empty() || key.len() > self.shape.max_key || value.len() > self.shape.max_value {
-            return Err(Status::BadRequest);
+            return Err(BAD_REQUEST);
         }
         let known = self.load(mem, key).await?;
         let live = known && matches!(self.keys[key].state, State::Live { .. });
@@ -347,7 +368,15 @@ impl Coordinator {
         }
         let node = self.shape.node;
         let (copies, rounds) = self.write_copies(mem, key, value).await?;
-        let record = self.alloc(mem, node, RECORD_BYTES as u64).await?;
+        let record = match self.alloc(mem, node, RECORD_BYTES as u64).await {
+            Ok(r) => r,
+            Err(e) => {
+                for &c in &copies {
+                    self.free(c, self.copy_bytes());
+                }
+                return Err(e);
+            }
+        };
         let version = Version { len: value.len() as u32, sum: value_sum(value), copies };
         let bytes = version.encode();
         let new = State::Live { record: record.offset, version, ours: true };
@@ -358,26 +387,32 @@ impl Coordinator {
                 Op::Write { offset: record.offset, data: &bytes },
                 Op::Cas { offset: cell.offset, expected: word, new: record.offset },
             ];
-            let out = mem.pipeline(node, &ops).await.map_err(|_| Status::Failed)?;
+            let out = mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
             if out.get(1).and_then(|o| o.cas()) != Some(word) {
                 // Another incarnation committed meanwhile: this one is stale.
-                return Err(Status::Failed);
+                return Err(OWN_NODE);
             }
-            let k = self.keys.get_mut(key).ok_or(Status::Failed)?;
+            let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
             k.word = record.offset;
             let old = core::mem::replace(&mut k.state, new);
             self.retire(old);
         } else {
             // A new key: its cell, written before the index names it.
-            let cell = self.alloc(mem, node, 8).await?;
+            let cell = match self.alloc(mem, node, 8).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.free_version(record.offset, &version_of(&new));
+                    return Err(e);
+                }
+            };
             let ops = [
                 Op::Write { offset: record.offset, data: &bytes },
                 Op::Write { offset: cell.offset, data: &record.offset.to_le_bytes() },
             ];
-            mem.pipeline(node, &ops).await.map_err(|_| Status::Failed)?;
-            match self.index.insert(mem, key, wire::location(cell)).await.map_err(|_| Status::Failed)? {
+            mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
+            match self.index.insert(mem, key, wire::location(cell)).await.map_err(KvError::from)? {
                 Insert::New(_) => {}
-                Insert::Exists(_) => return Err(Status::Failed),
+                Insert::Exists(_) => return Err(OWN_NODE),
             }
             self.keys.insert(key.to_vec(), Key { cell, word: record.offset, state: new });
         }
@@ -390,15 +425,23 @@ impl Coordinator {
             return Ok(Answer::NotFound);
         }
         let (cell, word) = (self.keys[key].cell, self.keys[key].word);
-        let prev = mem.cas(cell, word, TOMB).await.map_err(|_| Status::Failed)?;
+        let prev = mem.cas(cell, word, TOMB).await.map_err(|_| OWN_NODE)?;
         if prev != word {
-            return Err(Status::Failed);
+            return Err(OWN_NODE);
         }
-        let k = self.keys.get_mut(key).ok_or(Status::Failed)?;
+        let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
         k.word = TOMB;
         let old = core::mem::replace(&mut k.state, State::Deleted);
         self.retire(old);
         Ok(Answer::Written)
+    }
+}
+
+/// The version of a live state (an empty one otherwise).
+fn version_of(s: &State) -> Version {
+    match s {
+        State::Live { version, .. } => version.clone(),
+        State::Deleted => Version { len: 0, sum: 0, copies: heapless::Vec::new() },
     }
 }
 
@@ -416,17 +459,21 @@ impl Service for Coordinator {
             wire::DELETE if key_ok(req.body) => self.delete(mem, req.body).await.map(|a| (a, 0)),
             wire::PUT => match wire::parse_put(req.body) {
                 Some((mode, key, value)) => self.put(mem, mode, key, value).await,
-                None => Err(Status::BadRequest),
+                None => Err(BAD_REQUEST),
             },
-            wire::GET | wire::DELETE => Err(Status::BadRequest),
-            _ => Err(Status::NoSuchMethod),
+            wire::GET | wire::DELETE => Err(BAD_REQUEST),
+            _ => return Status::NoSuchMethod,
         };
         match done {
             Ok((answer, rounds)) => {
                 answer.encode(rounds, out);
                 Status::Ok
             }
-            Err(s) => s,
+            Err(BAD_REQUEST) => Status::BadRequest,
+            Err(e) => {
+                wire::encode_failure(&e, out);
+                Status::Failed
+            }
         }
     }
 }

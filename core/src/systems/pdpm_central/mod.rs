@@ -56,10 +56,10 @@ use alloc::boxed::Box;
 use crate::index::RaceIndex;
 use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
 use crate::substrate::clock::Clock;
+use crate::substrate::msg::MsgError;
 use crate::substrate::msg::area::Geometry;
 use crate::substrate::msg::rpc::REQUEST_HEADER;
 use crate::substrate::msg::server::{self, Bare, Shell, Stats};
-use crate::substrate::msg::MsgError;
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::class_of;
 use crate::{Memory, NodeId};
@@ -133,18 +133,18 @@ impl KvSystem for PdpmCentral {
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
     }
 
-    /// The coordinator's chunks: on every node a chunk of copies; on node 0
-    /// also its server area and chunks of records and cells. Per client, a
-    /// chunk of copies (of the size its values take).
+    /// The coordinator's chunks (clients allocate nothing): on every node a
+    /// chunk of copies of the largest value; on node 0 also its server
+    /// area and a chunk each of records, cells and index key blocks.
     fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
         if object(cfg.max_value as u64) > shape.chunk {
             return Err(KvError::BadConfig("a value does not fit in a chunk (use bigger chunks or smaller values)"));
         }
         let own = match node == COORDINATOR {
-            true => 3 + geometry(cfg).bytes().div_ceil(shape.chunk),
+            true => 4 + geometry(cfg).bytes().div_ceil(shape.chunk),
             false => 1,
         };
-        Ok(NodeChunks { own, per_client: 1 })
+        Ok(NodeChunks { own, per_client: 0 })
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {

@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::kv::KvError;
 use crate::substrate::memory::word_at;
 use crate::substrate::msg::rpc::method::FIRST_SERVICE;
 use crate::substrate::quorum::MAX_REPLICAS;
@@ -205,6 +206,34 @@ impl Answer {
     }
 }
 
+/// The body of a failed request: why, as far as a client can act on it
+/// (a full node, a full index), else "unavailable".
+pub fn encode_failure(e: &KvError, out: &mut Vec<u8>) {
+    match *e {
+        KvError::NodeFull { node, need, free } => {
+            out.push(1);
+            out.extend_from_slice(&node.0.to_le_bytes());
+            out.extend_from_slice(&need.to_le_bytes());
+            out.extend_from_slice(&free.to_le_bytes());
+        }
+        KvError::Full => out.push(2),
+        _ => out.push(0),
+    }
+}
+
+/// What [`encode_failure`] wrote; "unavailable" for anything else.
+pub fn decode_failure(b: &[u8]) -> KvError {
+    match b.first() {
+        Some(1) if b.len() == 19 => KvError::NodeFull {
+            node: NodeId(u16::from_le_bytes([b[1], b[2]])),
+            need: word_at(b, 3).unwrap_or(0),
+            free: word_at(b, 11).unwrap_or(0),
+        },
+        Some(2) if b.len() == 1 => KvError::Full,
+        _ => KvError::Unavailable,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +265,11 @@ mod tests {
             a.encode(1, &mut out);
             assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1)));
         }
+        for e in [KvError::NodeFull { node: NodeId(2), need: 1 << 16, free: 12 }, KvError::Full, KvError::Unavailable] {
+            let mut out = Vec::new();
+            encode_failure(&e, &mut out);
+            assert_eq!(decode_failure(&out), e);
+        }
         let b = put_body(Mode::Update, b"key", b"value");
         assert_eq!(parse_put(&b), Some((Mode::Update, &b"key"[..], &b"value"[..])));
         assert_eq!(parse_put(&b[..4]), None);
@@ -265,6 +299,7 @@ mod tests {
                 prop_assert_eq!(Answer::decode(&out, nodes, 1 << 16), Some((a, r)));
             }
             let _ = parse_put(&b);
+            let _ = decode_failure(&b);
         }
     }
 }
