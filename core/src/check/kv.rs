@@ -25,11 +25,13 @@ use core::cell::RefCell;
 
 use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 
-use super::{TICK_NS, clock, id_of, value};
+use super::{SimClock, TICK_NS, clock, id_of, value};
 use crate::kv::place::INDEX_NODE;
-use crate::kv::{Got, Guarantee, KvClient, KvSystem, StoreConfig, System, Visit, Who};
+use crate::kv::{Got, Guarantee, KvClient, KvError, KvSystem, StoreConfig, System, Visit, Who};
 use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
-use crate::substrate::lease::Want;
+use crate::substrate::clock::MAX_SKEW_NS;
+use crate::substrate::lease::{Held, LeaseError, Want};
+use crate::substrate::msg::area::{Area, State as AreaState};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::Region;
 use crate::swarm::client::Paths;
@@ -62,6 +64,9 @@ pub struct KvCampaign {
     /// Whether clients claim leased ids (and give them back when done), or
     /// are given fixed ones.
     pub leases: bool,
+    /// Whether the system's server, if it has one ([`KvSystem::SERVER`]),
+    /// crashes among the operations, and a standby takes over.
+    pub server_crash: bool,
 }
 
 impl KvCampaign {
@@ -79,6 +84,7 @@ impl KvCampaign {
             max_skew_ns: [0, 2_000, 30_000][(seed % 3) as usize],
             faults: !seed.is_multiple_of(5),
             leases: seed % 4 >= 2,
+            server_crash: !seed.is_multiple_of(5) && seed % 3 != 0,
         }
     }
 
@@ -109,6 +115,8 @@ pub struct Summary {
     pub ops: usize,
     /// The rare paths the clients took, summed.
     pub paths: Paths,
+    /// Operations left pending because their call met a crashed server.
+    pub ambiguous: u64,
 }
 
 /// What one run checked.
@@ -118,6 +126,8 @@ pub struct Ran {
     pub ops: usize,
     /// The rare paths the clients took (of those that did not crash).
     pub paths: Paths,
+    /// Operations left pending because their call met a crashed server.
+    pub ambiguous: u64,
 }
 
 /// Runs seeds `from..from + runs` of `system` on `replicas` nodes; the
@@ -129,6 +139,7 @@ pub fn campaign(system: System, replicas: usize, from: u64, runs: u64) -> Result
         let ran = run(seed, &KvCampaign::for_seed(system, replicas, seed))?;
         s.ops += ran.ops;
         s.paths.add(&ran.paths);
+        s.ambiguous += ran.ambiguous;
         s.runs += 1;
     }
     Ok(s)
@@ -157,10 +168,20 @@ pub fn run(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
 
 type Hist = History<KvOp, KvRet>;
 
-/// Runs `op` on `s` and records it; an error of the store is a failure.
-async fn record<K: KvClient>(s: &mut K, m: &SimMemory, hist: &RefCell<Hist>, id: u8, op: KvOp) -> Result<(), String> {
+/// Runs `op` on `s` and records it as client `id`'s; an error of the
+/// store is a failure, unless `ambiguous` says it is one whose operation
+/// may or may not have taken effect: it then stays pending in the history
+/// (`Ok(false)`), and the client goes on as a new one.
+async fn record<K: KvClient>(
+    s: &mut K,
+    m: &SimMemory,
+    hist: &RefCell<Hist>,
+    id: u32,
+    op: KvOp,
+    ambiguous: impl Fn(&KvError) -> bool,
+) -> Result<bool, String> {
     let key = KEYS[op.key() as usize % KEYS.len()];
-    let invoked = hist.borrow_mut().invoke(id as u32, m.now(), op);
+    let invoked = hist.borrow_mut().invoke(id, m.now(), op);
     let ret = match op {
         KvOp::Insert(_, v) => s.insert(key, &value_of(v)).await.map(|_| KvRet::Ok),
         KvOp::Update(_, v) => s.update(key, &value_of(v)).await.map(|r| r.map_or(KvRet::NotFound, |_| KvRet::Ok)),
@@ -174,8 +195,9 @@ async fn record<K: KvClient>(s: &mut K, m: &SimMemory, hist: &RefCell<Hist>, id:
     match ret {
         Ok(r) => {
             hist.borrow_mut().respond(invoked, m.now(), r);
-            Ok(())
+            Ok(true)
         }
+        Err(e) if ambiguous(&e) => Ok(false),
         Err(e) => Err(format!("client {id}: {op:?}: {e}")),
     }
 }
@@ -209,14 +231,58 @@ pub fn setup(sim: &mut Sim, cfg: &StoreConfig) -> Result<(), String> {
 /// ([`KvSystem::SERVER`]), as a task of a simulated client of its own;
 /// its shell stops it.
 pub fn start_server(sim: &mut Sim, cfg: &StoreConfig) -> Option<ServerShell> {
-    let node = cfg.system.server()?;
+    cfg.system.server()?;
     let m = sim.client();
     let shell = ServerShell::new(&m, 200);
+    spawn_server(sim, cfg, &shell, 0);
+    Some(shell)
+}
+
+/// Runs the server of `cfg`'s system on `shell`'s client from virtual time
+/// `at` on (a standby that takes over: a new incarnation).
+fn spawn_server(sim: &mut Sim, cfg: &StoreConfig, shell: &ServerShell, at: u64) {
+    let Some(node) = cfg.system.server() else { return };
+    let m = shell.memory().clone();
     let (mm, sh, cfg) = (m.clone(), shell.clone(), cfg.clone());
     sim.spawn(&m, async move {
+        if at > mm.now() {
+            mm.sleep(at - mm.now()).await;
+        }
         let _ = systems::serve(mm, node, &cfg, &sh).await;
     });
-    Some(shell)
+}
+
+/// Waits until the server beside `node` runs.
+pub fn server_up(sim: &mut Sim, node: NodeId) -> Result<(), String> {
+    let m = sim.client();
+    sim.block_on(async move {
+        loop {
+            if let Ok(area) = Area::open(&m, node).await
+                && let Ok(AreaState::Running(_)) = area.state(&m).await
+            {
+                return;
+            }
+            m.sleep(1_000).await;
+        }
+    })
+    .map_err(|e| format!("the server did not start: {e}"))
+}
+
+/// Claims an id for client `id`. If every id is held, it waits out one
+/// lease and tries again, as a client would: a claim that lost leaves its
+/// word on a node that crashed before the claim could take it back, and the
+/// word holds its id there until its lease ends (`crate::substrate::lease`),
+/// so that with one node down a few such words can hold every spare id.
+async fn claim_patiently(m: &SimMemory, cfg: &StoreConfig, clk: &SimClock, id: u8) -> Result<Held, KvError> {
+    for _ in 0..2 {
+        match systems::claim(m, cfg, clk, Want::Any, id as u32).await {
+            Err(KvError::Lease(LeaseError::NoFreeId { .. })) => {
+                m.sleep(cfg.lease_ms as u64 * 1_000_000 + 3 * MAX_SKEW_NS).await
+            }
+            r => return r,
+        }
+    }
+    systems::claim(m, cfg, clk, Want::Any, id as u32).await
 }
 
 /// Client `id` is done (finished or crashed); the server stops after the
@@ -239,6 +305,8 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         nodes: c.replicas,
         node_size: NODE_SIZE,
         max_piece_gap_ns: 500,
+        // Room for a client that waits out a lease ([`claim_patiently`]).
+        time_limit_ns: 60_000_000_000,
         ..SimConfig::default()
     });
     let cfg = c.config(seed);
@@ -246,10 +314,34 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let hist = Rc::new(RefCell::new(Hist::new()));
     let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
     let taken: Rc<RefCell<Paths>> = Rc::default();
+    // The system's server, up before the clients start (so that the
+    // faults below fall among their operations), stopped once every client
+    // is done.
+    let server = start_server(&mut sim, &cfg);
+    if let Some(node) = c.system.server() {
+        server_up(&mut sim, node)?;
+    }
     let start = sim.now();
     let shared = c.shared_keys();
-    // The system's server, stopped once every client is done.
-    let server = start_server(&mut sim, &cfg);
+    // The server crashes among the operations (a process killed: its
+    // transfers cut short), and a standby starts a new incarnation a little
+    // later. A client's call to the crashed one fails, its outcome unknown.
+    let server_crash = match (&server, c.faults && c.server_crash) {
+        (Some(shell), true) => {
+            let at = start + sim.random(0, 100_000);
+            sim.crash_client_at(shell.memory(), at);
+            let standby = shell.for_client(&sim.client());
+            let takeover = at + sim.random(5_000, 100_000);
+            spawn_server(&mut sim, &cfg, &standby, takeover);
+            Some(at)
+        }
+        _ => None,
+    };
+    let server_node = c.system.server();
+    let ambiguous = move |m: &SimMemory, e: &KvError| {
+        server_crash.is_some_and(|at| m.now() >= at) && matches!(e, KvError::Down(d) if Some(d.node) == server_node)
+    };
+    let ambiguous_ops: Rc<core::cell::Cell<u64>> = Rc::default();
     let done: Rc<RefCell<Vec<u8>>> = Rc::default();
     let mut clients = Vec::new();
     for id in 1..=c.clients {
@@ -258,13 +350,13 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
         let taken = taken.clone();
         let (keys, ops, clients_n, leases) = (c.keys, c.ops, c.clients as u64, c.leases);
-        let (done, server) = (done.clone(), server.clone());
+        let (done, server, unknown) = (done.clone(), server.clone(), ambiguous_ops.clone());
         sim.spawn(&mem, async move {
             async {
                 let clk = clock(&m, skew);
                 let who = match leases {
                     false => Ok(Who::Id(id)),
-                    true => systems::claim(&m, &cfg, &clk, Want::Any, id as u32).await.map(Who::Lease),
+                    true => claim_patiently(&m, &cfg, &clk, id).await.map(Who::Lease),
                 };
                 let connected = match who {
                     Ok(who) => S::connect(Counted::new(m.clone()), &cfg, who, clk).await,
@@ -274,6 +366,9 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                     Ok(s) => s,
                     Err(e) => return failures.borrow_mut().push(format!("client {id}: connect: {e}")),
                 };
+                // Its identity in the history: a new one after an operation
+                // whose outcome is unknown.
+                let mut hid = id as u32;
                 for seq in 1..=ops {
                     m.sleep(m.random(0, 3_000)).await;
                     // Shared keys, or this client's own.
@@ -286,8 +381,13 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                         12..=16 => KvOp::Insert(k, v),
                         _ => KvOp::Delete(k),
                     };
-                    if let Err(e) = record(&mut s, &m, &hist, id, op).await {
-                        return failures.borrow_mut().push(e);
+                    match record(&mut s, &m, &hist, hid, op, |e| ambiguous(&m, e)).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            hid += 100;
+                            unknown.set(unknown.get() + 1);
+                        }
+                        Err(e) => return failures.borrow_mut().push(e),
                     }
                 }
                 taken.borrow_mut().add(&s.paths());
@@ -302,6 +402,9 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     }
     if c.faults {
         let f = (c.replicas - 1) / 2;
+        // A server's clients connect through it first (tens of µs): its
+        // store's nodes crash later, among their operations.
+        let crash_from = if c.system.server().is_some() { 40_000 } else { 0 };
         if shared && f > 0 {
             // A minority of the nodes that hold no index crash, a client
             // crashes mid-operation.
@@ -309,7 +412,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                 let node = sim.random(0, c.replicas as u64 - 2) as usize;
                 let node = if node >= INDEX_NODE.index() { node + 1 } else { node };
                 let mode = if sim.random(0, 1) == 0 { CrashMode::Hang } else { CrashMode::FailFast };
-                let at = start + sim.random(0, 60_000);
+                let at = start + crash_from + sim.random(0, 60_000);
                 sim.crash_node_at(node, at, mode);
             }
             let victim = sim.random(0, clients.len() as u64 - 1) as usize;
@@ -359,7 +462,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         };
         let mut s = S::connect(mem.clone(), &cfg, who, clk).await.map_err(|e| format!("final client: {e}"))?;
         for k in 0..keys {
-            if let Err(e) = record(&mut s, &mem, &h, last, KvOp::Get(k)).await {
+            if let Err(e) = record(&mut s, &mem, &h, last as u32, KvOp::Get(k), |_| false).await {
                 f.borrow_mut().push(e);
             }
         }
@@ -390,5 +493,5 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         return Err(format!("history of {} ops is not linearizable: {verdict}\n{trace}", h.len()));
     }
     let paths = *taken.borrow();
-    Ok(Ran { ops: h.len(), paths })
+    Ok(Ran { ops: h.len(), paths, ambiguous: ambiguous_ops.get() })
 }

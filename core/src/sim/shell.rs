@@ -28,6 +28,12 @@ impl ServerShell {
         self.stop.set(true);
     }
 
+    /// The simulated client its server runs on (crash it to crash the
+    /// server).
+    pub fn memory(&self) -> &SimMemory {
+        &self.mem
+    }
+
     /// A shell sharing this one's stop flag, for another server task (a
     /// restarted one) on `mem`'s client.
     pub fn for_client(&self, mem: &SimMemory) -> Self {

@@ -208,6 +208,14 @@ pub trait Memory {
         let _ = (cx, at_ns);
         Poll::Pending
     }
+
+    /// How long an operation waits for its node before it fails with a
+    /// time-out, ns, where the backend bounds it (`None`, the default,
+    /// where it does not say): how long a server's request that makes such
+    /// operations may take, for a client that waits on one.
+    fn op_timeout_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &M {
@@ -255,6 +263,10 @@ impl<M: Memory + ?Sized> Memory for &M {
 
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
         (**self).poll_alarm(cx, at_ns)
+    }
+
+    fn op_timeout_ns(&self) -> Option<u64> {
+        (**self).op_timeout_ns()
     }
 }
 

@@ -110,6 +110,10 @@ impl<M: Memory> Memory for Counted<M> {
         self.mem.node_count()
     }
 
+    fn op_timeout_ns(&self) -> Option<u64> {
+        self.mem.op_timeout_ns()
+    }
+
     fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<Self::Buf, MemError>> {
         self.track(self.mem.read(addr, len))
     }

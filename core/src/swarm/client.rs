@@ -52,6 +52,9 @@ pub struct Paths {
     /// Registers given the replicas their insert left out (on nodes that
     /// were late or down then).
     pub restored_replicas: u64,
+    /// Writes whose superseded version was still read-locked, so that its
+    /// free waited for its readers (pDPM-Central's coordinator).
+    pub deferred_frees: u64,
 }
 
 impl Paths {
@@ -66,6 +69,7 @@ impl Paths {
         self.read_restarts += o.read_restarts;
         self.patient_inserts += o.patient_inserts;
         self.restored_replicas += o.restored_replicas;
+        self.deferred_frees += o.deferred_frees;
     }
 }
 

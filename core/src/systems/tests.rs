@@ -282,7 +282,12 @@ fn corrupt_locations_give_errors() {
 fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
     let s = run_campaign(named(system), replicas, from, runs).unwrap_or_else(|e| panic!("{e}"));
     let p = s.paths;
-    std::println!("{system}, {replicas} replicas: {} runs, {} ops, all linearizable; {p:?}", s.runs, s.ops);
+    std::println!(
+        "{system}, {replicas} replicas: {} runs, {} ops ({} left pending by a crashed server), all linearizable; {p:?}",
+        s.runs,
+        s.ops,
+        s.ambiguous
+    );
     let per = |n: u64| n * runs / 1_000;
     let least: &[(&str, u64, u64)] = match system {
         "swarm-kv" => &[
@@ -301,6 +306,13 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("widened quorums", p.widened, per(100)),
             ("inserts waiting for a late node", p.patient_inserts, per(5)),
             ("replicas restored", p.restored_replicas, per(5)),
+        ],
+        "pdpm-central" => &[
+            ("frees waiting for readers", p.deferred_frees, per(100)),
+            // Only reads of versions written before a node's crash meet it
+            // (`pdpm_central::tests` reads around a crashed node on purpose).
+            ("reads from another copy", p.read_restarts, per(2)),
+            ("calls that met a crashed coordinator", s.ambiguous, per(100)),
         ],
         _ => &[],
     };
@@ -328,6 +340,16 @@ fn dm_abd_campaign_3_replicas() {
 #[test]
 fn dm_abd_campaign_5_replicas() {
     campaign("dm-abd", 5, 3_000, 2_000);
+}
+
+#[test]
+fn pdpm_central_campaign_3_replicas() {
+    campaign("pdpm-central", 3, 0, 3_000);
+}
+
+#[test]
+fn pdpm_central_campaign_5_replicas() {
+    campaign("pdpm-central", 5, 3_000, 2_000);
 }
 
 /// RAW promises nothing under concurrency: each key has one client.

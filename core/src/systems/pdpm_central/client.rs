@@ -42,9 +42,25 @@ use super::wire::{self, Answer, Mode, value_sum};
 use super::{COORDINATOR, PdpmCentral};
 use crate::kv::KvSystem;
 
-/// How long a call waits for the coordinator: longer than its slowest
-/// write (a data node that hangs until its time-out, then the commit).
+/// How long a call waits for the coordinator at most: longer than its
+/// slowest write (a data node that hangs until its time-out, then the
+/// commit), on a memory that states no time-out ([`call_timeout_ns`]).
 pub const CALL_TIMEOUT_NS: u64 = 1_000_000_000;
+/// Sequential memory operations of the coordinator's longest request (the
+/// allocations, the copies, the commit and an index insert), each of which
+/// may wait out the memory's time-out.
+const REQUEST_OPS: u64 = 8;
+
+/// How long a call waits for the coordinator on `mem`: its longest request
+/// behind one of every other client's (`channels`), twice over, where the
+/// memory states its time-out ([`Memory::op_timeout_ns`], the simulator's
+/// tens of µs); else, or if longer, [`CALL_TIMEOUT_NS`]. A call to a
+/// coordinator that died fails after this long, and the next one reaches
+/// its successor.
+pub fn call_timeout_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
+    mem.op_timeout_ns()
+        .map_or(CALL_TIMEOUT_NS, |t| t.saturating_mul(REQUEST_OPS * 2 * (channels as u64 + 1)).min(CALL_TIMEOUT_NS))
+}
 /// How long connecting waits for the coordinator to start.
 pub const CONNECT_TIMEOUT_NS: u64 = 2_000_000_000;
 
@@ -53,8 +69,10 @@ pub const CONNECT_TIMEOUT_NS: u64 = 2_000_000_000;
 pub struct Paths {
     /// Reads that went to another copy after a data node failed.
     pub other_copies: u64,
-    /// Calls that reconnected or waited for the coordinator to start.
-    pub waits: u64,
+    /// Calls that failed (time-out, no coordinator).
+    pub failed_calls: u64,
+    /// Writes whose superseded version's free waited for its readers.
+    pub deferred_frees: u64,
 }
 
 /// One pDPM-Central client.
@@ -64,6 +82,7 @@ pub struct CentralClient<M, C> {
     lease: Option<Held>,
     clock: C,
     channel: Channel,
+    call_timeout_ns: u64,
     limits: Limits,
     paths: Paths,
 }
@@ -121,7 +140,17 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
                 }
             }
         };
-        Ok(CentralClient { mem, id, lease, clock, channel, limits: cfg.limits(), paths: Paths::default() })
+        let call_timeout_ns = call_timeout_ns(&mem, super::geometry(cfg).channels);
+        Ok(CentralClient {
+            mem,
+            id,
+            lease,
+            clock,
+            channel,
+            call_timeout_ns,
+            limits: cfg.limits(),
+            paths: Paths::default(),
+        })
     }
 
     /// The rare paths it took.
@@ -139,10 +168,10 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
     /// Calls the coordinator: its answer (its own roundtrips to data nodes
     /// noted as this client's).
     async fn call(&mut self, method: u16, body: &[u8]) -> Result<Answer, KvError> {
-        let reply = match self.channel.call(&self.mem, &self.clock, CALL_TIMEOUT_NS, method, body).await {
+        let reply = match self.channel.call(&self.mem, &self.clock, self.call_timeout_ns, method, body).await {
             Ok(r) => r,
             Err(e) => {
-                self.paths.waits += 1;
+                self.paths.failed_calls += 1;
                 return Err(call_error(e));
             }
         };
@@ -151,9 +180,10 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
             Status::Failed => return Err(wire::decode_failure(&reply.body)),
             s => return Err(call_error(MsgError::Refused(s))),
         };
-        let (answer, rounds) =
+        let (answer, rounds, deferred) =
             Answer::decode(&body, self.mem.node_count(), self.limits.max_value).ok_or(KvError::Corrupt)?;
         self.mem.note_server_roundtrips(rounds as u32);
+        self.paths.deferred_frees += deferred as u64;
         Ok(answer)
     }
 }
@@ -234,6 +264,15 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
 
     async fn keep(&mut self) -> Result<(), KvError> {
         self.keep_lease().await
+    }
+
+    /// Its reads from another copy as read restarts, and its deferred frees.
+    fn paths(&self) -> crate::swarm::client::Paths {
+        crate::swarm::client::Paths {
+            read_restarts: self.paths.other_copies,
+            deferred_frees: self.paths.deferred_frees,
+            ..Default::default()
+        }
     }
 
     /// Gives the leased id back. The read lock of its last get, if any, is

@@ -139,6 +139,8 @@ pub struct Coordinator {
     retired: HashMap<u64, Version>,
     down: Vec<bool>,
     paths: Paths,
+    /// The request being served deferred a free (its answer says so).
+    deferred: bool,
 }
 
 /// Why a request failed: answered as [`OWN_NODE`] with the error
@@ -167,6 +169,7 @@ impl Coordinator {
             retired: HashMap::new(),
             down: Vec::new(),
             paths: Paths::default(),
+            deferred: false,
         }
     }
 
@@ -221,6 +224,7 @@ impl Coordinator {
             self.paths.leaked += 1;
         } else if self.readers.get(&record).copied().unwrap_or(0) > 0 {
             self.paths.deferred_frees += 1;
+            self.deferred = true;
             self.retired.insert(record, version);
         } else {
             self.paths.frees += 1;
@@ -453,6 +457,7 @@ impl Service for Coordinator {
     async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {
         // Any request of a client ends its previous operation.
         self.release(req.client);
+        self.deferred = false;
         let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= self.shape.max_key;
         let done = match req.method {
             wire::GET if key_ok(req.body) => self.get(mem, req.client, req.body).await.map(|a| (a, 0)),
@@ -466,7 +471,7 @@ impl Service for Coordinator {
         };
         match done {
             Ok((answer, rounds)) => {
-                answer.encode(rounds, out);
+                answer.encode(rounds, self.deferred, out);
                 Status::Ok
             }
             Err(BAD_REQUEST) => Status::BadRequest,

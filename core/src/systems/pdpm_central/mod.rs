@@ -35,14 +35,31 @@
 //! nodes acknowledged it, and a version names only the acknowledged copies,
 //! so a minority of crashed data nodes loses nothing. Hence histories are
 //! linearizable (`Guarantee::Linearizable`), checked by the simulator
-//! campaigns with crashing clients and data nodes.
+//! campaigns with crashing clients, data nodes and coordinators.
+//!
+//! # A coordinator that dies
+//!
+//! Its state is on node 0's memory, which outlives its process: a standby
+//! (any process that reaches node 0, `swarm serve --node 0`) starts a new
+//! incarnation of the server, which supersedes the dead one's channels and
+//! loads each key from node 0 on its first request
+//! ([`coordinator::Paths::loaded`]). A call in flight to the dead one fails
+//! after [`client::call_timeout_ns`] with [`KvError::Down`] naming node 0:
+//! its operation may or may not have taken effect (the campaigns leave it
+//! pending in the history), and the client's next call reaches the standby.
+//! Versions the dead one committed are never freed (their readers may still
+//! read them): a takeover leaks at most one version per key.
 //!
 //! # Not done
 //!
-//! The coordinator is a single point of failure: a restarted coordinator
-//! recovers from its node (keys load lazily), but no backup coordinator on
-//! another node takes over when node 0's server dies for good, and a data
-//! node marked down is never readmitted.
+//! - A replicated backup: the coordinator's durable state is on node 0
+//!   only, which is a single point of failure here, as every store's index
+//!   is until it is replicated.
+//! - Fencing: a standby takes over from a coordinator that is dead (killed,
+//!   crashed). One that is only paused stops at its next pass over its
+//!   channels, but a commit it was making when paused may still land after
+//!   the standby loaded that key, which the standby would not see.
+//! - A data node marked down is never readmitted by an incarnation.
 
 pub mod client;
 pub mod coordinator;

@@ -1,1 +1,221 @@
-//! pDPM-Central in the simulator.
+//! pDPM-Central in the simulator, beyond the registry's tests
+//! (`systems::tests`: the table and roundtrips, corrupt memory, the
+//! campaigns): read locks and deferred frees, a crashed data node, and a
+//! restarted coordinator.
+
+use alloc::boxed::Box;
+use alloc::rc::Rc;
+use alloc::vec::Vec;
+
+use super::*;
+use crate::check::clock;
+use crate::check::kv::{CHUNK, NODE_SIZE, start_server};
+use crate::kv::{Got, KvClient, Missing, Written};
+use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
+use crate::substrate::space::region::Region;
+use crate::systems::from_name;
+
+fn config() -> StoreConfig {
+    let mut cfg = StoreConfig::new(from_name("pdpm-central").unwrap(), 64);
+    cfg.replicas = 3;
+    cfg.max_key = 16;
+    cfg.max_value = 256;
+    cfg.writers = 4;
+    cfg
+}
+
+/// Three formatted nodes with the store, and its coordinator running.
+fn setup(cfg: &StoreConfig) -> (Sim, ServerShell) {
+    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
+    let admin = sim.client();
+    let c = cfg.clone();
+    sim.block_on(async move {
+        for n in 0..3 {
+            Region::format(&admin, NodeId(n), NODE_SIZE, CHUNK).await.unwrap();
+        }
+        crate::systems::format(&admin, &c, 1).await.unwrap();
+    })
+    .unwrap();
+    let shell = start_server(&mut sim, cfg).unwrap();
+    (sim, shell)
+}
+
+type Client = Box<CentralClient<SimMemory, crate::check::SimClock>>;
+
+async fn connect(mem: &SimMemory, cfg: &StoreConfig, id: u8) -> Client {
+    PdpmCentral::connect(mem.clone(), cfg, Who::Id(id), clock(mem, 0)).await.unwrap()
+}
+
+fn value(g: Result<Got<crate::substrate::value::Value<Vec<u8>>>, KvError>) -> Option<Vec<u8>> {
+    match g {
+        Ok(Got::Found(v)) => Some(v.to_vec()),
+        _ => None,
+    }
+}
+
+/// A version read-locked by a get is not freed when a write supersedes
+/// it: the write says its free waits, and the reader's next request
+/// releases it.
+#[test]
+fn a_read_lock_defers_the_free_until_the_readers_next_request() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = connect(&mem, &cfg, 1).await;
+        let mut b = connect(&mem, &cfg, 2).await;
+        b.insert(b"k", b"one").await.unwrap();
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"one"[..]));
+        // a holds the read lock on "one" until its next request.
+        b.update(b"k", b"two").await.unwrap().unwrap();
+        assert_eq!(b.central_paths().deferred_frees, 1, "the free of 'one' waits for a");
+        b.update(b"k", b"three").await.unwrap().unwrap();
+        assert_eq!(b.central_paths().deferred_frees, 1, "'two' had no reader: freed at once");
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"three"[..]));
+        b.update(b"k", b"four").await.unwrap().unwrap();
+        assert_eq!(b.central_paths().deferred_frees, 2);
+        // A delete's superseded version waits for its readers too.
+        assert_eq!(a.get(b"k").await.map(|g| matches!(g, Got::Found(_))), Ok(true));
+        assert_eq!(b.delete(b"k").await, Ok(Ok(Written)));
+        assert_eq!(b.central_paths().deferred_frees, 3);
+        assert_eq!(a.get(b"k").await.map(|g| matches!(g, Got::Found(_))), Ok(false));
+    })
+    .unwrap();
+}
+
+/// A data node crashes: reads of versions written before go to another
+/// copy, and writes go on with the majority that is left.
+#[test]
+fn a_crashed_data_node_is_read_around_and_written_around() {
+    for mode in [CrashMode::FailFast, CrashMode::Hang] {
+        let cfg = config();
+        let (mut sim, _shell) = setup(&cfg);
+        let mem = sim.client();
+        let c = cfg.clone();
+        let keys: Vec<Vec<u8>> = (0..6u8).map(|i| alloc::vec![b'k', i]).collect();
+        let ks = keys.clone();
+        sim.block_on(async move {
+            let mut a = connect(&mem, &c, 1).await;
+            for k in &ks {
+                a.insert(k, k).await.unwrap();
+            }
+        })
+        .unwrap();
+        let now = sim.now();
+        sim.crash_node_at(1, now, mode);
+        let mem = sim.client();
+        let other = sim
+            .block_on(async move {
+                let mut readers = Vec::new();
+                for id in 1..=3 {
+                    readers.push(connect(&mem, &cfg, id).await);
+                }
+                for r in readers.iter_mut() {
+                    for k in &keys {
+                        assert_eq!(value(r.get(k).await).as_deref(), Some(&k[..]), "{mode:?}");
+                    }
+                }
+                for k in &keys {
+                    assert_eq!(readers[0].update(k, b"after").await, Ok(Ok(Written)), "{mode:?}");
+                }
+                for r in readers.iter_mut() {
+                    for k in &keys {
+                        assert_eq!(value(r.get(k).await).as_deref(), Some(&b"after"[..]), "{mode:?}");
+                    }
+                }
+                readers.iter().map(|r| r.central_paths().other_copies).sum::<u64>()
+            })
+            .unwrap();
+        // Every key has a copy on node 1, and the clients start from
+        // different copies: some read node 1 first, before the updates.
+        assert!(other > 0, "{mode:?}: no read went to another copy");
+    }
+}
+
+/// The coordinator restarts (a new incarnation of its server): it loads
+/// what the first one committed from its node, key by key, and goes on.
+#[test]
+fn a_restarted_coordinator_recovers_from_its_node() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    let mem = sim.client();
+    let c = cfg.clone();
+    sim.block_on(async move {
+        let mut a = connect(&mem, &c, 1).await;
+        a.insert(b"kept", b"v1").await.unwrap();
+        a.insert(b"gone", b"v").await.unwrap();
+        a.update(b"kept", b"v2").await.unwrap().unwrap();
+        a.delete(b"gone").await.unwrap().unwrap();
+    })
+    .unwrap();
+    shell.stop();
+    let stopped = Rc::new(core::cell::Cell::new(false));
+    let _again = start_server(&mut sim, &cfg);
+    let mem = sim.client();
+    let s = stopped.clone();
+    sim.block_on(async move {
+        // Its channel found the old server gone: the first call fails,
+        // the next reconnects to the new one.
+        let mut a = connect(&mem, &cfg, 1).await;
+        assert_eq!(value(a.get(b"kept").await).as_deref(), Some(&b"v2"[..]));
+        assert_eq!(a.get(b"gone").await.map(|g| matches!(g, Got::Found(_))), Ok(false));
+        assert_eq!(a.update(b"gone", b"x").await, Ok(Err(Missing::NotFound)));
+        assert_eq!(a.get(b"never").await.map(|g| matches!(g, Got::Found(_))), Ok(false));
+        a.update(b"kept", b"v3").await.unwrap().unwrap();
+        a.insert(b"gone", b"back").await.unwrap();
+        assert_eq!(value(a.get(b"kept").await).as_deref(), Some(&b"v3"[..]));
+        assert_eq!(value(a.get(b"gone").await).as_deref(), Some(&b"back"[..]));
+        s.set(true);
+    })
+    .unwrap();
+    assert!(stopped.get());
+}
+
+/// The read lock at work: a client slowed 50 times gets a key while
+/// another updates it over and over, so that the versions its gets were
+/// answered are superseded (and, without the lock, freed and their copies
+/// rewritten by the next writes: mutant `central-no-rdlock`) before its
+/// READs land. Every get returns a value that was written, whole.
+#[test]
+fn a_slow_reader_reads_the_version_it_was_answered() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    let (ma, mb) = (sim.client(), sim.client());
+    let c = cfg.clone();
+    let m = mb.clone();
+    sim.block_on(async move { connect(&m, &c, 2).await.insert(b"k", &[0; 64]).await.unwrap() }).unwrap();
+    let now = sim.now();
+    sim.slow_client_at(&ma, now, 50);
+    let got: Rc<core::cell::RefCell<Vec<Result<Option<Vec<u8>>, KvError>>>> = Rc::default();
+    let (g, c, m) = (got.clone(), cfg.clone(), ma.clone());
+    sim.spawn(&ma, async move {
+        let mut a = connect(&m, &c, 1).await;
+        for _ in 0..5 {
+            let r = a.get(b"k").await.map(|g| match g {
+                Got::Found(v) => Some(v.to_vec()),
+                _ => None,
+            });
+            g.borrow_mut().push(r);
+        }
+    });
+    let (g, m) = (got.clone(), mb.clone());
+    sim.spawn(&mb, async move {
+        let mut b = connect(&m, &cfg, 2).await;
+        for i in 1.. {
+            if g.borrow().len() == 5 {
+                break;
+            }
+            b.update(b"k", &[(i % 250) as u8 + 1; 64]).await.unwrap().unwrap();
+        }
+        shell.stop();
+    });
+    sim.run().unwrap();
+    let got = got.borrow();
+    assert_eq!(got.len(), 5);
+    for r in got.iter() {
+        match r {
+            Ok(Some(v)) => assert!(v.len() == 64 && v.iter().all(|&x| x == v[0]), "a torn value {v:?}"),
+            r => panic!("a slow reader read a reused copy: {r:?}"),
+        }
+    }
+}

@@ -8,7 +8,9 @@
 //!           | value checksum (8) | copies x location (8) | check (8)
 //! location  node (16 bits) | offset (48 bits)
 //! request   GET / DELETE: key;  PUT: mode (1) | key length (1) | key | value
-//! answer    kind (1) | coordinator's roundtrips to data nodes (1) | 0 (6)
+//! answer    kind (1) | coordinator's roundtrips to data nodes (1)
+//!           | flags (1: bit 0, the superseded version's free waits for
+//!           readers) | 0 (5)
 //!           [ | version, for a key found ]
 //! ```
 //!
@@ -175,19 +177,21 @@ impl Answer {
     }
 
     /// Its bytes, saying that the coordinator made `rounds` sequential
-    /// roundtrips to data nodes for it.
-    pub fn encode(&self, rounds: u8, out: &mut Vec<u8>) {
-        out.extend_from_slice(&[self.kind(), rounds, 0, 0, 0, 0, 0, 0]);
+    /// roundtrips to data nodes for it, and whether the version it
+    /// superseded was read-locked (its free `deferred`).
+    pub fn encode(&self, rounds: u8, deferred: bool, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[self.kind(), rounds, deferred as u8, 0, 0, 0, 0, 0]);
         if let Answer::Found(v) = self {
             out.extend_from_slice(&v.encode());
         }
     }
 
     /// Reads what [`Answer::encode`] wrote (see [`Version::decode`] for
-    /// `nodes` and `max_value`): the answer and the coordinator's rounds.
-    pub fn decode(b: &[u8], nodes: usize, max_value: usize) -> Option<(Answer, u8)> {
+    /// `nodes` and `max_value`): the answer, the coordinator's rounds, and
+    /// whether a free was deferred.
+    pub fn decode(b: &[u8], nodes: usize, max_value: usize) -> Option<(Answer, u8, bool)> {
         let h = b.get(..ANSWER_HEADER)?;
-        if h[2..].iter().any(|&x| x != 0) {
+        if h[2] > 1 || h[3..].iter().any(|&x| x != 0) {
             return None;
         }
         let rest = &b[ANSWER_HEADER..];
@@ -202,7 +206,7 @@ impl Answer {
         if !matches!(a, Answer::Found(_)) && !rest.is_empty() {
             return None;
         }
-        Some((a, h[1]))
+        Some((a, h[1], h[2] == 1))
     }
 }
 
@@ -257,13 +261,13 @@ mod tests {
             assert_eq!(Version::decode(&b, n - 1, 256), None, "a copy on a node that is not there");
             assert_eq!(Version::decode(&b, MAX_REPLICAS, 99), None, "longer than values may be");
             let mut out = Vec::new();
-            Answer::Found(v.clone()).encode(3, &mut out);
-            assert_eq!(Answer::decode(&out, MAX_REPLICAS, 256), Some((Answer::Found(v), 3)));
+            Answer::Found(v.clone()).encode(3, false, &mut out);
+            assert_eq!(Answer::decode(&out, MAX_REPLICAS, 256), Some((Answer::Found(v), 3, false)));
         }
         for a in [Answer::Absent, Answer::Deleted, Answer::Written, Answer::NotFound] {
             let mut out = Vec::new();
-            a.encode(1, &mut out);
-            assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1)));
+            a.encode(1, true, &mut out);
+            assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1, true)));
         }
         for e in [KvError::NodeFull { node: NodeId(2), need: 1 << 16, free: 12 }, KvError::Full, KvError::Unavailable] {
             let mut out = Vec::new();
@@ -293,10 +297,10 @@ mod tests {
                 prop_assert!(v.copies.iter().all(|c| c.node.index() < nodes));
                 prop_assert_eq!(Version::decode(&v.encode(), nodes, 1 << 16), Some(v));
             }
-            if let Some((a, r)) = Answer::decode(&b, nodes, 1 << 16) {
+            if let Some((a, r, d)) = Answer::decode(&b, nodes, 1 << 16) {
                 let mut out = Vec::new();
-                a.encode(r, &mut out);
-                prop_assert_eq!(Answer::decode(&out, nodes, 1 << 16), Some((a, r)));
+                a.encode(r, d, &mut out);
+                prop_assert_eq!(Answer::decode(&out, nodes, 1 << 16), Some((a, r, d)));
             }
             let _ = parse_put(&b);
             let _ = decode_failure(&b);
