@@ -325,6 +325,9 @@ fn init(mem: &ShmMemory, dir: &Path, i: &InitArgs) -> Result<(), String> {
         format_size(cfg.max_value as u64),
         cfg.writers
     );
+    if let Some(node) = cfg.system.server() {
+        println!("its clients need its server: start `swarm serve --dir {} --node {}`", dir.display(), node.0);
+    }
     Ok(())
 }
 
