@@ -20,6 +20,7 @@
 //! 64    replica i at 64 + 32 i, for i < 8 (zero beyond r):
 //!         node, region size, bucket array offset, arena offset
 //! 320   checksum: xxh3-64 of bytes 0..320
+//! 336   the replica's view word (not in the checksum: it changes by CAS)
 //! ```
 //!
 //! A slot's word sits at the same place of every replica's bucket array;
@@ -110,6 +111,19 @@ impl Header {
         (0..r).map(move |k| (first + k) % r)
     }
 
+    /// The replicas of that group that `excluded` (bit `i`: replica `i`)
+    /// leaves in, in the same order: the first is the group's primary in
+    /// that view ([`super::view`]).
+    pub fn order_without(&self, offset: u64, excluded: u8) -> impl Iterator<Item = usize> + '_ {
+        self.order(offset).filter(move |&i| i >= 8 || excluded & (1 << i) == 0)
+    }
+
+    /// Where replica `i`'s view word is ([`super::view::VIEW_AT`]).
+    pub fn view_addr(&self, i: usize) -> RemoteAddr {
+        let r = &self.replicas[i];
+        RemoteAddr::new(r.node, r.buckets - BYTES + super::view::VIEW_AT)
+    }
+
     /// Each replica's arena, in replica order.
     pub fn sites(&self) -> heapless::Vec<Site, MAX_REPLICAS> {
         self.replicas.iter().map(|r| Site { node: r.node, base: r.arena }).collect()
@@ -163,7 +177,8 @@ impl Header {
                     && at.is_multiple_of(arena::ALIGN)
                     && at.checked_add(len).is_some_and(|e| e <= r.region_size)
             };
-            if !within(r.buckets, bucket_bytes) || !within(r.arena, self.arena_size) {
+            let header_ok = r.buckets.checked_sub(BYTES).is_some_and(|h| h >= REGION_HEADER);
+            if !header_ok || !within(r.buckets, bucket_bytes) || !within(r.arena, self.arena_size) {
                 return Err("index header places a replica outside its region");
             }
             let apart = r.buckets + bucket_bytes <= r.arena || r.arena + self.arena_size <= r.buckets;

@@ -22,6 +22,9 @@
 //!   slot protocol carries them.
 //! - [`header`]: the index's header, every replica's placement.
 //! - [`index`]: [`SnapshotIndex`], the replicated index.
+//! - [`view`]: which replicas take part (the view word) and the lease a
+//!   client holds on it, the fence of a view change (not used yet: the
+//!   master that changes views is design step 9).
 
 pub mod arena;
 pub(crate) mod block;
@@ -31,5 +34,6 @@ pub(crate) mod rules;
 pub mod slot;
 #[cfg(all(test, feature = "sim"))]
 mod tests;
+pub mod view;
 
 pub use index::{SnapshotConfig, SnapshotIndex};

@@ -12,7 +12,7 @@ use super::block;
 use super::header::{self, Header};
 use super::slot::SlotPaths;
 use super::{SnapshotConfig, SnapshotIndex};
-use crate::NodeId;
+use crate::{Memory, NodeId};
 use crate::index::layout::{Block, SlotWord, block_len};
 use crate::index::tests::{
     CHUNK, Campaign, INSERTS, MAX_KEY_LEN, MIXED, NODE_SIZE, Under, check_run, key, one_client_matches_a_hash_map_on,
@@ -387,4 +387,56 @@ fn an_insert_meets_a_crashed_writers_round_and_completes_it() {
         }
     }
     assert!(helped > 0, "some crash should stop A between its backups and its commit");
+}
+
+/// A lease on the view: taken from a majority of the view words, lasting
+/// `L` from when the reads were sent, refused while a newer view is being
+/// prepared on any replica of the majority read, and not waiting for a
+/// failed replica.
+#[test]
+fn the_view_lease_follows_the_newest_view() {
+    use super::view::{Phase, Timing, View, ViewError, ViewLease};
+    let mut sim = sim_of(4, 3);
+    setup_on(&mut sim, 3, 4);
+    let h = header_of(&sim);
+    let mem = sim.client();
+    let timing = Timing { lease_ns: 100_000, landing_ns: 10_000 };
+    let h2 = h.clone();
+    sim.block_on(async move {
+        let h = h2;
+        let mut lease = ViewLease::new(timing);
+        assert!(!lease.covers(0), "no lease before the first renewal");
+        let sent = mem.now();
+        assert_eq!(lease.renew(&mem, &h, sent).await, Ok(View::FIRST));
+        assert!(lease.covers(sent + 89_999) && !lease.covers(sent + 90_000), "L - D after the send");
+        // A master prepares epoch 1 without replica 2 on a majority.
+        let prepare = View { epoch: 1, excluded: 0b100, phase: Phase::Prepare, nonce: 5 };
+        for i in [0, 1] {
+            assert_eq!(mem.cas(h.view_addr(i), 0, prepare.encode()).await, Ok(0));
+        }
+        assert_eq!(lease.renew(&mem, &h, mem.now()).await, Err(ViewError::Changing(prepare)));
+        // Installed: the lease follows it, with replica 2 failed and out.
+        let stable = View { phase: Phase::Stable, ..prepare };
+        for i in [0, 1] {
+            mem.cas(h.view_addr(i), prepare.encode(), stable.encode()).await.unwrap();
+        }
+    })
+    .unwrap();
+    let now = sim.now();
+    sim.crash_node_at(2, now, crate::sim::CrashMode::Hang);
+    let mem = sim.client();
+    let h2 = h.clone();
+    sim.block_on(async move {
+        let h = h2;
+        let mut lease = ViewLease::new(timing);
+        let v = lease.renew(&mem, &h, mem.now()).await.unwrap();
+        assert_eq!((v.epoch, v.excluded, v.phase), (1, 0b100, Phase::Stable));
+        let slot = h.logical().buckets() + 2 * crate::index::GROUP_BYTES;
+        let order: Vec<usize> = h.order_without(slot, v.excluded).collect();
+        assert_eq!(order, [0, 1], "group 2's primary (replica 2) moves to replica 0");
+        // A garbled view word in the majority read is an error.
+        mem.write(h.view_addr(1), &[0xFF; 8]).await.unwrap();
+        assert_eq!(lease.renew(&mem, &h, mem.now()).await, Err(ViewError::Corrupt { node: NodeId(1) }));
+    })
+    .unwrap();
 }
