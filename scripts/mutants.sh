@@ -25,6 +25,7 @@ MUTANTS=(
   "same-tombstone||not linearizable|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
   "any-empty-slot||live slots|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
   "help-own-value|--cfg loom|every replica ends with the winner|cargo test -p swarm-loom-tests --release --test snapshot"
+  "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
 )
 
 only=${1:-}

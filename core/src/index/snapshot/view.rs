@@ -40,7 +40,7 @@ use crate::{MemError, Memory, NodeId};
 
 /// Where a replica's view word is, from its header's start: past the
 /// checksummed part, zero when the index is created (the first view).
-pub const VIEW_AT: u64 = 336;
+pub const VIEW_AT: u64 = 384;
 
 /// Whether a view is served or being installed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -156,6 +156,15 @@ pub struct Timing {
     /// `D`: the longest a posted operation may take to land (the
     /// operation time-out).
     pub landing_ns: u64,
+}
+
+impl Timing {
+    /// The durations for operations that time out after `timeout_ns`
+    /// (`D`, since an operation still pending may land until then) with a
+    /// lease of four times that.
+    pub fn for_timeout(timeout_ns: u64) -> Timing {
+        Timing { lease_ns: timeout_ns.saturating_mul(4), landing_ns: timeout_ns }
+    }
 }
 
 /// A client's lease on the index's view.
