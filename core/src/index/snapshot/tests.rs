@@ -501,3 +501,38 @@ fn the_view_lease_follows_the_newest_view() {
     })
     .unwrap();
 }
+
+/// How long a node's crash stops the index (fixed latency, one client
+/// inserting and looking up keys): the failed operation's time-out, then
+/// the master's fence (`L + D`) and repair. Printed for the notes; bounded
+/// by two leases.
+#[test]
+fn a_crash_pauses_the_index_for_about_a_lease() {
+    use crate::sim::CrashMode::{FailFast, Hang};
+    for (node, mode) in [(0, FailFast), (0, Hang), (1, Hang)] {
+        let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000);
+        let mut sim = Sim::new(cfg);
+        setup_on(&mut sim, 3, 16);
+        let mem = sim.client();
+        let start = sim.now();
+        sim.crash_node_at(node, start + 200_000, mode);
+        let gaps = sim
+            .block_on(async move {
+                let mut ix = SnapshotIndex::open(&mem, &nodes(3), 1).await.unwrap();
+                let (mut last, mut worst) = (mem.now(), 0);
+                for i in 0..200u64 {
+                    let k = key(i);
+                    assert!(matches!(ix.insert(&mem, &k, i + 1).await, Ok(Insert::New(_))), "insert {i}");
+                    assert_eq!(ix.lookup(&mem, &k).await.unwrap().map(|e| e.location), Some(i + 1));
+                    worst = worst.max(mem.now() - last);
+                    last = mem.now();
+                }
+                (worst, ix.view(), ix.master_paths())
+            })
+            .unwrap();
+        let (worst, view, paths) = gaps;
+        std::println!("node {node} {mode:?}: longest pause {worst} ns, view {view:?}, {paths:?}");
+        assert_eq!(view.excluded, 1 << node, "the node is left out");
+        assert!(worst < 2 * 10_000_000, "a pause of about one lease (10 ms): {worst} ns");
+    }
+}
