@@ -239,6 +239,10 @@ pub enum IndexError {
     Unavailable(MemError),
     /// The replicated index's key-block arena could not give a block.
     Arena(snapshot::arena::ArenaError),
+    /// The replicated index changed its view (a replica was left out) more
+    /// often than an operation retries; nothing of it took effect unless a
+    /// write's outcome was in doubt (then [`IndexError::Unavailable`]).
+    ViewChanged,
 }
 
 impl From<MemError> for IndexError {
@@ -275,6 +279,7 @@ impl fmt::Display for IndexError {
             IndexError::Contended => write!(f, "index slots kept changing; gave up"),
             IndexError::Unavailable(e) => write!(f, "an index replica failed during a write: {e}"),
             IndexError::Arena(e) => write!(f, "{e}"),
+            IndexError::ViewChanged => write!(f, "the index's replicas kept changing (failures); gave up"),
         }
     }
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::cache::{CacheConfig, Eviction, LocationCache};
+use super::snapshot::master::MasterPaths;
 use super::snapshot::slot::SlotPaths;
 use super::*;
 use crate::sim::{Sim, SimConfig, SimMemory};
@@ -105,6 +106,11 @@ pub(super) trait Under {
     fn paths(ix: &Self::Ix) -> SlotPaths {
         let _ = ix;
         SlotPaths::default()
+    }
+    /// The view changes a handle took part in (if it has views).
+    fn master_paths(ix: &Self::Ix) -> MasterPaths {
+        let _ = ix;
+        MasterPaths::default()
     }
 }
 
@@ -529,6 +535,8 @@ pub(super) struct Campaign {
     /// Stalls of random nodes, each shorter than the operation time-out:
     /// late operations land out of order, none fails.
     pub(super) stalls: bool,
+    /// A crash of one random node (a replicated index must survive it).
+    pub(super) crash_node: Option<crate::sim::CrashMode>,
 }
 
 pub(super) struct Outcome {
@@ -539,6 +547,8 @@ pub(super) struct Outcome {
     errors: Vec<IndexError>,
     /// The paths of the clients' writes (the replicated index counts them).
     pub(super) paths: SlotPaths,
+    /// The view changes of the clients (the replicated index's).
+    pub(super) views: MasterPaths,
 }
 
 fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
@@ -546,6 +556,7 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
     // Two groups: every key competes with every other for the same slots.
     U::setup(&mut sim, 2);
     let paths = Rc::new(RefCell::new(SlotPaths::default()));
+    let views = Rc::new(RefCell::new(MasterPaths::default()));
     let keys = Rc::new(keys_of_all_lengths(c.keys as usize));
     let history = Rc::new(RefCell::new(History::new()));
     let inserts = Rc::new(RefCell::new(Vec::new()));
@@ -555,7 +566,7 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
         let mem = sim.client();
         clients.push(mem.clone());
         let (keys, history, inserts, errors) = (keys.clone(), history.clone(), inserts.clone(), errors.clone());
-        let paths = paths.clone();
+        let (paths, views) = (paths.clone(), views.clone());
         let (nkeys, n, inserts_only) = (c.keys, c.ops_per_client, c.inserts_only);
         sim.spawn(&mem.clone(), async move {
             let mut ix = U::open(&mem, id + 1).await;
@@ -600,11 +611,17 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
                 }
             }
             paths.borrow_mut().add(&U::paths(&ix));
+            views.borrow_mut().add(&U::master_paths(&ix));
         });
     }
     if c.crash_one {
         let at = sim.random(0, 30_000);
         sim.crash_client_at(&clients[0], at);
+    }
+    if let Some(mode) = c.crash_node {
+        let (node, at) = (sim.random(0, U::NODES as u64 - 1), sim.random(0, 30_000));
+        let now = sim.now();
+        sim.crash_node_at(node as usize, now + at, mode);
     }
     if c.stalls {
         // One after another, so that no operation waits longer than one.
@@ -618,14 +635,14 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
     }
     sim.run().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     if !c.crash_one {
-        U::settled(&sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        U::settled(&sim).unwrap_or_else(|e| panic!("{}, seed {seed}: {e}", core::any::type_name::<U>()));
     }
     let live = U::audit(&sim);
     let history = history.replace(History::new());
     let inserts = inserts.replace(Vec::new());
     let errors = errors.replace(Vec::new());
-    let paths = *paths.borrow();
-    Outcome { history, inserts, live, errors, paths }
+    let (paths, views) = (*paths.borrow(), *views.borrow());
+    Outcome { history, inserts, live, errors, paths, views }
 }
 
 pub(super) fn check_run<U: Under>(seed: u64, c: &Campaign) -> Outcome {
@@ -670,10 +687,24 @@ pub(super) fn check_run<U: Under>(seed: u64, c: &Campaign) -> Outcome {
     out
 }
 
-pub(super) const INSERTS: Campaign =
-    Campaign { clients: 4, keys: 8, ops_per_client: 0, inserts_only: true, crash_one: false, stalls: false };
-pub(super) const MIXED: Campaign =
-    Campaign { clients: 4, keys: 4, ops_per_client: 12, inserts_only: false, crash_one: false, stalls: false };
+pub(super) const INSERTS: Campaign = Campaign {
+    clients: 4,
+    keys: 8,
+    ops_per_client: 0,
+    inserts_only: true,
+    crash_one: false,
+    stalls: false,
+    crash_node: None,
+};
+pub(super) const MIXED: Campaign = Campaign {
+    clients: 4,
+    keys: 4,
+    ops_per_client: 12,
+    inserts_only: false,
+    crash_one: false,
+    stalls: false,
+    crash_node: None,
+};
 
 /// Concurrent inserts of overlapping key sets (all clients start with the
 /// same key at the same time), then lookups.

@@ -133,7 +133,7 @@ impl From<IndexError> for KvError {
             IndexError::KeyTooLong { len, max } => KvError::BadKey { len, max },
             IndexError::NoIndex { .. } => KvError::NoStore,
             IndexError::Contended => KvError::Contended,
-            IndexError::Unavailable(_) => KvError::Unavailable,
+            IndexError::Unavailable(_) | IndexError::ViewChanged => KvError::Unavailable,
             IndexError::Arena(ArenaError::NoQuorum { .. }) => KvError::Unavailable,
             IndexError::Arena(ArenaError::Full { .. }) => KvError::Full,
             _ => KvError::Corrupt,

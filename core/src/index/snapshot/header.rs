@@ -17,9 +17,12 @@
 //! 40    replicas r (1..=8)
 //! 48    arena size, bytes
 //! 56    arena chunk (what one claim takes), bytes
-//! 64    replica i at 64 + 32 i, for i < 8 (zero beyond r):
+//! 64    view lease L, ns (see super::view)
+//! 72    landing bound D, ns
+//! 96    replica i at 96 + 32 i, for i < 8 (zero beyond r):
 //!         node, region size, bucket array offset, arena offset
-//! 320   checksum: xxh3-64 of bytes 0..320
+//! 352   checksum: xxh3-64 of bytes 0..352
+//! 384   the replica's view word (not in the checksum: it changes by CAS)
 //! ```
 //!
 //! A slot's word sits at the same place of every replica's bucket array;
@@ -30,6 +33,7 @@
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::arena::{self, Site};
+use super::view::Timing;
 use crate::index::IndexError;
 use crate::index::layout::{BUCKET_BYTES, Geometry, MAX_KEY};
 use crate::substrate::memory::word_at;
@@ -43,9 +47,13 @@ const MAGIC: u64 = u64::from_le_bytes(*b"SWIDXSN1");
 /// index's is 2).
 pub const VERSION: u64 = 3;
 /// Bytes of the header; the replica's bucket array may follow it.
-pub const BYTES: u64 = 384;
+pub const BYTES: u64 = 448;
+/// The longest view lease (a minute): past it a failover pause is a bug.
+const MAX_LEASE_NS: u64 = 60_000_000_000;
 /// Where the checksum is.
-const SUM_AT: usize = 64 + 32 * MAX_REPLICAS;
+const SUM_AT: usize = TABLE + 32 * MAX_REPLICAS;
+/// Where the replica table starts.
+const TABLE: usize = 96;
 
 /// Where one replica keeps its part of the index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +81,9 @@ pub struct Header {
     pub arena_size: u64,
     /// Bytes one arena claim takes.
     pub chunk: u64,
+    /// The view change's durations, which every client and master must
+    /// share.
+    pub timing: Timing,
     /// Every replica, in replica order.
     pub replicas: heapless::Vec<Replica, MAX_REPLICAS>,
 }
@@ -110,6 +121,19 @@ impl Header {
         (0..r).map(move |k| (first + k) % r)
     }
 
+    /// The replicas of that group that `excluded` (bit `i`: replica `i`)
+    /// leaves in, in the same order: the first is the group's primary in
+    /// that view ([`super::view`]).
+    pub fn order_without(&self, offset: u64, excluded: u8) -> impl Iterator<Item = usize> + '_ {
+        self.order(offset).filter(move |&i| i >= 8 || excluded & (1 << i) == 0)
+    }
+
+    /// Where replica `i`'s view word is ([`super::view::VIEW_AT`]).
+    pub fn view_addr(&self, i: usize) -> RemoteAddr {
+        let r = &self.replicas[i];
+        RemoteAddr::new(r.node, r.buckets - BYTES + super::view::VIEW_AT)
+    }
+
     /// Each replica's arena, in replica order.
     pub fn sites(&self) -> heapless::Vec<Site, MAX_REPLICAS> {
         self.replicas.iter().map(|r| Site { node: r.node, base: r.arena }).collect()
@@ -128,12 +152,14 @@ impl Header {
             self.replicas.len() as u64,
             self.arena_size,
             self.chunk,
+            self.timing.lease_ns,
+            self.timing.landing_ns,
         ];
         for (i, &w) in words.iter().enumerate() {
             put(&mut b, 8 * i, w);
         }
         for (i, r) in self.replicas.iter().enumerate() {
-            let at = 64 + 32 * i;
+            let at = TABLE + 32 * i;
             for (k, w) in [r.node.0 as u64, r.region_size, r.buckets, r.arena].into_iter().enumerate() {
                 put(&mut b, at + 8 * k, w);
             }
@@ -154,6 +180,10 @@ impl Header {
         if self.chunk == 0 || !self.chunk.is_multiple_of(arena::ALIGN) || self.chunk > self.arena_size {
             return Err("index header has an impossible arena chunk");
         }
+        let t = self.timing;
+        if t.landing_ns == 0 || t.lease_ns <= t.landing_ns.saturating_mul(2) || t.lease_ns > MAX_LEASE_NS {
+            return Err("index header has an impossible view lease (it must exceed twice the landing bound)");
+        }
         for (i, r) in self.replicas.iter().enumerate() {
             if self.replicas[..i].iter().any(|o| o.node == r.node) {
                 return Err("index header names a node twice");
@@ -163,7 +193,8 @@ impl Header {
                     && at.is_multiple_of(arena::ALIGN)
                     && at.checked_add(len).is_some_and(|e| e <= r.region_size)
             };
-            if !within(r.buckets, bucket_bytes) || !within(r.arena, self.arena_size) {
+            let header_ok = r.buckets.checked_sub(BYTES).is_some_and(|h| h >= REGION_HEADER);
+            if !header_ok || !within(r.buckets, bucket_bytes) || !within(r.arena, self.arena_size) {
                 return Err("index header places a replica outside its region");
             }
             let apart = r.buckets + bucket_bytes <= r.arena || r.arena + self.arena_size <= r.buckets;
@@ -193,7 +224,7 @@ impl Header {
         }
         let mut replicas = heapless::Vec::new();
         for i in 0..r as usize {
-            let at = 64 + 32 * i;
+            let at = TABLE + 32 * i;
             let id = word(at)?;
             let id = u16::try_from(id).map_err(|_| corrupt("index header names an impossible node"))?;
             let replica = Replica {
@@ -210,6 +241,7 @@ impl Header {
             seed: word(32)?,
             arena_size: word(48)?,
             chunk: word(56)?,
+            timing: Timing { lease_ns: word(64)?, landing_ns: word(72)? },
             replicas,
         };
         h.check().map_err(corrupt)?;
@@ -232,6 +264,7 @@ mod tests {
             seed: 7,
             arena_size: 1 << 20,
             chunk: 64 << 10,
+            timing: Timing { lease_ns: 10_000_000, landing_ns: 50_000 },
             replicas: (0..r)
                 .map(|i| Replica { node: NodeId(i as u16 * 2), region_size: 8 << 20, buckets: 8192, arena: 1 << 20 })
                 .collect(),

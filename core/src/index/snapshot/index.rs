@@ -31,38 +31,60 @@
 //! A write starts its round from the word it read on the primary itself in
 //! this operation (or from an [`Expect::Entry`]'s), so that a lost round is
 //! a failed compare-and-set and never success (F6). The first block a
-//! client writes also claims a chunk of the arena (one roundtrip).
+//! client writes also claims a chunk of the arena (one roundtrip), and an
+//! operation that finds its view lease lapsed renews it first (one
+//! roundtrip every `L`, [`super::view`]).
+//!
+//! # Failures
+//!
+//! A client whose operation meets a failed replica (an error or a
+//! time-out) leads a view change that leaves it out
+//! ([`super::master::settle`]), or waits for the one under way, and goes on
+//! in the new view: a read runs again; a write whose round was frozen by the
+//! change finds out where it stands on the new primary (its word: won; the
+//! word it started from: it runs the same round again; another word: won
+//! only if its word is marked committed on a replica). Every operation is
+//! fenced by the lease on its view ([`super::view`]), so nothing it posts
+//! under an old view lands after the master repaired the slots. The index
+//! serves while a majority of its replicas is up; the campaigns crash any
+//! one node, node 0 included, while clients run (and crash).
 //!
 //! # Not done yet
 //!
-//! - A replica that fails or times out makes a write
-//!   [`IndexError::Unavailable`] (its round may be left undecided) and a
-//!   read of its primary fail: the view, its lease and the in-band master
-//!   that repairs slots and moves primaries are design steps 8-9.
+//! - The lease renewal takes a roundtrip of its own when the lease lapsed;
+//!   it could ride the operation's first roundtrip (design F9).
+//! - Two clients that split the view words between their claims wait for
+//!   each other's claim to run out (`Lm + D`) before one supersedes it.
+//! - Excluded replicas never come back.
 //! - [`Index::remove_background`] does nothing (F8: one CAS on the primary
 //!   alone would make it newer than its backups); the stores tolerate
 //!   mappings left to deleted keys.
 //! - Blocks are never freed, so every update or removal uses up arena
-//!   space ([`super::arena::ArenaError::Full`] says how much): recycling is
+//!   space (`super::arena::ArenaError::Full` says how much): recycling is
 //!   issue #20.
+//! - No store uses it yet (design step 10).
 
+use core::cell::Cell;
 use core::future::Future;
 
 use super::arena::{Arena, ArenaError, Site};
-use super::block::{self, KeyBlock};
+use super::block::{self, KeyBlock, Part};
 use super::header::{self, Header, Replica};
-use super::slot::{self, Exp, Outcome, Slot, SlotError, SlotPaths};
+use super::master::{self, MasterPaths, now_ns};
+use super::slot::{self, Exp, Outcome, Slot, SlotError, SlotPaths, Target, TargetOps};
+use super::view::{Timing, View, ViewError, ViewLease};
 use crate::index::layout::{Block, COMBINED_BYTES, Geometry, KeyHash, SlotWord, block_len};
-use crate::index::probe::{AfterLoss, Choice, View, after_lost_change};
+use crate::index::probe::{AfterLoss, Choice, View as ProbeView, after_lost_change};
 use crate::index::race::zero;
 use crate::index::{Change, Entry, Expect, Index, IndexConfig, IndexError, Insert, MAX_ATTEMPTS};
 use crate::substrate::join::join2;
 use crate::substrate::late::{Watch, late};
+use crate::substrate::memory::read_word;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely, majority};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
 use crate::substrate::space::slab::Carry;
-use crate::{Memory, NodeId, RemoteAddr};
+use crate::{MemError, Memory, NodeId, RemoteAddr};
 
 /// The shape of a new replicated index.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -74,6 +96,9 @@ pub struct SnapshotConfig {
     pub arena: u64,
     /// Bytes a client claims from the arena at a time.
     pub chunk: u64,
+    /// The view lease and the landing bound of operations (see
+    /// [`super::view`]).
+    pub timing: Timing,
 }
 
 impl SnapshotConfig {
@@ -83,7 +108,9 @@ impl SnapshotConfig {
         let index = IndexConfig::for_keys(keys, max_key);
         let chunk = 64 << 10;
         let blocks = keys.saturating_mul(changes.max(1)).saturating_mul(block::alloc_len(max_key));
-        SnapshotConfig { index, arena: blocks.saturating_add(chunk).next_multiple_of(chunk), chunk }
+        let arena = blocks.saturating_add(chunk).next_multiple_of(chunk);
+        // The time-out of the mapped backends (shm, cxl): one second.
+        SnapshotConfig { index, arena, chunk, timing: Timing::for_timeout(1_000_000_000) }
     }
 }
 
@@ -96,13 +123,73 @@ enum Proposal {
     Tomb(u64),
 }
 
+/// How many view changes one operation goes through before it gives up.
+const MAX_SETTLES: usize = 8;
+
 /// One client's handle on a replicated index.
 pub struct SnapshotIndex {
     header: Header,
     /// The buckets' logical geometry ([`Header::logical`]).
     geo: Geometry,
     arena: Arena,
+    /// The lease on the view this client works in (a cell: the writes'
+    /// fences renew it).
+    lease: Cell<ViewLease>,
+    /// This client's name as a master.
+    nonce: u16,
     paths: SlotPaths,
+    master: MasterPaths,
+}
+
+/// A writer's key block, fenced by the lease on the view its slot was
+/// built in: what the slot protocol carries for the replicated index.
+struct Guarded<'a> {
+    block: KeyBlock,
+    lease: &'a Cell<ViewLease>,
+    header: &'a Header,
+    epoch: u32,
+}
+
+impl Target for Guarded<'_> {
+    fn backup_ops<'a>(&'a self, backup: usize, out: &mut TargetOps<'a>) {
+        self.block.backup_ops(backup, out)
+    }
+
+    fn commit_ops<'a>(&'a self, word: u64, vold: u64, out: &mut TargetOps<'a>) {
+        self.block.commit_ops(word, vold, out)
+    }
+
+    async fn marked<M: Memory>(&self, mem: &M, word: u64) -> Result<Option<bool>, MemError> {
+        self.block.marked(mem, word).await
+    }
+
+    async fn fetch<M: Memory>(&self, mem: &M, word: u64, holders: &[RemoteAddr]) -> Result<(), MemError> {
+        self.block.fetch(mem, word, holders).await
+    }
+
+    async fn fence<M: Memory>(&self, mem: &M) -> Result<(), SlotError> {
+        fence(mem, self.lease, self.header, self.epoch).await
+    }
+}
+
+/// Whether an operation posted now lands within the lease on view `epoch`,
+/// renewing the lease if it would not; [`SlotError::Fenced`] once the view
+/// changed (or cannot be leased).
+async fn fence<M: Memory>(mem: &M, lease: &Cell<ViewLease>, header: &Header, epoch: u32) -> Result<(), SlotError> {
+    let now = now_ns(mem);
+    let mut l = lease.get();
+    if l.view().epoch != epoch {
+        return Err(SlotError::Fenced);
+    }
+    if l.covers(now) {
+        return Ok(());
+    }
+    let renewed = l.renew(mem, header, now).await;
+    lease.set(l);
+    match renewed {
+        Ok(v) if v.epoch == epoch => Ok(()),
+        _ => Err(SlotError::Fenced),
+    }
 }
 
 impl SnapshotIndex {
@@ -142,7 +229,9 @@ impl SnapshotIndex {
     async fn open_with<M: Memory>(mem: &M, header: Header, nonce: u32) -> Result<SnapshotIndex, IndexError> {
         let arena = Arena::open(mem, &header.sites(), header.chunk, nonce).await?;
         let geo = header.logical();
-        Ok(SnapshotIndex { header, geo, arena, paths: SlotPaths::default() })
+        let lease = Cell::new(ViewLease::new(header.timing));
+        let (paths, master) = (SlotPaths::default(), MasterPaths::default());
+        Ok(SnapshotIndex { header, geo, arena, lease, nonce: nonce as u16, paths, master })
     }
 
     /// Opens the index replicated on `nodes`, creating it with `cfg` if
@@ -185,6 +274,7 @@ impl SnapshotIndex {
             seed: cfg.index.seed,
             arena_size: cfg.arena,
             chunk: cfg.chunk,
+            timing: cfg.timing,
             replicas,
         };
         let bytes = header.encode();
@@ -215,6 +305,69 @@ impl SnapshotIndex {
         self.paths
     }
 
+    /// The view changes this client took part in.
+    pub fn master_paths(&self) -> MasterPaths {
+        self.master
+    }
+
+    /// The view this client works in.
+    pub fn view(&self) -> View {
+        self.lease.get().view()
+    }
+
+    /// The replicas (bit `i`: replica `i`) on the node a failure came from.
+    fn suspects(&self, e: &MemError) -> u8 {
+        self.header.replicas.iter().position(|r| r.node == e.node).map_or(0, |i| 1 << i)
+    }
+
+    /// Brings the index to a Stable view without `suspects` and leases it
+    /// ([`super::master::settle`]).
+    async fn settle<M: Memory>(&mut self, mem: &M, suspects: u8) -> Result<View, IndexError> {
+        let mut lease = self.lease.get();
+        let r = master::settle(mem, &self.header, &mut lease, suspects, self.nonce, &mut self.master).await;
+        self.lease.set(lease);
+        r
+    }
+
+    /// A lease that covers the operation about to be posted: the current
+    /// one, renewed (one roundtrip every `L`), or a new view's.
+    async fn ensure<M: Memory>(&mut self, mem: &M) -> Result<(), IndexError> {
+        let now = now_ns(mem);
+        let mut lease = self.lease.get();
+        if lease.covers(now) {
+            return Ok(());
+        }
+        let renewed = lease.renew(mem, &self.header, now).await;
+        self.lease.set(lease);
+        match renewed {
+            Ok(_) => Ok(()),
+            Err(ViewError::Corrupt { node }) => Err(IndexError::Corrupt { node, what: "bad view word" }),
+            Err(_) => self.settle(mem, 0).await.map(drop),
+        }
+    }
+
+    /// Runs `op` (reads and writes that recover from their own rounds'
+    /// failures) with a covering lease; after a replica's failure in a read,
+    /// changes the view and runs it again: nothing was written.
+    async fn with_view<M: Memory, T>(
+        &mut self,
+        mem: &M,
+        mut op: impl AsyncFnMut(&mut Self) -> Result<T, IndexError>,
+    ) -> Result<T, IndexError> {
+        for _ in 0..MAX_SETTLES {
+            self.ensure(mem).await?;
+            match op(self).await {
+                Err(IndexError::Mem(e)) if self.suspects(&e) != 0 => {
+                    let s = self.suspects(&e);
+                    self.settle(mem, s).await?;
+                }
+                Err(IndexError::ViewChanged) => {}
+                r => return r,
+            }
+        }
+        Err(IndexError::ViewChanged)
+    }
+
     /// The free part of the arena chunk this client carves blocks from, for
     /// its id's next holder.
     pub fn carried(&self) -> Option<Carry> {
@@ -238,16 +391,16 @@ impl SnapshotIndex {
         IndexError::Corrupt { node, what }
     }
 
-    /// The primary's address of logical offset `offset`.
+    /// The primary's address of logical offset `offset` in the current view.
     fn on_primary(&self, offset: u64) -> RemoteAddr {
-        let first = self.header.order(offset).next().unwrap_or(0);
+        let first = self.header.order_without(offset, self.view().excluded).next().unwrap_or(0);
         self.header.at(first, offset)
     }
 
     /// The replicated slot at logical offset `offset`, and its replicas'
     /// arenas in the same order.
     fn slot(&self, offset: u64) -> (Slot, heapless::Vec<Site, MAX_REPLICAS>) {
-        let order = self.header.order(offset);
+        let order = self.header.order_without(offset, self.view().excluded);
         let (mut words, mut sites) = (heapless::Vec::<RemoteAddr, MAX_REPLICAS>::new(), heapless::Vec::new());
         for i in order {
             let _ = words.push(self.header.at(i, offset));
@@ -260,12 +413,13 @@ impl SnapshotIndex {
 
     /// Reads the key's two combined buckets from their primaries, posted
     /// together (one roundtrip).
-    async fn read_view<M: Memory>(&self, mem: &M, kh: &KeyHash) -> Result<View, IndexError> {
+    async fn read_view<M: Memory>(&self, mem: &M, kh: &KeyHash) -> Result<ProbeView, IndexError> {
+        fence(mem, &self.lease, &self.header, self.view().epoch).await.map_err(|_| IndexError::ViewChanged)?;
         let at = |m: u64| self.on_primary(self.geo.combined(m));
         let (a, b) = join2(mem.read(at(kh.mains[0]), COMBINED_BYTES), mem.read(at(kh.mains[1]), COMBINED_BYTES)).await;
         let (a, b) = (a?, b?);
         let node = at(kh.mains[0]).node;
-        View::from_combined(self.geo.candidates(kh), [&a, &b]).ok_or(self.corrupt(node, "short read of a bucket"))
+        ProbeView::from_combined(self.geo.candidates(kh), [&a, &b]).ok_or(self.corrupt(node, "short read of a bucket"))
     }
 
     /// The location in the block that `w`, a committed word of the slot at
@@ -280,7 +434,7 @@ impl SnapshotIndex {
     ) -> Result<(u64, bool), IndexError> {
         let (_, sites) = self.slot(offset);
         let primary = sites[0];
-        let at = block::addr_of(primary, self.header.arena_size, w.0, false)
+        let at = block::addr_of(primary, self.header.arena_size, w.0, Part::Block)
             .ok_or(self.corrupt(primary.node, "slot points outside the arena"))?;
         let buf = mem.read(at, block_len(key.len())).await?;
         let (location, k) = Block::decode(&buf, key.len()).map_err(|what| self.corrupt(primary.node, what))?;
@@ -292,7 +446,7 @@ impl SnapshotIndex {
         mem: &M,
         key: &[u8],
         kh: &KeyHash,
-        view: &mut View,
+        view: &mut ProbeView,
         tombs: bool,
     ) -> Result<(), IndexError> {
         view.resolve(kh, tombs, |c, w| self.read_block(mem, c.offset, w, key)).await
@@ -314,23 +468,77 @@ impl SnapshotIndex {
             Proposal::Tomb(l) => (l, true),
         };
         let at = self.arena.alloc(mem, block::alloc_len(key.len())).await?;
-        let (slot, sites) = self.slot(offset);
-        let word =
-            SlotWord::new(kh.fp, kh.len, at, tomb).ok_or(self.corrupt(sites[0].node, "arena offset too large"))?;
+        let node = self.on_primary(offset).node;
+        let word = SlotWord::new(kh.fp, kh.len, at, tomb).ok_or(self.corrupt(node, "arena offset too large"))?;
         // The colliding deletes of FUSEE's code: every removal of a word
         // proposes the same tombstone (F1a), so two can both win.
         #[cfg(swarm_mutant = "same-tombstone")]
         let word = if tomb { vold.tombstone() } else { word };
         let block = Block::encode(key, location);
-        let target = KeyBlock { sites, size: self.header.arena_size, word: word.0, block: &block };
         let mut paths = SlotPaths::default();
-        let out = slot::rcas(mem, &slot, Exp::Hint(vold.0), word.0, &target, &mut paths).await;
-        self.paths.add(&paths);
-        match out {
-            Ok(o) => Ok((o, word)),
-            Err(SlotError::Unavailable(e)) => Err(IndexError::Unavailable(e)),
-            Err(SlotError::Unknown { .. }) => Err(self.corrupt(slot.primary().node, "a write's outcome is unknown")),
+        let mut out = self.round(mem, offset, word.0, vold.0, &block, &mut paths).await;
+        for _ in 0..MAX_SETTLES {
+            let suspects = match out {
+                Ok(o) => {
+                    self.paths.add(&paths);
+                    return Ok((o, word));
+                }
+                Err(SlotError::Unavailable(e)) => self.suspects(&e),
+                Err(SlotError::Fenced) => 0,
+                Err(SlotError::Unknown { .. }) => {
+                    let node = self.on_primary(offset).node;
+                    return Err(self.corrupt(node, "a write's outcome is unknown"));
+                }
+            };
+            // The round is frozen: settle the view, then find out where it
+            // stands (a master may have committed this word, or the word it
+            // started from; a later round may have followed).
+            self.settle(mem, suspects).await?;
+            let (slot, sites) = self.slot(offset);
+            let p = match read_word(mem, slot.primary()).await {
+                Ok(p) => p,
+                Err(e) => {
+                    out = Err(SlotError::Unavailable(e));
+                    continue;
+                }
+            };
+            out = if p == word.0 {
+                Ok(Outcome::Won { previous: vold.0 })
+            } else if p == vold.0 {
+                self.master.reruns += 1;
+                self.round(mem, offset, word.0, vold.0, &block, &mut paths).await
+            } else {
+                let probe = KeyBlock::new(sites, self.header.arena_size, word.0, vold.0, &block);
+                match probe.marked_anywhere(mem, word.0).await {
+                    Ok(true) => Ok(Outcome::Won { previous: vold.0 }),
+                    Ok(false) => Ok(Outcome::Lost { current: p }),
+                    Err(e) => Err(SlotError::Unavailable(e)),
+                }
+            };
         }
+        self.paths.add(&paths);
+        Err(IndexError::ViewChanged)
+    }
+
+    /// One RCAS of `word` over `vold` on the slot at logical offset
+    /// `offset`, in the current view, fenced by its lease.
+    async fn round<M: Memory>(
+        &self,
+        mem: &M,
+        offset: u64,
+        word: u64,
+        vold: u64,
+        block: &Block,
+        paths: &mut SlotPaths,
+    ) -> Result<Outcome, SlotError> {
+        let (slot, sites) = self.slot(offset);
+        let target = Guarded {
+            block: KeyBlock::new(sites, self.header.arena_size, word, vold, block),
+            lease: &self.lease,
+            header: &self.header,
+            epoch: self.view().epoch,
+        };
+        slot::rcas(mem, &slot, Exp::Hint(vold), word, &target, paths).await
     }
 
     async fn do_insert<M: Memory>(
@@ -393,8 +601,11 @@ impl SnapshotIndex {
         if !w.is_live() || !w.matches(kh) || e.location == 0 {
             return Err(IndexError::BadEntry);
         }
+        // Any replica's copy of the slot names it: the primary's may have
+        // moved since the entry was made.
+        let r = self.header.replicas.len();
         let cands = self.geo.candidates(kh);
-        let c = cands.iter().find(|c| self.on_primary(c.offset) == e.slot);
+        let c = cands.iter().find(|c| (0..r).any(|i| self.header.at(i, c.offset) == e.slot));
         c.map(|c| c.offset).ok_or(IndexError::BadEntry)
     }
 
@@ -483,12 +694,18 @@ impl Index for SnapshotIndex {
         location: u64,
         ready: impl Future<Output = bool>,
     ) -> Result<Option<Insert>, IndexError> {
-        self.do_insert(mem, key, location, ready).await
+        // `ready` runs once, with the first try's first roundtrip.
+        let mut ready = Some(ready);
+        self.with_view(mem, async |ix| match ready.take() {
+            Some(r) => ix.do_insert(mem, key, location, r).await,
+            None => ix.do_insert(mem, key, location, async { true }).await,
+        })
+        .await
     }
 
     async fn lookup<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Entry>, IndexError> {
         let kh = self.check_key(key)?;
-        self.do_lookup(mem, key, &kh).await
+        self.with_view(mem, async |ix| ix.do_lookup(mem, key, &kh).await).await
     }
 
     async fn update<M: Memory>(
@@ -498,17 +715,21 @@ impl Index for SnapshotIndex {
         expect: Expect,
         location: u64,
     ) -> Result<Change, IndexError> {
-        self.do_change(mem, key, expect, Some(location)).await
+        self.with_view(mem, async |ix| ix.do_change(mem, key, expect, Some(location)).await).await
     }
 
     async fn remove<M: Memory>(&mut self, mem: &M, key: &[u8], expect: Expect) -> Result<Change, IndexError> {
-        self.do_change(mem, key, expect, None).await
+        self.with_view(mem, async |ix| ix.do_change(mem, key, expect, None).await).await
     }
 
     async fn still<M: Memory>(&mut self, mem: &M, key: &[u8], entry: &Entry) -> Result<bool, IndexError> {
         let kh = self.check_key(key)?;
-        self.check_entry(&kh, entry)?;
-        Ok(crate::substrate::memory::read_word(mem, entry.slot).await? == entry.word)
+        let offset = self.check_entry(&kh, entry)?;
+        self.with_view(mem, async |ix| {
+            fence(mem, &ix.lease, &ix.header, ix.view().epoch).await.map_err(|_| IndexError::ViewChanged)?;
+            Ok(read_word(mem, ix.on_primary(offset)).await? == entry.word)
+        })
+        .await
     }
 
     /// Nothing (F8): a CAS on the primary alone would leave it ahead of its

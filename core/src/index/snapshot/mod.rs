@@ -22,14 +22,20 @@
 //!   slot protocol carries them.
 //! - [`header`]: the index's header, every replica's placement.
 //! - [`index`]: [`SnapshotIndex`], the replicated index.
+//! - [`view`]: which replicas take part (the view word) and the lease a
+//!   client holds on it, the fence of a view change.
+//! - [`master`]: the view change a client leads when a replica fails:
+//!   the fence, the repair of every slot, the new view.
 
 pub mod arena;
 pub(crate) mod block;
 pub mod header;
 pub mod index;
+pub mod master;
 pub(crate) mod rules;
 pub mod slot;
 #[cfg(all(test, feature = "sim"))]
 mod tests;
+pub mod view;
 
 pub use index::{SnapshotConfig, SnapshotIndex};

@@ -178,6 +178,10 @@ pub enum SlotError {
     /// left undecided or half caught up until recovery (the master, a later
     /// step) repairs the slot; the write may or may not take effect.
     Unavailable(MemError),
+    /// The writer may not post any more ([`Target::fence`]: the view it
+    /// works in changed or its lease on it lapsed). Its round is frozen as
+    /// it stands; whoever changes the view settles it.
+    Fenced,
     /// The primary moved past this writer's round before it looked, and its
     /// target keeps no commit mark ([`Target::marked`] is `None`): its
     /// value may or may not have been committed (see the module docs, F7).
@@ -268,13 +272,22 @@ pub trait Target {
         core::future::ready(Ok(None))
     }
 
+    /// Whether this writer may still post an operation on the slot: checked
+    /// before each one. The replicated index answers from the lease on the
+    /// view its slot belongs to ([`super::view`]), renewing it if needed,
+    /// and [`SlotError::Fenced`] once the view changed.
+    fn fence<M: Memory>(&self, mem: &M) -> impl Future<Output = Result<(), SlotError>> {
+        let _ = mem;
+        core::future::ready(Ok(()))
+    }
+
     /// Before a helper commits `word`, another writer's winning value:
     /// puts on the primary whatever `word` points to, which its writer
     /// copied only to backups (its own commit would have written it with
     /// the CAS). `holders` are the backups seen holding `word`; at least
     /// one of them got it from its writer's own backup pipeline, copies
-    /// first (catch-ups move words, not copies). Done before the commit's
-    /// pipeline is posted, so the copy is there when the word is.
+    /// first (catch-ups move words, not copies). Done before the catch-ups
+    /// and the commit are posted, so the copies are there when the word is.
     fn fetch<M: Memory>(
         &self,
         mem: &M,
@@ -316,6 +329,7 @@ pub async fn rcas<M: Memory, T: Target>(
         Exp::Hint(w) => w,
     };
     debug_assert_ne!(vold, vnew, "F1: a proposed word is new");
+    target.fence(mem).await?;
     let backups = backup_phase(mem, slot, vold, vnew, target).await;
     let mut round = Round { mem, slot, target, vold, vnew, backups, pure: false };
     round.decide(paths).await
@@ -401,6 +415,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             Eval::Decided(d) => (d, None),
             Eval::ReadPrimary => {
                 // F3: posted now, after every backup answered.
+                self.target.fence(self.mem).await?;
                 let vchk = read_word(self.mem, self.slot.primary()).await?;
                 self.pure = vchk == self.vold;
                 (rules::eval_with_primary(seen, self.vold, self.vnew, Some(vchk)), Some(vchk))
@@ -434,15 +449,16 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
     /// expecting that word (F2), in parallel (one roundtrip, none if every
     /// backup holds `w`). A CAS that finds neither means the round was
     /// committed and a later one began: nothing to do there.
-    async fn catch_up(&self, expected: &[u64], w: u64) -> Result<(), MemError> {
+    async fn catch_up(&self, expected: &[u64], w: u64) -> Result<(), SlotError> {
         let (mem, slot) = (self.mem, self.slot);
         let cas: heapless::Vec<_, MAX_REPLICAS> =
             expected.iter().zip(slot.backups()).filter(|&(&e, _)| e != w).map(|(&e, &b)| mem.cas(b, e, w)).collect();
         if cas.is_empty() {
             return Ok(());
         }
+        self.target.fence(mem).await?;
         match join_all(cas).await.first_error() {
-            Some(&e) => Err(e),
+            Some(&e) => Err(e.into()),
             None => Ok(()),
         }
     }
@@ -450,7 +466,8 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
     /// COMMIT of `word` (this writer's or, helping, the winner's): the
     /// target's commit operations, then `CAS(P, vold, word)`, in one
     /// pipeline on the primary. Returns what the primary held.
-    async fn commit(&self, word: u64) -> Result<u64, MemError> {
+    async fn commit(&self, word: u64) -> Result<u64, SlotError> {
+        self.target.fence(self.mem).await?;
         let p = self.slot.primary();
         let mut extra = TargetOps::new();
         self.target.commit_ops(word, self.vold, &mut extra);
@@ -458,7 +475,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         // Cannot fail: the target adds at most `TARGET_OPS`.
         let _ = ops.push(Op::Cas { offset: p.offset, expected: self.vold, new: word });
         let out = self.mem.pipeline(p.node, &ops).await?;
-        last_cas(p, out.last())
+        Ok(last_cas(p, out.last())?)
     }
 
     /// WAIT: reads the primary until it leaves `vold` (the first read at
@@ -469,6 +486,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             if i > 0 {
                 pause(self.mem, pause_ns).await;
             }
+            self.target.fence(self.mem).await?;
             let p = read_word(self.mem, self.slot.primary()).await?;
             if p != self.vold {
                 return self.outcome(p, paths).await;
@@ -484,6 +502,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
     /// CAS, so none holds `vold` any more.
     async fn help(&mut self, paths: &mut SlotPaths) -> Result<Outcome, SlotError> {
         let (mem, slot) = (self.mem, self.slot);
+        self.target.fence(mem).await?;
         let reads: heapless::Vec<_, MAX_REPLICAS> = slot.backups().iter().map(|&b| read_word(mem, b)).collect();
         let replies = join_all(reads).await;
         if let Some(&e) = replies.first_error() {
@@ -492,6 +511,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         let bs: heapless::Vec<u64, MAX_REPLICAS> = replies.oks().map(|(_, &v)| v).collect();
         // After the backups: still `vold`, so no commit came before those
         // reads and they are all of this round (F3's argument).
+        self.target.fence(mem).await?;
         let p = read_word(mem, slot.primary()).await?;
         if p != self.vold {
             return self.outcome(p, paths).await;
@@ -506,6 +526,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         if w != self.vnew {
             let holders: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
                 bs.iter().zip(slot.backups()).filter(|&(&b, _)| b == w).map(|(_, &at)| at).collect();
+            self.target.fence(mem).await?;
             self.target.fetch(mem, w, &holders).await?;
         }
         self.catch_up(&bs, w).await?;
@@ -525,6 +546,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             return Ok(Outcome::Lost { current: p });
         }
         paths.marks += 1;
+        self.target.fence(self.mem).await?;
         match self.target.marked(self.mem, self.vnew).await? {
             Some(true) => Ok(Outcome::Won { previous: self.vold }),
             Some(false) => Ok(Outcome::Lost { current: p }),
