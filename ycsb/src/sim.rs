@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Poll, Waker};
 
+use swarm_core::check::kv::start_server;
 use swarm_core::kv::{KvSystem, StoreConfig, System, Visit, Who};
-use swarm_core::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use swarm_core::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
 use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
@@ -160,7 +161,11 @@ pub fn run_sim(spec: &RunSpec, system: System, progress: Option<Arc<AtomicU64>>)
     sim.block_on(async move { format_cluster(&admin, &setup, size, 1).await }).map_err(stuck)??;
     let gate = Rc::new(Gate::default());
     let outs: Rc<RefCell<Vec<ClientOutcome>>> = Rc::default();
-    systems::visit(system, Spawn { sim: &mut sim, spec, cfg, gate: gate.clone(), outs: outs.clone(), progress });
+    // The system's server, if it has one, as a task of its own; the last
+    // client to end stops it.
+    let server = start_server(&mut sim, &cfg);
+    let spawn = Spawn { sim: &mut sim, spec, cfg, gate: gate.clone(), outs: outs.clone(), progress, server };
+    systems::visit(system, spawn);
     if let Some(t) = spec.timed.as_ref().filter(|t| !t.faults.is_empty()) {
         // Runs until the first client begins the measured phase (or the
         // run is aborted), then schedules the faults from its origin.
@@ -230,20 +235,31 @@ struct Spawn<'a> {
     gate: Rc<Gate>,
     outs: Rc<RefCell<Vec<ClientOutcome>>>,
     progress: Option<Arc<AtomicU64>>,
+    server: Option<ServerShell>,
 }
 
 impl Visit for Spawn<'_> {
     type Out = ();
 
     fn visit<S: KvSystem>(self) {
-        let Spawn { sim, spec, cfg, gate, outs, progress } = self;
+        let Spawn { sim, spec, cfg, gate, outs, progress, server } = self;
         let spec = Rc::new(spec.clone());
         let base = Rc::new(chooser(&spec));
         let cfg = Rc::new(cfg);
         for client in 0..spec.clients {
             let m = sim.client();
             let env = SimEnv { mem: m.clone(), gate: gate.clone(), members: spec.clients, progress: progress.clone() };
-            let (spec, base, cfg, outs) = (spec.clone(), base.clone(), cfg.clone(), outs.clone());
+            let (spec, base, cfg, outs, server) =
+                (spec.clone(), base.clone(), cfg.clone(), outs.clone(), server.clone());
+            let clients = spec.clients;
+            let ended = move |outs: &RefCell<Vec<ClientOutcome>>, r: ClientOutcome| {
+                outs.borrow_mut().push(r);
+                if outs.borrow().len() == clients
+                    && let Some(s) = &server
+                {
+                    s.stop();
+                }
+            };
             sim.spawn(&m, async move {
                 let mut stores = Vec::with_capacity(spec.max_inflight());
                 for h in 0..spec.max_inflight() {
@@ -258,13 +274,13 @@ impl Visit for Spawn<'_> {
                         Ok(s) => stores.push(s),
                         Err(e) => {
                             env.abort();
-                            outs.borrow_mut().push(Err(Some(format!("client handle {handle} cannot connect: {e}"))));
+                            ended(&outs, Err(Some(format!("client handle {handle} cannot connect: {e}"))));
                             return;
                         }
                     }
                 }
                 let r = run_client(&spec, client, stores, &base, &env).await;
-                outs.borrow_mut().push(r);
+                ended(&outs, r);
             });
         }
     }

@@ -502,7 +502,8 @@ fn run_system(
                 cluster.prefault().map_err(|e| e.to_string())?;
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
-                let extras = Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None };
+                let extras =
+                    Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None, serve: true };
                 run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
             }
         },
@@ -513,7 +514,8 @@ fn run_system(
             let out = cluster.prefault().map_err(|e| e.to_string()).and_then(|()| {
                 block_on(format_cluster(&cluster.memory(), &spec.store_config(system), size, SystemClock::unix_us()))?;
                 let make = || cluster.memory().with_latency(rtt);
-                let extras = Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None };
+                let extras =
+                    Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None, serve: true };
                 run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
             });
             drop(cluster);
