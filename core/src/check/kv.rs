@@ -84,7 +84,7 @@ impl KvCampaign {
             max_skew_ns: [0, 2_000, 30_000][(seed % 3) as usize],
             faults: !seed.is_multiple_of(5),
             leases: seed % 4 >= 2,
-            server_crash: !seed.is_multiple_of(5) && seed % 3 != 0,
+            server_crash: !seed.is_multiple_of(5) && !seed.is_multiple_of(3),
         }
     }
 

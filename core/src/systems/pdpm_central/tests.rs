@@ -171,6 +171,9 @@ fn a_restarted_coordinator_recovers_from_its_node() {
     assert!(stopped.get());
 }
 
+/// What a get answered: a value, or none.
+type Gotten = Result<Option<Vec<u8>>, KvError>;
+
 /// The read lock at work: a client slowed 50 times gets a key while
 /// another updates it over and over, so that the versions its gets were
 /// answered are superseded (and, without the lock, freed and their copies
@@ -186,7 +189,7 @@ fn a_slow_reader_reads_the_version_it_was_answered() {
     sim.block_on(async move { connect(&m, &c, 2).await.insert(b"k", &[0; 64]).await.unwrap() }).unwrap();
     let now = sim.now();
     sim.slow_client_at(&ma, now, 50);
-    let got: Rc<core::cell::RefCell<Vec<Result<Option<Vec<u8>>, KvError>>>> = Rc::default();
+    let got: Rc<core::cell::RefCell<Vec<Gotten>>> = Rc::default();
     let (g, c, m) = (got.clone(), cfg.clone(), ma.clone());
     sim.spawn(&ma, async move {
         let mut a = connect(&m, &c, 1).await;
