@@ -99,7 +99,9 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     let args = ["--backend", "sim", "--keys", "500", "--ops", "2000", "--seed", "3"];
     let (out, j, files) = bench(&args);
     assert!(out.contains("rtt p50") && out.contains("vs raw"), "{out}");
-    for (name, rtt) in [("raw", 1), ("dm-abd", 2), ("swarm-kv", 1)] {
+    // pDPM-Central (pDPM Table 1): an RPC and a READ, or an RPC and the
+    // coordinator's WRITE to the data nodes.
+    for (name, rtt) in [("raw", 1), ("dm-abd", 2), ("swarm-kv", 1), ("pdpm-central", 2)] {
         let s = system(&j, name);
         assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);
         for op in ["get", "update"] {
@@ -115,7 +117,7 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     }
     assert_eq!(j["config"]["workload"], "b");
     assert_eq!(j["config"]["backend"], "sim");
-    assert_eq!(j["systems"].as_array().unwrap().len(), 3);
+    assert_eq!(j["systems"].as_array().unwrap().len(), 4);
     for plot in ["ycsb-b-get-cdf", "ycsb-b-update-cdf", "ycsb-b-throughput-inflight"] {
         for ext in ["svg", "png"] {
             assert!(files.contains(&format!("{plot}.{ext}")), "{plot}.{ext} missing: {files:?}");
