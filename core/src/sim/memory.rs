@@ -105,6 +105,10 @@ impl Memory for SimMemory {
         Some(self.now())
     }
 
+    fn timeout_ns(&self) -> Option<u64> {
+        Some(self.world.borrow().cfg.timeout_ns)
+    }
+
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
         let mut w = self.world.borrow_mut();
         if w.now >= at_ns {

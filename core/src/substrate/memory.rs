@@ -192,6 +192,15 @@ pub trait Memory {
         None
     }
 
+    /// How long an operation may stay pending before the backend fails it
+    /// (its time-out), ns: also the longest after its posting that an
+    /// operation may still land, which fences that wait out operations
+    /// still in flight rely on (`crate::index::snapshot::view`). `None`
+    /// where the backend sets none.
+    fn timeout_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Ready once [`Memory::now_ns`] has reached `at_ns`; otherwise
     /// arranges for the task to be woken when it does (or sooner), as an
     /// operation's completion would. Never ready by default.
@@ -238,6 +247,10 @@ impl<M: Memory + ?Sized> Memory for &M {
 
     fn now_ns(&self) -> Option<u64> {
         (**self).now_ns()
+    }
+
+    fn timeout_ns(&self) -> Option<u64> {
+        (**self).timeout_ns()
     }
 
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {

@@ -140,6 +140,10 @@ impl<M: Memory> Memory for Counted<M> {
         self.mem.now_ns()
     }
 
+    fn timeout_ns(&self) -> Option<u64> {
+        self.mem.timeout_ns()
+    }
+
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
         self.mem.poll_alarm(cx, at_ns)
     }

@@ -21,7 +21,9 @@ use crate::swarm::writerlog::{self, LogError, LogGeometry};
 use crate::{MemError, MemErrorKind, NodeId};
 
 fn config(system: System, writers: u8) -> StoreConfig {
-    let mut cfg = StoreConfig::new(system, 20_000);
+    // The replicated index takes room for its keys' changes up front.
+    let keys = if system.replicated() { 4_000 } else { 20_000 };
+    let mut cfg = StoreConfig::new(system, keys);
     cfg.max_key = 16;
     cfg.max_value = 256;
     cfg.writers = writers;
@@ -86,7 +88,10 @@ fn min_node_bytes_takes_keys_from_every_client_and_no_less_does() {
         let cfg = config(system, 4);
         let shape = NodeShape { size: 64 << 20, chunk: CHUNK, log: Some(geometry()) };
         let min = cfg.min_node_bytes(3, &shape).unwrap();
-        assert_eq!(min.node, NodeId(0), "{system}: node 0 holds the index");
+        // Node 0 holds RAW's index; the replicated stores' index is on
+        // every node here, so that all of them need the most.
+        assert_eq!(min.node, NodeId(0), "{system}: node 0 holds an index");
+        let fullest = |n: NodeId| n == NodeId(0) || system.replicated();
         assert_eq!(min.bytes, min.structures + 4 * min.per_client);
         for size in [min.bytes, min.bytes - CHUNK] {
             let mut sim = setup(&cfg, size);
@@ -112,7 +117,7 @@ fn min_node_bytes_takes_keys_from_every_client_and_no_less_does() {
                 assert!(!errors.is_empty(), "{system}: a chunk less than the least size took every key");
                 for e in errors {
                     assert!(
-                        matches!(e, KvError::NodeFull { node: NodeId(0), need: CHUNK, free } if free < CHUNK),
+                        matches!(e, KvError::NodeFull { node, need: CHUNK, free } if free < CHUNK && fullest(node)),
                         "{system}: {e:?}"
                     );
                 }
@@ -272,10 +277,11 @@ fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
     }
 }
 
-/// Node 0, which holds the index, failed: connecting says that node 0 is
-/// down, and a store's record is still read from the others.
+/// Node 0 failed: connecting to RAW, whose index it holds, says that
+/// node 0 is down; the replicated stores, whose index is replicated like
+/// their values, go on (a store's record is read from the other nodes).
 #[test]
-fn node_0_down_is_named() {
+fn node_0_down_is_named_by_raw_and_survived_by_the_replicated_stores() {
     for &system in ALL {
         let cfg = config(system, 2);
         let mut sim = setup(&cfg, 4 << 20);
@@ -285,10 +291,25 @@ fn node_0_down_is_named() {
         let c = cfg.clone();
         sim.block_on(async move {
             assert_eq!(open(&mem).await.map(|r| r.config.system), Ok(system), "the record of the other nodes");
-            let e = connect_any(mem.clone(), &c, Who::Id(1), clock(&mem, 0)).await.err().unwrap();
-            let down = MemError::new(NodeId(0), MemErrorKind::Unreachable);
-            assert_eq!(e, KvError::Down(down), "{system}");
-            assert_eq!(format!("{e}"), "node 0 is down (unreachable)");
+            let connected = connect_any(mem.clone(), &c, Who::Id(1), clock(&mem, 0)).await;
+            if !system.replicated() {
+                let e = connected.err().unwrap();
+                let down = MemError::new(NodeId(0), MemErrorKind::Unreachable);
+                assert_eq!(e, KvError::Down(down), "{system}");
+                assert_eq!(format!("{e}"), "node 0 is down (unreachable)");
+                return;
+            }
+            let mut s = connected.unwrap();
+            for i in 0..20u8 {
+                let key = [b'k', i];
+                s.insert(&key, &[i; 8]).await.unwrap();
+                assert!(matches!(s.get(&key).await, Ok(Got::Found(v)) if v[..] == [i; 8]), "{system}");
+            }
+            // A client that never cached them finds them through the index.
+            let mut t = connect(&mem, &c, 2, 0).await;
+            for i in 0..20u8 {
+                assert!(matches!(t.get(&[b'k', i]).await, Ok(Got::Found(v)) if v[..] == [i; 8]), "{system}");
+            }
         })
         .unwrap();
     }

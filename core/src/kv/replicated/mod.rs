@@ -61,13 +61,15 @@ use alloc::boxed::Box;
 use core::future::Future;
 
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
-use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
+use crate::index::snapshot::SnapshotIndex;
+use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::LeaseError;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
+use crate::substrate::space::slab::ARENA_CLASS;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
 use crate::swarm::client::{ClientCtx, ClientError};
@@ -75,10 +77,10 @@ use crate::swarm::inout::{InOutError, Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
 use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
-use crate::{Memory, NodeId, RemoteAddr};
+use crate::{Memory, NodeId};
 
 use super::config::{NodeChunks, NodeShape, StoreConfig};
-use super::place::{INDEX_NODE, RETRIES, node_of};
+use super::place::{RETRIES, index_nodes, node_of};
 use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
 use crate::index::cache::key_hash;
@@ -173,8 +175,8 @@ impl<P: Protocol> KvSystem for P {
         node_bytes(cfg, P::layout(cfg), nodes, writes)
     }
 
-    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
-        sizing::node_chunks(cfg, P::layout(cfg)?, node, shape)
+    fn node_chunks(cfg: &StoreConfig, nodes: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        sizing::node_chunks(cfg, P::layout(cfg)?, nodes, node, shape)
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
@@ -206,14 +208,15 @@ async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
             })?;
         }
     }
-    RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
+    let timeout = mem.timeout_ns().unwrap_or(sizing::DEFAULT_TIMEOUT_NS);
+    SnapshotIndex::open_or_create(mem, &index_nodes(cfg, mem.node_count()), sizing::index_config(cfg, timeout)).await?;
     Ok(())
 }
 
 /// One client of a replicated store of protocol `P`.
 pub struct Replicated<P, M, C> {
     io: Io<P, M, C>,
-    index: RaceIndex,
+    index: SnapshotIndex,
     cache: LocationCache<Cached>,
     /// Where an operation on a cached key works ([`Cached::load`]).
     work: Known,
@@ -242,7 +245,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         };
         let mut ctx = ctx.map_err(client_error)?;
         let opened = match ctx.open_logs(&mem).await {
-            Ok(()) => RaceIndex::open(&mem, INDEX_NODE).await.map_err(KvError::from),
+            Ok(()) => SnapshotIndex::open(&mem, &index_nodes(cfg, mem.node_count()), id as u32).await.map_err(KvError::from),
             Err(e) => Err(client_error(e)),
         };
         let mut index = match opened {
@@ -253,7 +256,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 return Err(e);
             }
         };
-        if let Some(c) = ctx.slab.take_extra(INDEX_NODE) {
+        if let Some(c) = ctx.slab.take_extra_of(index.header().replicas[0].node, ARENA_CLASS) {
             index.adopt(c);
         }
         let cache = LocationCache::new(CacheConfig {
@@ -344,15 +347,13 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         Ok(Some((k, false)))
     }
 
-    /// Reads the descriptor `key`'s index entry points to: it must be
-    /// `key`'s (its tag), or the entry is corrupt.
+    /// Reads the descriptor `key`'s index entry points to, a record beside
+    /// the index (one roundtrip, from any index replica that holds it
+    /// whole): it must be `key`'s (its tag), or the entry is corrupt.
     async fn describe(&self, key: &[u8], entry: Entry) -> Result<Known, KvError> {
-        let at = RemoteAddr::new(INDEX_NODE, entry.location);
-        let buf = self.io.mem.read(at, DESCRIPTOR_BYTES as usize).await?;
-        let reg = descriptor::decode(&buf, self.nodes).map_err(|_| KvError::Corrupt)?;
-        if reg.layout.tag != key_hash(key) {
-            return Err(KvError::Corrupt);
-        }
+        let (tag, nodes) = (key_hash(key), self.nodes);
+        let mine = |b: &[u8]| descriptor::decode(b, nodes).ok().filter(|r| r.layout.tag == tag);
+        let reg = self.index.records().read(&self.io.mem, entry.location, descriptor::LEN, mine).await?;
         Ok(Known { reg, rc: RegCache::default(), entry })
     }
 
@@ -367,14 +368,15 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
     /// [`new_register`](Self::new_register) for `wait_all`).
     async fn insert_fresh(&mut self, key: &[u8], value: &[u8], wait_all: bool) -> Result<Fresh, KvError> {
         let (reg, left_out) = self.new_register(key, wait_all).await?;
-        let desc = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await?;
+        let desc = self.index.alloc_record(&self.io.mem, DESCRIPTOR_BYTES).await?;
         let bytes = descriptor::encode(&reg);
         let mut rc = RegCache::default();
         let mut failed = None;
+        let records = self.index.records();
         let (Io { mem, ctx, .. }, index) = (&mut self.io, &mut self.index);
         let ready = async {
             let first = Box::pin(first_write(ctx, mem, &reg, &mut rc, value));
-            match join2(mem.write(desc, &bytes), first).await {
+            match join2(records.write(&*mem, desc, &bytes), first).await {
                 (Ok(()), Ok(())) => true,
                 (Err(e), _) => {
                     failed = Some(e.into());
@@ -386,7 +388,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 }
             }
         };
-        let inserted = Box::pin(index.insert_after(&*mem, key, desc.offset, ready)).await;
+        let inserted = Box::pin(index.insert_after(&*mem, key, desc, ready)).await;
         let inserted = match inserted? {
             Some(i) => i,
             // A majority of the replicas that were not late may not be a
@@ -418,7 +420,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                     }
                     Err(e) => return Err(reg_error(e)),
                 }
-                let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
+                let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc)).await;
                 match swung? {
                     Change::Done { now: Some(now), .. } => {
                         self.cache.insert(key, now.location, Cached::new(mine(now)));
@@ -532,11 +534,11 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         if !restored {
             return None;
         }
-        let Ok(desc) = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await else { return None };
-        if self.io.mem.write(desc, &descriptor::encode(&reg)).await.is_err() {
+        let Ok(desc) = self.index.alloc_record(&self.io.mem, DESCRIPTOR_BYTES).await else { return None };
+        if self.index.records().write(&self.io.mem, desc, &descriptor::encode(&reg)).await.is_err() {
             return None;
         }
-        let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
+        let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc)).await;
         match swung {
             Ok(Change::Done { now: Some(now), .. }) => {
                 self.io.ctx.paths.restored_replicas += 1;

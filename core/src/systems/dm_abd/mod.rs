@@ -25,7 +25,7 @@ impl Protocol for DmAbd {
         replicated: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
-        roundtrips: Roundtrips { get: 2, update: 2, insert: 2, delete: 2 },
+        roundtrips: Roundtrips { get: 2, update: 2, insert: 3, delete: 2 },
         options: &[],
     };
 

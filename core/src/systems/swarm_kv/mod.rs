@@ -57,7 +57,7 @@ impl Protocol for SwarmKv {
         replicated: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
-        roundtrips: Roundtrips { get: 1, update: 1, insert: 2, delete: 2 },
+        roundtrips: Roundtrips { get: 1, update: 1, insert: 3, delete: 2 },
         options: OPTIONS,
     };
 
