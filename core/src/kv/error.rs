@@ -149,7 +149,9 @@ impl From<IndexError> for KvError {
             IndexError::Unavailable(_) | IndexError::ViewChanged => KvError::Unavailable,
             IndexError::Arena(ArenaError::NoQuorum { .. }) => KvError::Unavailable,
             IndexError::Arena(ArenaError::Full { used, size }) => KvError::IndexSpace { used, size },
-            IndexError::Arena(ArenaError::Region(e @ (RegionError::Exhausted { .. } | RegionError::Mem(_)))) => e.into(),
+            IndexError::Arena(ArenaError::Region(e @ (RegionError::Exhausted { .. } | RegionError::Mem(_)))) => {
+                e.into()
+            }
             _ => KvError::Corrupt,
         }
     }

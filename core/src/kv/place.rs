@@ -13,7 +13,10 @@ pub const INDEX_NODE: NodeId = NodeId(0);
 
 /// The nodes of a replicated store's index (`crate::index::snapshot`):
 /// its first 2f+1, those of the lease table ([`lease_nodes`]).
-pub fn index_nodes(cfg: &super::StoreConfig, nodes: usize) -> heapless::Vec<NodeId, { crate::substrate::quorum::MAX_REPLICAS }> {
+pub fn index_nodes(
+    cfg: &super::StoreConfig,
+    nodes: usize,
+) -> heapless::Vec<NodeId, { crate::substrate::quorum::MAX_REPLICAS }> {
     (0..lease_nodes(cfg, nodes).min(crate::substrate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect()
 }
 

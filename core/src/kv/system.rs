@@ -72,6 +72,10 @@ pub struct SystemInfo {
     pub about: &'static str,
     /// Whether values are replicated (`StoreConfig::replicas` applies).
     pub replicated: bool,
+    /// Whether its index is replicated too, so that the store survives the
+    /// crash of any minority of its nodes (`crate::index::snapshot`), or
+    /// kept on [`crate::kv::place::INDEX_NODE`] alone.
+    pub replicated_index: bool,
     /// Whether this is the latency floor the others are compared to (RAW):
     /// reports give every figure as a ratio to it.
     pub floor: bool,
@@ -229,6 +233,11 @@ impl System {
     /// Whether values are replicated.
     pub fn replicated(self) -> bool {
         self.info.replicated
+    }
+
+    /// Whether its index is replicated (any minority of nodes may crash).
+    pub fn replicated_index(self) -> bool {
+        self.info.replicated_index
     }
 
     /// Whether this is the latency floor reports compare to.

@@ -52,6 +52,9 @@ pub struct Paths {
     /// Registers given the replicas their insert left out (on nodes that
     /// were late or down then).
     pub restored_replicas: u64,
+    /// View changes of the store's replicated index that this client led
+    /// (a replica of the index failed under it).
+    pub index_views: u64,
 }
 
 impl Paths {
@@ -66,6 +69,7 @@ impl Paths {
         self.read_restarts += o.read_restarts;
         self.patient_inserts += o.patient_inserts;
         self.restored_replicas += o.restored_replicas;
+        self.index_views += o.index_views;
     }
 }
 

@@ -62,7 +62,6 @@
 //! - Blocks are never freed, so every update or removal uses up arena
 //!   space (`super::arena::ArenaError::Full` says how much): recycling is
 //!   issue #20.
-//! - No store uses it yet (design step 10).
 
 use core::cell::Cell;
 use core::future::Future;

@@ -83,9 +83,11 @@ impl Records {
 
     /// Reads the record of `len` bytes at arena offset `off`: the first
     /// copy `accept` decodes, from one replica if its copy is whole, else
-    /// from the others (read at once). [`IndexError::Corrupt`] if every
-    /// replica answered and none holds a whole copy;
-    /// [`IndexError::Unavailable`] if those that could not answer might.
+    /// from the others (read at once), and once more from those that
+    /// failed (a time-out may be a late replica, not a dead one).
+    /// [`IndexError::Corrupt`] if every replica answered and none holds a
+    /// whole copy; [`IndexError::Unavailable`] if those that could not
+    /// answer might.
     pub async fn read<M: Memory, T>(
         &self,
         mem: &M,
@@ -97,27 +99,42 @@ impl Records {
         let mut order = self.order(off);
         let first = order.next().unwrap_or(0);
         let at = |i: usize| self.addr(i, off, len).ok_or_else(|| corrupt(self.sites[i].node));
-        let mut failed: Option<MemError> = None;
+        let mut failed: heapless::Vec<usize, MAX_REPLICAS> = heapless::Vec::new();
+        let mut error: Option<MemError> = None;
         match mem.read(at(first)?, len).await {
             Ok(buf) => {
                 if let Some(t) = accept(&buf) {
                     return Ok(t);
                 }
             }
-            Err(e) => failed = Some(e),
-        }
-        let rest: heapless::Vec<usize, MAX_REPLICAS> = order.collect();
-        let mut futs = heapless::Vec::<_, MAX_REPLICAS>::new();
-        for &i in &rest {
-            let _ = futs.push(mem.read(at(i)?, len));
-        }
-        let replies = join_all(futs).await;
-        for (_, buf) in replies.oks() {
-            if let Some(t) = accept(buf) {
-                return Ok(t);
+            Err(e) => {
+                let _ = failed.push(first);
+                error = Some(e);
             }
         }
-        match failed.or(replies.first_error().copied()) {
+        let mut batch: heapless::Vec<usize, MAX_REPLICAS> = order.collect();
+        for round in 0..2 {
+            let mut futs = heapless::Vec::<_, MAX_REPLICAS>::new();
+            for &i in &batch {
+                let _ = futs.push(mem.read(at(i)?, len));
+            }
+            let replies = join_all(futs).await;
+            for (_, buf) in replies.oks() {
+                if let Some(t) = accept(buf) {
+                    return Ok(t);
+                }
+            }
+            for (k, r) in replies.results.iter().enumerate() {
+                if let Some(Err(e)) = r {
+                    let _ = failed.push(batch[k]);
+                    error = error.or(Some(*e));
+                }
+            }
+            if round == 0 {
+                batch = core::mem::take(&mut failed);
+            }
+        }
+        match error {
             Some(e) => Err(IndexError::Unavailable(e)),
             None => Err(corrupt(self.sites[first].node)),
         }

@@ -9,8 +9,9 @@
 //! ```text
 //! insert(k, v):  cached k: update(k, v), unless k turns out deleted
 //!                fresh replicas on k's nodes; in parallel: write v to them,
-//!                  write their descriptor, read k's index buckets      # 1 RTT
-//!                publish the mapping (index CAS)                      # 1 RTT
+//!                  write their descriptor to the index's replicas,
+//!                  read k's index buckets                             # 1 RTT
+//!                publish the mapping (SNAPSHOT: backups, primary)     # 2 RTT
 //!                k already mapped: update its register; if deleted,
 //!                  swing the mapping to the fresh replicas
 //! update(k, v):  locate k (cache: 0 RTT); write v                     # 1 RTT
@@ -23,6 +24,10 @@
 //!                then unmap k in the background (§5.3.2)
 //! ```
 //!
+//! The index is replicated on the store's first 2f+1 nodes
+//! ([`crate::index::snapshot`]), with the descriptors beside it, so that
+//! the store survives the crash of any minority of its nodes.
+//!
 //! Index operations and the rare paths are boxed ([`crate::substrate::exec::cold`]):
 //! futures are as large as the largest future they await, and every level
 //! moves its children, so the common path keeps them small.
@@ -32,9 +37,10 @@
 //!   ([`Index::insert_after`]), not in parallel: a reader can then never
 //!   find a mapped key with empty replicas, and an update never lands on a
 //!   register whose insert is still in flight (which would let a failed
-//!   update's value survive). Our index needs two roundtrips for a new key
-//!   anyway (read the buckets, then CAS), and the value write hides in the
-//!   first, so an insert of a new key costs two roundtrips.
+//!   update's value survive). Our index needs three roundtrips for a new
+//!   key anyway (read the buckets, then SNAPSHOT's two phases), and the
+//!   value write hides in the first, so an insert of a new key costs three
+//!   roundtrips.
 //! - New replicas are not cleared: they come from fresh chunks of nodes
 //!   that start zeroed, and objects are never recycled (§5.4 is not
 //!   implemented). Memory recycling will need the paper's pre-cleared
@@ -245,7 +251,9 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         };
         let mut ctx = ctx.map_err(client_error)?;
         let opened = match ctx.open_logs(&mem).await {
-            Ok(()) => SnapshotIndex::open(&mem, &index_nodes(cfg, mem.node_count()), id as u32).await.map_err(KvError::from),
+            Ok(()) => {
+                SnapshotIndex::open(&mem, &index_nodes(cfg, mem.node_count()), id as u32).await.map_err(KvError::from)
+            }
             Err(e) => Err(client_error(e)),
         };
         let mut index = match opened {
@@ -342,7 +350,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
-        let k = self.describe(key, entry).await?;
+        let k = Box::pin(self.describe(key, entry)).await?;
         self.cache.insert(key, entry.location, Cached::new(k.clone()));
         Ok(Some((k, false)))
     }
@@ -704,7 +712,9 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
     }
 
     fn paths(&self) -> crate::swarm::client::Paths {
-        self.io.ctx.paths
+        let mut p = self.io.ctx.paths;
+        p.index_views = self.index.master_paths().views;
+        p
     }
 }
 

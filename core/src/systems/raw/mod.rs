@@ -39,6 +39,7 @@ impl KvSystem for Raw {
         name: "raw",
         about: "one unreplicated copy in place, no concurrency control: the latency floor (SWARM §7, Baselines)",
         replicated: false,
+        replicated_index: false,
         floor: true,
         guarantee: Guarantee::OneClientPerKey,
         roundtrips: Roundtrips { get: 1, update: 1, insert: 2, delete: 1 },
