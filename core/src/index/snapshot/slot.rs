@@ -92,10 +92,8 @@
 //!   a helped word of a target with content (a key block) has none there.
 //!   The winner's own copies reach every backup with its backup CASes.
 
-use core::future::poll_fn;
-
 use super::rules::{self, Decision, Eval, Seen};
-use crate::substrate::memory::read_word;
+use crate::substrate::memory::{pause, read_word};
 use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 use crate::{MAX_PIPELINE, MemError, MemErrorKind, Memory, Op, OpOutput, RemoteAddr};
 
@@ -506,14 +504,6 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             None => Err(SlotError::Unknown { current: p }),
         }
     }
-}
-
-/// Waits `ns` of the memory's time (not at all if it keeps none: the reads
-/// themselves then space the retries).
-async fn pause<M: Memory>(mem: &M, ns: u64) {
-    let Some(now) = mem.now_ns() else { return };
-    let at = now.saturating_add(ns);
-    poll_fn(|cx| mem.poll_alarm(cx, at)).await
 }
 
 #[cfg(all(test, feature = "sim"))]
