@@ -52,6 +52,13 @@ pub struct Paths {
     /// Registers given the replicas their insert left out (on nodes that
     /// were late or down then).
     pub restored_replicas: u64,
+    /// pDPM-Direct: locks taken over from a holder whose lease had expired
+    /// (a client that died holding it).
+    pub lock_takeovers: u64,
+    /// pDPM-Direct: redo copies replayed onto the committed spaces (by the
+    /// client that took a lock over, or the next holder after a writer
+    /// gave up between its rounds).
+    pub redo_replays: u64,
 }
 
 impl Paths {
@@ -66,6 +73,8 @@ impl Paths {
         self.read_restarts += o.read_restarts;
         self.patient_inserts += o.patient_inserts;
         self.restored_replicas += o.restored_replicas;
+        self.lock_takeovers += o.lock_takeovers;
+        self.redo_replays += o.redo_replays;
     }
 }
 
