@@ -22,6 +22,7 @@ MUTANTS=(
   "deleted-unconfirmed||an acknowledged update was lost|cargo test -p swarm-core --release --lib systems::tests::a_deletion_marker"
   "no-restore||after node 2's crash|cargo test -p swarm-core --release --lib systems::tests::a_key_inserted_past_a_late_node"
   "insert-impatient||too few memory nodes answered|cargo test -p swarm-core --release --lib systems::tests::dm_abd_campaign"
+  "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
 )
 
 only=${1:-}
