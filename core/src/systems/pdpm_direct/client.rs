@@ -32,6 +32,10 @@ const MAX_LOOKS: u32 = 4096;
 /// the same word waits twice as long, up to when it may be taken over.
 const FIRST_WAIT_NS: u64 = 1_000;
 
+/// The longest wait between two tries of an operation on a primary that
+/// timed out, ns (each try waits for its own time-out too).
+const MAX_RETRY_WAIT_NS: u64 = 100_000;
+
 /// What a client keeps of a key: its index entry and its replicas.
 #[derive(Clone, Debug)]
 struct Cached {
@@ -254,7 +258,8 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
     /// Runs `op` on the primary again while it times out (a stalled node
     /// answers once it is back, and what a timed-out operation did is
     /// unknown), for at most a round's patience: waits double from a
-    /// roundtrip. `op` must be safe to repeat.
+    /// roundtrip, up to [`MAX_RETRY_WAIT_NS`] (so that a node that comes
+    /// back is found soon). `op` must be safe to repeat.
     async fn patient<T, F: Future<Output = Result<T, MemError>>>(
         &self,
         mut op: impl FnMut() -> F,
@@ -265,7 +270,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
             match op().await {
                 Err(e) if e.kind == MemErrorKind::TimedOut && self.now() < start + self.timing.patience => {
                     pause(&self.mem, ns).await;
-                    ns = ns.saturating_mul(2);
+                    ns = (2 * ns).min(MAX_RETRY_WAIT_NS);
                 }
                 r => return r,
             }
