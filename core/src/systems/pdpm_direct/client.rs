@@ -5,6 +5,7 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::cell::Cell;
 use core::future::Future;
 
 use super::entry::{self, NO_REPLICA, PAYLOAD_AT, Payload, Place, Shape};
@@ -15,10 +16,11 @@ use crate::kv::place::{RETRIES, addr_of, location_of, node_of};
 use crate::kv::seat::Seat;
 use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, Who, Written};
 use crate::substrate::clock::Clock;
+use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
-use crate::substrate::late::{Watch, late};
+use crate::substrate::late::Plan;
 use crate::substrate::memory::{pause, word_at};
-use crate::substrate::quorum::{MAX_REPLICAS, join_timely, majority};
+use crate::substrate::quorum::{MAX_REPLICAS, majority, mask, quorum_first};
 use crate::substrate::space::{AllocError, RegionError};
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
@@ -403,9 +405,9 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
 
     /// Writes `payload` after word 0 of the space at `space` (offset in the
     /// object) of every replica: waits for the primary (patiently) and for
-    /// a majority of the replicas in all, leaving out those beyond it that
-    /// are late. Renews the lease first if half of it has passed, so that
-    /// no write of the round starts after it ends.
+    /// a majority of the replicas in all (the writes to the others are
+    /// posted all the same). Renews the lease first if half of it has
+    /// passed, so that no write of the round starts after it ends.
     async fn round(&mut self, k: &Key, l: &mut Locked<M::Buf>, space: u64, payload: &[u8]) -> Result<(), RoundError> {
         self.hold(k, l).await.map_err(RoundError::Primary)?;
         let at = |r: &RemoteAddr| RemoteAddr::new(r.node, r.offset + space + PAYLOAD_AT);
@@ -413,13 +415,11 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         let primary = at(&k.place.primary());
         let backups: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
             k.place.replicas[1..].iter().filter(|r| r.offset != NO_REPLICA).map(at).collect();
-        let futs = backups.iter().map(|&b| mem.write(b, payload)).collect();
-        let need = majority(self.replicas) - 1;
         let to_primary = self.patient(|| mem.write(primary, payload));
-        let (p, (others, _)) =
-            join2(to_primary, join_timely(futs, need, Watch::on(mem), |i| late(backups[i].node))).await;
+        let to_backups = to_all(backups.len(), majority(self.replicas) - 1, |i| mem.write(backups[i], payload));
+        let (p, (reached, _)) = join2(to_primary, to_backups).await;
         p.map_err(|e| RoundError::Primary(e.into()))?;
-        if others.ok < need {
+        if !reached {
             return Err(RoundError::Quorum);
         }
         Ok(())
@@ -511,18 +511,28 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         let mem = &self.mem;
         let need = majority(self.replicas) - 1;
         let mut failed = None;
+        // Which objects may be given back if the insert fails: those never
+        // written, and those whose write answered. A write still in flight
+        // would land on the next key given the object (the campaigns found
+        // one): those objects are left unused, for good.
+        let (started, landed) = (Cell::new(false), Cell::new(0u16));
         let ready = async {
-            let backups = objects[1..].iter().map(|(r, head)| write_object(mem, *r, head, &payload, shape)).collect();
-            let nodes = |i: usize| objects[1 + i].0.node;
-            let to_backups = join_timely(backups, need, Watch::on(mem), |i| late(nodes(i)));
+            started.set(true);
+            let backup = |i: usize| {
+                let (r, head) = &objects[1 + i];
+                write_object(mem, *r, head, &payload, shape)
+            };
+            let to_backups = to_all(objects.len() - 1, need, backup);
             let (r, head) = &objects[0];
-            match join2(write_object(mem, *r, head, &payload, shape), to_backups).await {
-                (Ok(()), (others, _)) if others.ok >= need => true,
-                (Ok(()), _) => {
+            let (p, (reached, backups)) = join2(write_object(mem, *r, head, &payload, shape), to_backups).await;
+            landed.set(backups << 1 | p.is_ok() as u16);
+            match p {
+                Ok(()) if reached => true,
+                Ok(()) => {
                     failed = Some(KvError::Unavailable);
                     false
                 }
-                (Err(e), _) => {
+                Err(e) => {
                     failed = Some(e.into());
                     false
                 }
@@ -531,8 +541,11 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         let primary = place.primary();
         let inserted = Box::pin(self.seat.index.insert_after(mem, key, location_of(primary), ready)).await;
         let forget = |s: &mut Self| {
-            for (r, _) in &objects {
-                s.seat.slab.free(*r, shape.object());
+            let free = if started.get() { landed.get() } else { u16::MAX };
+            for (i, (r, _)) in objects.iter().enumerate() {
+                if free & 1 << i != 0 {
+                    s.seat.slab.free(*r, shape.object());
+                }
             }
         };
         let inserted = match inserted {
@@ -585,33 +598,61 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
     /// chunk cannot be had for being down is left out ([`NO_REPLICA`]: the
     /// key has one replica less, for good); the primary never is.
     async fn new_place(&mut self, key: &[u8]) -> Result<Place, KvError> {
+        let size = self.shape.object();
         let nodes: heapless::Vec<_, MAX_REPLICAS> = (0..self.replicas).map(|i| node_of(key, i, self.nodes)).collect();
-        let sizes: heapless::Vec<u64, MAX_REPLICAS> = nodes.iter().map(|_| self.shape.object()).collect();
-        let got = self.seat.slab.alloc_each(&self.mem, &nodes, &sizes, usize::MAX).await;
         let mut place = Place { replicas: heapless::Vec::new() };
+        for &node in &nodes {
+            let _ = place
+                .replicas
+                .push(self.seat.slab.alloc_local(node, size).unwrap_or(RemoteAddr::new(node, NO_REPLICA)));
+        }
+        if place.replicas.iter().all(|r| r.offset != NO_REPLICA) {
+            return Ok(place);
+        }
+        // Rarely (a client's first objects, a chunk used up): the others'
+        // new chunks, all at once.
+        let short: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..nodes.len()).filter(|&i| place.replicas[i].offset == NO_REPLICA).collect();
+        let (short_nodes, sizes): (heapless::Vec<_, MAX_REPLICAS>, heapless::Vec<u64, MAX_REPLICAS>) =
+            short.iter().map(|&i| (nodes[i], size)).unzip();
+        let (mem, slab) = (&self.mem, &mut self.seat.slab);
+        let got = cold(|| slab.alloc_each(mem, &short_nodes, &sizes, usize::MAX)).await;
         let mut error = None;
-        for (i, (&node, r)) in nodes.iter().zip(got).enumerate() {
-            let addr = match r {
-                Ok(a) => a,
-                Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() && i > 0 => {
-                    RemoteAddr::new(node, NO_REPLICA)
-                }
-                Err(e) => {
-                    error = error.or(Some(KvError::from(e)));
-                    RemoteAddr::new(node, NO_REPLICA)
-                }
-            };
-            let _ = place.replicas.push(addr);
+        for (&i, r) in short.iter().zip(got) {
+            match r {
+                Ok(a) => place.replicas[i] = a,
+                Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() && i > 0 => {}
+                Err(e) => error = error.or(Some(KvError::from(e))),
+            }
         }
         let real = place.replicas.iter().filter(|r| r.offset != NO_REPLICA).count();
         if error.is_some() || real < majority(self.replicas) {
             for r in place.replicas.iter().filter(|r| r.offset != NO_REPLICA) {
-                self.seat.slab.free(*r, self.shape.object());
+                self.seat.slab.free(*r, size);
             }
             return Err(error.unwrap_or(KvError::Unavailable));
         }
         Ok(place)
     }
+}
+
+/// Runs `op(i)` for every `i` in `0..n` at once, and answers once `need`
+/// of them succeeded, or so many failed that they cannot: whether `need`
+/// did, and which succeeded by then (bit `i` for `op(i)`). The others are
+/// left to land (an operation posted is applied even if nobody waits for
+/// it). The substrate's majority-first quorum ([`quorum_first`]) with every
+/// replica started at once, which keeps the first futures inline and boxes
+/// the others: a round's future stays small.
+async fn to_all<F: Future<Output = Result<(), MemError>>>(
+    n: usize,
+    need: usize,
+    op: impl FnMut(usize) -> F,
+) -> (bool, u16) {
+    let all = mask(n, |_| true);
+    let plan = Plan { first: all, probe: all, watch: None };
+    let mut ok = 0;
+    let tally = quorum_first(n, need, plan, op, |i, r: Result<(), MemError>| ok |= (r.is_ok() as u16) << i).await;
+    (tally.reached(need), ok)
 }
 
 /// Writes a fresh object at `r`: its header `head`, word 0 of its

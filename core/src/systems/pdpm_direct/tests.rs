@@ -307,3 +307,23 @@ fn garbled_lock_words_are_errors_and_stale_ones_are_taken_over() {
     })
     .unwrap();
 }
+
+/// Operations keep their futures small (their rare paths and the index's
+/// futures are boxed), so that many fit on a thread's stack.
+#[test]
+fn operation_futures_are_small() {
+    let cfg = config(2);
+    let mut sim = setup(&cfg);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+        let g = size_of_val(&a.get(b"k"));
+        let i = size_of_val(&a.insert(b"k", b"v"));
+        let u = size_of_val(&a.update(b"k", b"v"));
+        let d = size_of_val(&a.delete(b"k"));
+        let sizes = [g, i, u, d];
+        std::println!("get, insert, update, delete: {sizes:?} bytes");
+        assert!(sizes.iter().all(|&s| s <= 4096), "{sizes:?}");
+    })
+    .unwrap();
+}
