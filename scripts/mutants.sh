@@ -22,6 +22,10 @@ MUTANTS=(
   "deleted-unconfirmed||an acknowledged update was lost|cargo test -p swarm-core --release --lib systems::tests::a_deletion_marker"
   "no-restore||after node 2's crash|cargo test -p swarm-core --release --lib systems::tests::a_key_inserted_past_a_late_node"
   "insert-impatient||too few memory nodes answered|cargo test -p swarm-core --release --lib systems::tests::dm_abd_campaign"
+  "same-tombstone||not linearizable|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
+  "any-empty-slot||not the first free slot|cargo test -p swarm-core --release --lib index::probe"
+  "help-own-value|--cfg loom|every replica ends with the winner|cargo test -p swarm-loom-tests --release --test snapshot"
+  "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
   "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
 )
 

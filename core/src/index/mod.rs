@@ -109,10 +109,7 @@
 mod layout;
 mod probe;
 mod race;
-// The replicated index (issue #21) will use the rules and the arena; until then only
-// their tests do.
-#[cfg_attr(not(test), allow(dead_code))]
-mod snapshot;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -127,6 +124,7 @@ pub use layout::{
     SlotWord, block_alloc, block_len,
 };
 pub use race::{IndexConfig, MAX_ATTEMPTS, RaceIndex};
+pub use snapshot::{SnapshotConfig, SnapshotIndex};
 
 use crate::substrate::space::region::RegionError;
 use crate::{MemError, Memory, NodeId, RemoteAddr};
@@ -235,6 +233,16 @@ pub enum IndexError {
     /// The slots kept changing under this client (other clients' CAS won
     /// every time, [`MAX_ATTEMPTS`] times in a row).
     Contended,
+    /// A replica of a replicated index failed or timed out during a write:
+    /// the write may or may not take effect (its round may be completed by
+    /// another client later).
+    Unavailable(MemError),
+    /// The replicated index's key-block arena could not give a block.
+    Arena(snapshot::arena::ArenaError),
+    /// The replicated index changed its view (a replica was left out) more
+    /// often than an operation retries; nothing of it took effect unless a
+    /// write's outcome was in doubt (then [`IndexError::Unavailable`]).
+    ViewChanged,
 }
 
 impl From<MemError> for IndexError {
@@ -269,6 +277,9 @@ impl fmt::Display for IndexError {
             IndexError::BadEntry => write!(f, "the entry is not a mapping of this key in this index"),
             IndexError::Corrupt { node, what } => write!(f, "{node}: corrupt index: {what}"),
             IndexError::Contended => write!(f, "index slots kept changing; gave up"),
+            IndexError::Unavailable(e) => write!(f, "an index replica failed during a write: {e}"),
+            IndexError::Arena(e) => write!(f, "{e}"),
+            IndexError::ViewChanged => write!(f, "the index's replicas kept changing (failures); gave up"),
         }
     }
 }

@@ -3,12 +3,10 @@
 
 use core::future::Future;
 
-use crate::index::layout::{Block, CANDIDATES, COMBINED_BYTES, Geometry, KeyHash, MAX_KEY, SlotWord};
+use crate::index::layout::{Block, COMBINED_BYTES, Geometry, KeyHash, MAX_KEY, SlotWord};
 use crate::index::probe::{AfterLoss, Choice, View, after_lost_change};
 use crate::index::{Change, Entry, Expect, Index, IndexError, Insert};
 use crate::substrate::join::join2;
-use crate::substrate::memory::word_at;
-use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 use crate::substrate::space::region::Region;
 use crate::substrate::space::roots;
 use crate::substrate::space::slab::{CLASSES, Carry};
@@ -45,7 +43,7 @@ impl IndexConfig {
         IndexConfig { groups: keys.div_ceil(12).max(1), max_key, seed: 0x5357_4152_4d49_4458 }
     }
 
-    fn check(&self) -> Result<(), IndexError> {
+    pub(crate) fn check(&self) -> Result<(), IndexError> {
         if self.max_key > MAX_KEY {
             return Err(IndexError::BadConfig("keys may have at most 255 bytes"));
         }
@@ -157,19 +155,11 @@ impl RaceIndex {
         let at = |m: u64| RemoteAddr::new(node, self.geo.combined(m));
         let (a, b) = join2(mem.read(at(kh.mains[0]), COMBINED_BYTES), mem.read(at(kh.mains[1]), COMBINED_BYTES)).await;
         let (a, b) = (a?, b?);
-        let cands = self.geo.candidates(kh);
-        let mut words = [SlotWord::EMPTY; CANDIDATES];
-        for (i, c) in cands.iter().enumerate() {
-            let buf: &[u8] = if c.read == 0 { &a } else { &b };
-            words[i] = SlotWord(word_at(buf, c.at as usize).ok_or(self.corrupt("short read of a bucket"))?);
-        }
-        Ok(View::new(cands, words))
+        View::from_combined(self.geo.candidates(kh), [&a, &b]).ok_or(self.corrupt("short read of a bucket"))
     }
 
-    /// Reads the blocks of the slots whose owner matters and is unknown:
-    /// live slots with the key's fingerprint and length, and (for inserts)
-    /// such tombstones before the first empty slot. All in parallel: one
-    /// roundtrip for up to [`MAX_REPLICAS`] blocks (usually zero or one).
+    /// Resolves the owners of the view's slots that matter (see
+    /// [`View::resolve`]) from their blocks on the node.
     async fn resolve<M: Memory>(
         &self,
         mem: &M,
@@ -178,27 +168,13 @@ impl RaceIndex {
         view: &mut View,
         tombs: bool,
     ) -> Result<(), IndexError> {
-        loop {
-            let batch = view.unresolved(kh, tombs);
-            if batch.is_empty() {
-                return Ok(());
-            }
-            let mut addrs: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
-            for &i in batch.iter() {
-                let addr = self
-                    .geo
-                    .block_addr(view.words[i], key.len())
-                    .ok_or(self.corrupt("slot points outside the region"))?;
-                let _ = addrs.push(addr);
-            }
-            let len = crate::index::block_len(key.len());
-            let reads = join_all(addrs.iter().map(|&a| mem.read(a, len)).collect()).await;
-            for (&i, r) in batch.iter().zip(reads.results) {
-                let buf = r.ok_or(self.corrupt("a block read was not answered"))??;
-                let (location, k) = Block::decode(&buf, key.len()).map_err(|what| self.corrupt(what))?;
-                view.resolved(i, key, location, k);
-            }
-        }
+        view.resolve(kh, tombs, |_, w| async move {
+            let addr = self.geo.block_addr(w, key.len()).ok_or(self.corrupt("slot points outside the region"))?;
+            let buf = mem.read(addr, crate::index::block_len(key.len())).await?;
+            let (location, k) = Block::decode(&buf, key.len()).map_err(|what| self.corrupt(what))?;
+            Ok((location, k == key))
+        })
+        .await
     }
 
     /// The free part of the chunk key blocks are carved from, for the next
@@ -431,7 +407,7 @@ impl RaceIndex {
 }
 
 /// Zeroes `len` bytes at `offset`, up to [`MAX_PIPELINE`] writes per roundtrip.
-async fn zero<M: Memory>(mem: &M, node: NodeId, offset: u64, len: u64) -> Result<(), IndexError> {
+pub(super) async fn zero<M: Memory>(mem: &M, node: NodeId, offset: u64, len: u64) -> Result<(), IndexError> {
     let mut at = offset;
     let end = offset + len;
     while at < end {

@@ -16,19 +16,25 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::cache::{CacheConfig, Eviction, LocationCache};
+use super::snapshot::master::MasterPaths;
+use super::snapshot::slot::SlotPaths;
 use super::*;
 use crate::sim::{Sim, SimConfig, SimMemory};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::region::{ROOTS_OFFSET, Region};
 use swarm_lincheck::{self as lincheck, History, Model};
 
-const NODE_SIZE: u64 = 4 << 20;
-const CHUNK: u64 = 64 << 10;
+pub(super) const NODE_SIZE: u64 = 4 << 20;
+pub(super) const CHUNK: u64 = 64 << 10;
 const NODE: NodeId = NodeId(0);
-const MAX_KEY_LEN: usize = 24;
+pub(super) const MAX_KEY_LEN: usize = 24;
 
 fn new_sim(seed: u64) -> Sim {
-    Sim::new(SimConfig { seed, nodes: 1, node_size: NODE_SIZE, ..SimConfig::default() })
+    sim_of(seed, 1)
+}
+
+pub(super) fn sim_of(seed: u64, nodes: usize) -> Sim {
+    Sim::new(SimConfig { seed, nodes, node_size: NODE_SIZE, ..SimConfig::default() })
 }
 
 /// Formats node 0 and creates an index of `groups` groups on it.
@@ -42,7 +48,7 @@ fn setup(sim: &mut Sim, groups: u64) {
     .unwrap();
 }
 
-fn key(i: u64) -> Vec<u8> {
+pub(super) fn key(i: u64) -> Vec<u8> {
     format!("key-{i}").into_bytes()
 }
 
@@ -73,6 +79,59 @@ fn audit(sim: &Sim) -> BTreeMap<Vec<u8>, Vec<(u64, u64)>> {
         out.entry(k.to_vec()).or_default().push((offset, location));
     }
     out
+}
+
+/// An index under test: how a simulator is set up for it, how a client
+/// opens it, and what it maps (read outside virtual time). The campaigns
+/// and the model-based property run on each ([`Race`] here, the replicated
+/// index in `snapshot::tests`).
+pub(super) trait Under {
+    /// The index.
+    type Ix: Index;
+    /// Memory nodes of the simulator.
+    const NODES: usize;
+    /// Formats the nodes and creates an index of `groups` groups.
+    fn setup(sim: &mut Sim, groups: u64);
+    /// Client `id`'s handle.
+    fn open(mem: &SimMemory, id: u32) -> impl core::future::Future<Output = Self::Ix>;
+    /// Every live slot: key -> (slot, location) for each slot that maps it.
+    fn audit(sim: &Sim) -> BTreeMap<Vec<u8>, Vec<(u64, u64)>>;
+    /// What must hold of memory once every client finished and none
+    /// crashed (the replicated index: replicas agree).
+    fn settled(sim: &Sim) -> Result<(), alloc::string::String> {
+        let _ = sim;
+        Ok(())
+    }
+    /// The paths a handle's writes took (if it counts them).
+    fn paths(ix: &Self::Ix) -> SlotPaths {
+        let _ = ix;
+        SlotPaths::default()
+    }
+    /// The view changes a handle took part in (if it has views).
+    fn master_paths(ix: &Self::Ix) -> MasterPaths {
+        let _ = ix;
+        MasterPaths::default()
+    }
+}
+
+/// The single-node index on node 0.
+pub(super) struct Race;
+
+impl Under for Race {
+    type Ix = RaceIndex;
+    const NODES: usize = 1;
+
+    fn setup(sim: &mut Sim, groups: u64) {
+        setup(sim, groups)
+    }
+
+    async fn open(mem: &SimMemory, _id: u32) -> RaceIndex {
+        RaceIndex::open(mem, NODE).await.unwrap()
+    }
+
+    fn audit(sim: &Sim) -> BTreeMap<Vec<u8>, Vec<(u64, u64)>> {
+        audit(sim)
+    }
 }
 
 #[test]
@@ -315,7 +374,7 @@ fn roundtrips_per_operation() {
 
 /// An index operation on key number `.0`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum IxOp {
+pub(super) enum IxOp {
     Insert(u8, u64),
     Lookup(u8),
     /// Key, expected location (`None`: any), new location.
@@ -325,7 +384,7 @@ enum IxOp {
 
 /// What it answered (locations only; slots and words are not specified).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum IxRet {
+pub(super) enum IxRet {
     New,
     Exists(u64),
     Found(Option<u64>),
@@ -335,7 +394,7 @@ enum IxRet {
 }
 
 /// One key -> location map per key.
-struct IndexModel;
+pub(super) struct IndexModel;
 
 impl Model for IndexModel {
     type State = Option<u64>;
@@ -372,7 +431,12 @@ impl Model for IndexModel {
 }
 
 /// Runs `op` on the index; the answer in the model's terms, or the error.
-async fn run_op<M: Memory>(ix: &mut RaceIndex, mem: &M, keys: &[Vec<u8>], op: IxOp) -> Result<IxRet, IndexError> {
+pub(super) async fn run_op<I: Index, M: Memory>(
+    ix: &mut I,
+    mem: &M,
+    keys: &[Vec<u8>],
+    op: IxOp,
+) -> Result<IxRet, IndexError> {
     let k = |i: u8| &keys[i as usize][..];
     let expect = |e: Option<u64>| e.map_or(Expect::Any, Expect::Location);
     let change = |c: Change| match c {
@@ -395,13 +459,13 @@ async fn run_op<M: Memory>(ix: &mut RaceIndex, mem: &M, keys: &[Vec<u8>], op: Ix
 }
 
 /// `n` distinct keys: the empty key, then keys of 1 to `MAX_KEY_LEN` bytes.
-fn keys_of_all_lengths(n: usize) -> Vec<Vec<u8>> {
+pub(super) fn keys_of_all_lengths(n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| if i == 0 { Vec::new() } else { (0..1 + (i * 7) % MAX_KEY_LEN).map(|j| (i + j * 31) as u8).collect() })
         .collect()
 }
 
-fn op_strategy(keys: u8) -> impl Strategy<Value = IxOp> {
+pub(super) fn op_strategy(keys: u8) -> impl Strategy<Value = IxOp> {
     let loc = 1u64..6;
     let exp = proptest::option::of(1u64..6);
     prop_oneof![
@@ -412,20 +476,17 @@ fn op_strategy(keys: u8) -> impl Strategy<Value = IxOp> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
-
-    /// One client's random operations give the answers of a `HashMap`, and
-    /// memory ends with one live slot per key the map holds.
-    #[test]
-    fn one_client_matches_a_hash_map(ops in proptest::collection::vec(op_strategy(8), 1..80), groups in 1u64..4) {
-        let mut sim = new_sim(3);
-        setup(&mut sim, groups);
-        let mem = sim.client();
-        let keys = keys_of_all_lengths(8);
-        let ks = keys.clone();
-        let (answers, model) = sim.block_on(async move {
-            let mut ix = RaceIndex::open(&mem, NODE).await.unwrap();
+/// One client's random operations give the answers of a `HashMap`, and
+/// memory ends with one live slot per key the map holds.
+pub(super) fn one_client_matches_a_hash_map_on<U: Under>(ops: Vec<IxOp>, groups: u64) -> Result<(), TestCaseError> {
+    let mut sim = sim_of(3, U::NODES);
+    U::setup(&mut sim, groups);
+    let mem = sim.client();
+    let keys = keys_of_all_lengths(8);
+    let ks = keys.clone();
+    let (answers, model) = sim
+        .block_on(async move {
+            let mut ix = U::open(&mem, 1).await;
             let mut model: HashMap<u8, u64> = HashMap::new();
             let mut answers = Vec::new();
             for op in ops {
@@ -438,43 +499,64 @@ proptest! {
                 answers.push((op, got, want));
             }
             (answers, model)
-        }).unwrap();
-        for (op, got, want) in answers {
-            prop_assert_eq!(got, Ok(want), "{:?}", op);
-        }
-        let live = audit(&sim);
-        prop_assert_eq!(live.len(), model.len());
-        for (k, l) in model {
-            prop_assert_eq!(live.get(&keys[k as usize]).cloned().map(|v| v.len()), Some(1));
-            prop_assert_eq!(live[&keys[k as usize]][0].1, l);
-        }
+        })
+        .unwrap();
+    for (op, got, want) in answers {
+        prop_assert_eq!(got, Ok(want), "{:?}", op);
+    }
+    let live = U::audit(&sim);
+    prop_assert_eq!(live.len(), model.len());
+    for (k, l) in model {
+        prop_assert_eq!(live.get(&keys[k as usize]).cloned().map(|v| v.len()), Some(1));
+        prop_assert_eq!(live[&keys[k as usize]][0].1, l);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn one_client_matches_a_hash_map(ops in proptest::collection::vec(op_strategy(8), 1..80), groups in 1u64..4) {
+        one_client_matches_a_hash_map_on::<Race>(ops, groups)?;
     }
 }
 
 // ---------------------------------------------------------------------------
 // Campaigns.
 
-struct Campaign {
-    clients: u32,
-    keys: u8,
-    ops_per_client: usize,
+pub(super) struct Campaign {
+    pub(super) clients: u32,
+    pub(super) keys: u8,
+    pub(super) ops_per_client: usize,
     /// Only inserts (then lookups), every client starting with key 0 at once.
-    inserts_only: bool,
-    crash_one: bool,
+    pub(super) inserts_only: bool,
+    pub(super) crash_one: bool,
+    /// Stalls of random nodes, each shorter than the operation time-out:
+    /// late operations land out of order, none fails.
+    pub(super) stalls: bool,
+    /// A crash of one random node (a replicated index must survive it).
+    pub(super) crash_node: Option<crate::sim::CrashMode>,
 }
 
-struct Outcome {
+pub(super) struct Outcome {
     history: History<IxOp, IxRet>,
     /// (client, op, answer) of completed inserts.
     inserts: Vec<(u32, IxOp, IxRet)>,
     live: BTreeMap<Vec<u8>, Vec<(u64, u64)>>,
     errors: Vec<IndexError>,
+    /// The paths of the clients' writes (the replicated index counts them).
+    pub(super) paths: SlotPaths,
+    /// The view changes of the clients (the replicated index's).
+    pub(super) views: MasterPaths,
 }
 
-fn campaign(seed: u64, c: &Campaign) -> Outcome {
-    let mut sim = new_sim(seed);
+fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
+    let mut sim = sim_of(seed, U::NODES);
     // Two groups: every key competes with every other for the same slots.
-    setup(&mut sim, 2);
+    U::setup(&mut sim, 2);
+    let paths = Rc::new(RefCell::new(SlotPaths::default()));
+    let views = Rc::new(RefCell::new(MasterPaths::default()));
     let keys = Rc::new(keys_of_all_lengths(c.keys as usize));
     let history = Rc::new(RefCell::new(History::new()));
     let inserts = Rc::new(RefCell::new(Vec::new()));
@@ -484,9 +566,10 @@ fn campaign(seed: u64, c: &Campaign) -> Outcome {
         let mem = sim.client();
         clients.push(mem.clone());
         let (keys, history, inserts, errors) = (keys.clone(), history.clone(), inserts.clone(), errors.clone());
+        let (paths, views) = (paths.clone(), views.clone());
         let (nkeys, n, inserts_only) = (c.keys, c.ops_per_client, c.inserts_only);
         sim.spawn(&mem.clone(), async move {
-            let mut ix = RaceIndex::open(&mem, NODE).await.unwrap();
+            let mut ix = U::open(&mem, id + 1).await;
             let loc = |k: u8, seq: usize| ((id as u64 + 1) << 32) | ((k as u64) << 16) | (seq as u64 + 1);
             let mut ops = Vec::new();
             if inserts_only {
@@ -527,23 +610,44 @@ fn campaign(seed: u64, c: &Campaign) -> Outcome {
                     Err(e) => errors.borrow_mut().push(e),
                 }
             }
+            paths.borrow_mut().add(&U::paths(&ix));
+            views.borrow_mut().add(&U::master_paths(&ix));
         });
     }
     if c.crash_one {
         let at = sim.random(0, 30_000);
         sim.crash_client_at(&clients[0], at);
     }
+    if let Some(mode) = c.crash_node {
+        let (node, at) = (sim.random(0, U::NODES as u64 - 1), sim.random(0, 30_000));
+        let now = sim.now();
+        sim.crash_node_at(node as usize, now + at, mode);
+    }
+    if c.stalls {
+        // One after another, so that no operation waits longer than one.
+        let mut at = sim.now();
+        for _ in 0..3 {
+            at += sim.random(0, 15_000);
+            let (node, ns) = (sim.random(0, U::NODES as u64 - 1), sim.random(1_000, 30_000));
+            sim.stall_node_at(node as usize, at, ns);
+            at += ns;
+        }
+    }
     sim.run().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    let live = audit(&sim);
+    if !c.crash_one {
+        U::settled(&sim).unwrap_or_else(|e| panic!("{}, seed {seed}: {e}", core::any::type_name::<U>()));
+    }
+    let live = U::audit(&sim);
     let history = history.replace(History::new());
     let inserts = inserts.replace(Vec::new());
     let errors = errors.replace(Vec::new());
-    Outcome { history, inserts, live, errors }
+    let (paths, views) = (*paths.borrow(), *views.borrow());
+    Outcome { history, inserts, live, errors, paths, views }
 }
 
-fn check_run(seed: u64, c: &Campaign) -> Outcome {
-    let out = campaign(seed, c);
-    let ctx = format!("seed {seed} (replay: SWARM_SEED={seed} cargo test -p swarm-core --lib index::tests::replay)");
+pub(super) fn check_run<U: Under>(seed: u64, c: &Campaign) -> Outcome {
+    let out = campaign::<U>(seed, c);
+    let ctx = format!("{}, seed {seed}", core::any::type_name::<U>());
     assert!(out.errors.is_empty(), "{ctx}: errors {:?}", out.errors);
     for (k, slots) in &out.live {
         assert_eq!(slots.len(), 1, "{ctx}: key {k:?} has {} live slots: {slots:?}", slots.len());
@@ -583,8 +687,24 @@ fn check_run(seed: u64, c: &Campaign) -> Outcome {
     out
 }
 
-const INSERTS: Campaign = Campaign { clients: 4, keys: 8, ops_per_client: 0, inserts_only: true, crash_one: false };
-const MIXED: Campaign = Campaign { clients: 4, keys: 4, ops_per_client: 12, inserts_only: false, crash_one: false };
+pub(super) const INSERTS: Campaign = Campaign {
+    clients: 4,
+    keys: 8,
+    ops_per_client: 0,
+    inserts_only: true,
+    crash_one: false,
+    stalls: false,
+    crash_node: None,
+};
+pub(super) const MIXED: Campaign = Campaign {
+    clients: 4,
+    keys: 4,
+    ops_per_client: 12,
+    inserts_only: false,
+    crash_one: false,
+    stalls: false,
+    crash_node: None,
+};
 
 /// Concurrent inserts of overlapping key sets (all clients start with the
 /// same key at the same time), then lookups.
@@ -592,7 +712,7 @@ const MIXED: Campaign = Campaign { clients: 4, keys: 4, ops_per_client: 12, inse
 fn concurrent_inserts_leave_one_slot_per_key() {
     let mut contested = 0;
     for seed in 0..300 {
-        let out = check_run(seed, &INSERTS);
+        let out = check_run::<Race>(seed, &INSERTS);
         contested += out.inserts.iter().filter(|(_, _, r)| matches!(r, IxRet::Exists(_))).count();
     }
     assert!(contested > 300, "clients should often meet on a key: {contested}");
@@ -601,7 +721,7 @@ fn concurrent_inserts_leave_one_slot_per_key() {
 #[test]
 fn concurrent_inserts_with_a_crashing_client() {
     for seed in 0..200 {
-        check_run(seed, &Campaign { crash_one: true, ..INSERTS });
+        check_run::<Race>(seed, &Campaign { crash_one: true, ..INSERTS });
     }
 }
 
@@ -610,10 +730,13 @@ fn concurrent_inserts_with_a_crashing_client() {
 #[test]
 fn concurrent_mixed_operations_are_linearizable() {
     for seed in 0..300 {
-        check_run(seed, &MIXED);
+        check_run::<Race>(seed, &MIXED);
     }
     for seed in 300..400 {
-        check_run(seed, &Campaign { crash_one: true, ..MIXED });
+        check_run::<Race>(seed, &Campaign { crash_one: true, ..MIXED });
+    }
+    for seed in 400..500 {
+        check_run::<Race>(seed, &Campaign { stalls: true, ..MIXED });
     }
 }
 
@@ -622,12 +745,12 @@ fn concurrent_mixed_operations_are_linearizable() {
 fn replay() {
     let Some(seed) = std::env::var("SWARM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     for c in [&INSERTS, &MIXED] {
-        let out = campaign(seed, c);
+        let out = campaign::<Race>(seed, c);
         for op in out.history.operations() {
             std::println!("{op:?}");
         }
         std::println!("live: {:?}", out.live);
-        check_run(seed, c);
+        check_run::<Race>(seed, c);
     }
 }
 

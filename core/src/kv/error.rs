@@ -4,6 +4,7 @@
 use core::fmt;
 
 use crate::index::IndexError;
+use crate::index::snapshot::arena::ArenaError;
 use crate::substrate::lease::LeaseError;
 use crate::substrate::space::region::Bytes;
 use crate::substrate::space::{AllocError, RegionError};
@@ -132,6 +133,9 @@ impl From<IndexError> for KvError {
             IndexError::KeyTooLong { len, max } => KvError::BadKey { len, max },
             IndexError::NoIndex { .. } => KvError::NoStore,
             IndexError::Contended => KvError::Contended,
+            IndexError::Unavailable(_) | IndexError::ViewChanged => KvError::Unavailable,
+            IndexError::Arena(ArenaError::NoQuorum { .. }) => KvError::Unavailable,
+            IndexError::Arena(ArenaError::Full { .. }) => KvError::Full,
             _ => KvError::Corrupt,
         }
     }

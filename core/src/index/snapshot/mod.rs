@@ -10,16 +10,32 @@
 //! (FUSEE's three rules), and only that writer catches the backups up and
 //! CASes the primary; the others wait for the primary to change.
 //!
-//! This folder will hold the replicated index (the slot protocol with the
-//! fixes of `notes/fusee-design.md` §1, helping, the view and the in-band
-//! master, and `SnapshotIndex`). For now it holds the pure rules
-//! ([`rules`]): what a writer decides from what its backup CASes returned,
-//! and which value a helper completes a round with; the slot protocol
-//! over memory ([`slot`]: READ and RCAS of one replicated word, with
-//! minimal helping, no view changes and no master yet); and the key-block
-//! arena ([`arena`]): space at the same offset on every index replica,
-//! claimed in chunks by CAS on a majority of the replicas.
+//! The folder, one concept per module:
+//!
+//! - `rules`: what a writer decides from what its backup CASes returned,
+//!   and which value a helper completes a round with (pure).
+//! - [`slot`]: READ and RCAS of one replicated word over [`crate::Memory`],
+//!   with helping (no view changes and no master yet).
+//! - [`arena`]: the key-block arena, space at the same offset on every
+//!   index replica, claimed in chunks by CAS on a majority of them.
+//! - `block`: key blocks in the arena and their commit marks, as the
+//!   slot protocol carries them.
+//! - [`header`]: the index's header, every replica's placement.
+//! - [`index`]: [`SnapshotIndex`], the replicated index.
+//! - [`view`]: which replicas take part (the view word) and the lease a
+//!   client holds on it, the fence of a view change.
+//! - [`master`]: the view change a client leads when a replica fails:
+//!   the fence, the repair of every slot, the new view.
 
-pub(crate) mod arena;
+pub mod arena;
+pub(crate) mod block;
+pub mod header;
+pub mod index;
+pub mod master;
 pub(crate) mod rules;
-pub(crate) mod slot;
+pub mod slot;
+#[cfg(all(test, feature = "sim"))]
+mod tests;
+pub mod view;
+
+pub use index::{SnapshotConfig, SnapshotIndex};

@@ -79,11 +79,13 @@ pub enum Decision {
 
 impl Decision {
     /// This writer is the round's last writer (Rules 1-3).
+    #[cfg(test)]
     pub fn wins(self) -> bool {
         matches!(self, Decision::R1 | Decision::R2 | Decision::R3)
     }
 
     /// A winner that must first move the backups it did not win to its value.
+    #[cfg(test)]
     pub fn catches_up(self) -> bool {
         matches!(self, Decision::R2 | Decision::R3)
     }

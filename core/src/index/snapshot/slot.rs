@@ -6,7 +6,7 @@
 //! which readers read and which holds the committed value, and r - 1
 //! *backups*, on which the concurrent writers of a *round* (every write that
 //! started from the same `vold`) settle who wins. The decisions are the pure
-//! rules of [`super::rules`]; this module posts the operations and feeds them
+//! rules of `super::rules`; this module posts the operations and feeds them
 //! the replies.
 //!
 //! ```text
@@ -31,7 +31,7 @@
 //! WAIT:    read(P) at once, then after a pause, until it leaves vold or WAIT_READS reads:
 //!          p != vold -> OUTCOME(p);  else HELP                  (F5)
 //! HELP:    bs = read every B[i]; p = read(P) after them; p != vold -> OUTCOME(p)
-//!          w = winner(bs); CAS(B[i], bs[i], w) for bs[i] != w;
+//!          w = winner(bs); tgt.fetch(w) onto P; CAS(B[i], bs[i], w) for bs[i] != w;
 //!          pipeline(P, [tgt.commit_ops(w, vold), CAS(P, vold, w)]); OUTCOME(P)
 //! OUTCOME(p): p == vnew -> Won;
 //!             won no backup, or read P == vold after every reply -> Lost { current: p };
@@ -77,7 +77,7 @@
 //! won a backup, only a durable mark of its commit can tell: [`Target`]s
 //! write one in the commit pipeline (of their own value, and of the
 //! winner's when they help), and [`Target::marked`] reads it. A target
-//! without marks ([`NoTarget`]) gets [`SlotError::Unknown`] then.
+//! without marks (the trait's defaults) gets [`SlotError::Unknown`] then.
 //!
 //! # Not done yet
 //!
@@ -86,11 +86,6 @@
 //!   may be left undecided (a backup CAS may have been applied) and only the
 //!   in-band master (design steps 8-9: view, fence F9, Alg. 3) can repair
 //!   it. No view lease is checked before posting.
-//! - **Helping a target.** A helper commits the winner's *word* (and its
-//!   mark through [`Target::commit_ops`]); it does not copy what the word
-//!   points to onto the primary (the design's `tgt.fetch(w)`, step 7), so
-//!   a helped word of a target with content (a key block) has none there.
-//!   The winner's own copies reach every backup with its backup CASes.
 
 use super::rules::{self, Decision, Eval, Seen};
 use crate::substrate::memory::{pause, read_word};
@@ -103,20 +98,20 @@ use crate::{MAX_PIPELINE, MemError, MemErrorKind, Memory, Op, OpOutput, RemoteAd
 /// twice this many roundtrips. The winner needs at most 3 after its backup
 /// phase (Rule 3: the check, the catch-ups, the commit). Helping early is
 /// safe (idempotent), only wasteful.
-pub(crate) const WAIT_READS: u32 = 8;
+pub const WAIT_READS: u32 = 8;
 
 /// The most operations a [`Target`] adds to one pipeline: the slot's CAS
 /// takes the last place.
-pub(crate) const TARGET_OPS: usize = MAX_PIPELINE - 1;
+pub const TARGET_OPS: usize = MAX_PIPELINE - 1;
 
 /// Operations a [`Target`] puts in front of a slot CAS.
-pub(crate) type TargetOps<'a> = heapless::Vec<Op<'a>, TARGET_OPS>;
+pub type TargetOps<'a> = heapless::Vec<Op<'a>, TARGET_OPS>;
 
 /// One logical slot: the address of its word on each replica, the primary
 /// first. Each replica's word may be at a different offset; replicas are
 /// expected on distinct nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Slot {
+pub struct Slot {
     words: heapless::Vec<RemoteAddr, MAX_REPLICAS>,
 }
 
@@ -124,7 +119,7 @@ impl Slot {
     /// The slot whose word is at `words[0]` on the primary and `words[i]` on
     /// backup `i - 1`; `None` without a primary or with more than
     /// [`MAX_REPLICAS`] replicas.
-    pub(crate) fn new(words: &[RemoteAddr]) -> Option<Slot> {
+    pub fn new(words: &[RemoteAddr]) -> Option<Slot> {
         if words.is_empty() {
             return None;
         }
@@ -132,20 +127,22 @@ impl Slot {
     }
 
     /// The primary's word.
-    pub(crate) fn primary(&self) -> RemoteAddr {
+    pub fn primary(&self) -> RemoteAddr {
         self.words[0]
     }
 
     /// The backups' words, backup `i` at `[i]`.
-    pub(crate) fn backups(&self) -> &[RemoteAddr] {
+    pub fn backups(&self) -> &[RemoteAddr] {
         &self.words[1..]
     }
 }
 
 /// What a write expects the slot to hold (its round's `vold`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Exp {
-    /// Whatever the primary holds: read it in the first roundtrip.
+pub enum Exp {
+    /// Whatever the primary holds: read it in the first roundtrip (FUSEE's
+    /// blind writes, design step 15; the index always has a word at hand).
+    #[cfg_attr(not(test), allow(dead_code))]
     Fresh,
     /// This word, without reading it: a cache's last word (F6: a loss then
     /// never means success), or one the caller read from the primary itself
@@ -157,7 +154,7 @@ pub(crate) enum Exp {
 
 /// How a write ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// `vnew` was committed over `previous` (the round's `vold`).
     Won {
         /// What the slot held before.
@@ -174,11 +171,15 @@ pub(crate) enum Outcome {
 
 /// Why a write or read has no answer.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum SlotError {
+pub enum SlotError {
     /// A replica's operation failed or timed out. The write's round may be
     /// left undecided or half caught up until recovery (the master, a later
     /// step) repairs the slot; the write may or may not take effect.
     Unavailable(MemError),
+    /// The writer may not post any more ([`Target::fence`]: the view it
+    /// works in changed or its lease on it lapsed). Its round is frozen as
+    /// it stands; whoever changes the view settles it.
+    Fenced,
     /// The primary moved past this writer's round before it looked, and its
     /// target keeps no commit mark ([`Target::marked`] is `None`): its
     /// value may or may not have been committed (see the module docs, F7).
@@ -197,26 +198,26 @@ impl From<MemError> for SlotError {
 /// How many writes took each path, for tests and campaigns to check
 /// coverage.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub(crate) struct SlotPaths {
+pub struct SlotPaths {
     /// Rule 1: won every backup.
-    pub(crate) r1: u64,
+    pub r1: u64,
     /// Rule 2: won a strict majority of the backups.
-    pub(crate) r2: u64,
+    pub r2: u64,
     /// Rule 3: the least value, the primary still at `vold` after the replies.
-    pub(crate) r3: u64,
+    pub r3: u64,
     /// Lost from the backups, or Rule 3's least value was another.
-    pub(crate) lose: u64,
+    pub lose: u64,
     /// Rule 3's check found the round committed.
-    pub(crate) finish: u64,
+    pub finish: u64,
     /// Losers that waited out [`WAIT_READS`] and helped.
-    pub(crate) help: u64,
+    pub help: u64,
     /// Outcomes that only the target's commit mark could tell (F7).
-    pub(crate) marks: u64,
+    pub marks: u64,
 }
 
 impl SlotPaths {
     /// Adds `o`'s counts to these.
-    pub(crate) fn add(&mut self, o: &SlotPaths) {
+    pub fn add(&mut self, o: &SlotPaths) {
         self.r1 += o.r1;
         self.r2 += o.r2;
         self.r3 += o.r3;
@@ -242,7 +243,7 @@ impl SlotPaths {
 /// writer's copies to each backup (ahead of its CAS there) and what a
 /// commit writes on the primary (ahead of the primary CAS). Every method
 /// has a default that does nothing.
-pub(crate) trait Target {
+pub trait Target {
     /// Operations on backup `backup`'s node ahead of this writer's CAS
     /// there (e.g. writing the key block its word points to into that
     /// replica's arena). Posted once, with the round's first CAS, on every
@@ -268,16 +269,44 @@ pub(crate) trait Target {
         let _ = (mem, word);
         core::future::ready(Ok(None))
     }
+
+    /// Whether this writer may still post an operation on the slot: checked
+    /// before each one. The replicated index answers from the lease on the
+    /// view its slot belongs to ([`super::view`]), renewing it if needed,
+    /// and [`SlotError::Fenced`] once the view changed.
+    fn fence<M: Memory>(&self, mem: &M) -> impl Future<Output = Result<(), SlotError>> {
+        let _ = mem;
+        core::future::ready(Ok(()))
+    }
+
+    /// Before a helper commits `word`, another writer's winning value:
+    /// puts on the primary whatever `word` points to, which its writer
+    /// copied only to backups (its own commit would have written it with
+    /// the CAS). `holders` are the backups seen holding `word`; at least
+    /// one of them got it from its writer's own backup pipeline, copies
+    /// first (catch-ups move words, not copies). Done before the catch-ups
+    /// and the commit are posted, so the copies are there when the word is.
+    fn fetch<M: Memory>(
+        &self,
+        mem: &M,
+        word: u64,
+        holders: &[RemoteAddr],
+    ) -> impl Future<Output = Result<(), MemError>> {
+        let _ = (mem, word, holders);
+        core::future::ready(Ok(()))
+    }
 }
 
 /// A bare word: nothing rides the pipelines and nothing is marked.
+#[cfg(test)]
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct NoTarget;
 
+#[cfg(test)]
 impl Target for NoTarget {}
 
 /// READ: the primary's word (linearises at that read).
-pub(crate) async fn read<M: Memory>(mem: &M, slot: &Slot) -> Result<u64, SlotError> {
+pub async fn read<M: Memory>(mem: &M, slot: &Slot) -> Result<u64, SlotError> {
     Ok(read_word(mem, slot.primary()).await?)
 }
 
@@ -285,7 +314,7 @@ pub(crate) async fn read<M: Memory>(mem: &M, slot: &Slot) -> Result<u64, SlotErr
 /// word and this writer wins its round (see the module docs). `vnew` must
 /// never have been proposed for this slot before (F1). Counts the paths it
 /// took in `paths`.
-pub(crate) async fn rcas<M: Memory, T: Target>(
+pub async fn rcas<M: Memory, T: Target>(
     mem: &M,
     slot: &Slot,
     exp: Exp,
@@ -298,6 +327,7 @@ pub(crate) async fn rcas<M: Memory, T: Target>(
         Exp::Hint(w) => w,
     };
     debug_assert_ne!(vold, vnew, "F1: a proposed word is new");
+    target.fence(mem).await?;
     let backups = backup_phase(mem, slot, vold, vnew, target).await;
     let mut round = Round { mem, slot, target, vold, vnew, backups, pure: false };
     round.decide(paths).await
@@ -383,6 +413,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             Eval::Decided(d) => (d, None),
             Eval::ReadPrimary => {
                 // F3: posted now, after every backup answered.
+                self.target.fence(self.mem).await?;
                 let vchk = read_word(self.mem, self.slot.primary()).await?;
                 self.pure = vchk == self.vold;
                 (rules::eval_with_primary(seen, self.vold, self.vnew, Some(vchk)), Some(vchk))
@@ -416,15 +447,16 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
     /// expecting that word (F2), in parallel (one roundtrip, none if every
     /// backup holds `w`). A CAS that finds neither means the round was
     /// committed and a later one began: nothing to do there.
-    async fn catch_up(&self, expected: &[u64], w: u64) -> Result<(), MemError> {
+    async fn catch_up(&self, expected: &[u64], w: u64) -> Result<(), SlotError> {
         let (mem, slot) = (self.mem, self.slot);
         let cas: heapless::Vec<_, MAX_REPLICAS> =
             expected.iter().zip(slot.backups()).filter(|&(&e, _)| e != w).map(|(&e, &b)| mem.cas(b, e, w)).collect();
         if cas.is_empty() {
             return Ok(());
         }
+        self.target.fence(mem).await?;
         match join_all(cas).await.first_error() {
-            Some(&e) => Err(e),
+            Some(&e) => Err(e.into()),
             None => Ok(()),
         }
     }
@@ -432,7 +464,8 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
     /// COMMIT of `word` (this writer's or, helping, the winner's): the
     /// target's commit operations, then `CAS(P, vold, word)`, in one
     /// pipeline on the primary. Returns what the primary held.
-    async fn commit(&self, word: u64) -> Result<u64, MemError> {
+    async fn commit(&self, word: u64) -> Result<u64, SlotError> {
+        self.target.fence(self.mem).await?;
         let p = self.slot.primary();
         let mut extra = TargetOps::new();
         self.target.commit_ops(word, self.vold, &mut extra);
@@ -440,7 +473,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         // Cannot fail: the target adds at most `TARGET_OPS`.
         let _ = ops.push(Op::Cas { offset: p.offset, expected: self.vold, new: word });
         let out = self.mem.pipeline(p.node, &ops).await?;
-        last_cas(p, out.last())
+        Ok(last_cas(p, out.last())?)
     }
 
     /// WAIT: reads the primary until it leaves `vold` (the first read at
@@ -451,6 +484,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             if i > 0 {
                 pause(self.mem, pause_ns).await;
             }
+            self.target.fence(self.mem).await?;
             let p = read_word(self.mem, self.slot.primary()).await?;
             if p != self.vold {
                 return self.outcome(p, paths).await;
@@ -466,6 +500,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
     /// CAS, so none holds `vold` any more.
     async fn help(&mut self, paths: &mut SlotPaths) -> Result<Outcome, SlotError> {
         let (mem, slot) = (self.mem, self.slot);
+        self.target.fence(mem).await?;
         let reads: heapless::Vec<_, MAX_REPLICAS> = slot.backups().iter().map(|&b| read_word(mem, b)).collect();
         let replies = join_all(reads).await;
         if let Some(&e) = replies.first_error() {
@@ -474,6 +509,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         let bs: heapless::Vec<u64, MAX_REPLICAS> = replies.oks().map(|(_, &v)| v).collect();
         // After the backups: still `vold`, so no commit came before those
         // reads and they are all of this round (F3's argument).
+        self.target.fence(mem).await?;
         let p = read_word(mem, slot.primary()).await?;
         if p != self.vold {
             return self.outcome(p, paths).await;
@@ -481,6 +517,16 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         self.pure = true;
         // Only a writer that lost (so with backups) waits and helps.
         let Some(w) = rules::winner(&bs) else { return Ok(Outcome::Lost { current: p }) };
+        // A helper that completes the round with its own value instead of
+        // the backups' winner: two writers of one round can both win.
+        #[cfg(swarm_mutant = "help-own-value")]
+        let w = self.vnew;
+        if w != self.vnew {
+            let holders: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
+                bs.iter().zip(slot.backups()).filter(|&(&b, _)| b == w).map(|(_, &at)| at).collect();
+            self.target.fence(mem).await?;
+            self.target.fetch(mem, w, &holders).await?;
+        }
         self.catch_up(&bs, w).await?;
         let prev = self.commit(w).await?;
         self.outcome(if prev == self.vold { w } else { prev }, paths).await
@@ -498,6 +544,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             return Ok(Outcome::Lost { current: p });
         }
         paths.marks += 1;
+        self.target.fence(self.mem).await?;
         match self.target.marked(self.mem, self.vnew).await? {
             Some(true) => Ok(Outcome::Won { previous: self.vold }),
             Some(false) => Ok(Outcome::Lost { current: p }),

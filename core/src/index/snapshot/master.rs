@@ -1,0 +1,333 @@
+//! The in-band master: a view change that excludes failed replicas and
+//! repairs the slots they leave behind (FUSEE §5.2, Algorithm 3, rewritten
+//! without a separate master process; `notes/fusee-design.md` §7,
+//! design step 9).
+//!
+//! Any client whose operation met a failed replica runs [`settle`]:
+//!
+//! ```text
+//! SETTLE(suspects):
+//!   V = newest view word on a majority
+//!   V Stable, excluding suspects already   -> lease it, done
+//!   V Stable                               -> propose Prepare(V.epoch+1, V.excluded | suspects)
+//!   V Prepare, seen unchanged for Lm + D   -> propose Prepare(V.epoch+1, V.excluded | suspects)
+//!   V Prepare, else                        -> wait, SETTLE again
+//!   CAS every replica's word from what was read to the proposal; a majority won -> MASTER
+//! MASTER:
+//!   wait L + D from the claim          (every post under an older view has landed: the fence)
+//!   for every slot: c = CHOOSE(words of the base view's replicas that answer); CAS each of them to c
+//!   CAS the view words from the Prepare to its Stable view (a majority), lease it
+//! ```
+//!
+//! **Masters never overlap.** A master posts nothing later than `Lm - D`
+//! after its claim was sent; a Prepare is superseded only by a client that
+//! saw the same word unchanged for `Lm + D`. So the superseded master's
+//! last post has landed before the new one's first.
+//!
+//! **What a slot gets** (`CHOOSE`). The replicas of a served view hold, for
+//! each slot, the last committed word `w` or proposals of the open round,
+//! whose parent (the round's `vold`, in their block's record) is `w`: a
+//! winner catches every backup up before it commits. So: if every answering
+//! replica holds the same word, that word (`w`, or a proposal that every
+//! backup took, which its writer then finds on the primary); otherwise `w`,
+//! the word that is another's parent or else their common parent. Either is
+//! a value the slot may hold next. The choice depends only on the words, and
+//! a master that runs after a superseded one reads the words that one left
+//! (some moved to its choice), so it chooses the same or `w` (a writer whose
+//! proposal it was runs its round again). Masters never mark a choice
+//! committed: writers learn their outcome from the primary, or from the
+//! marks later rounds leave on the backups (`super::block`).
+//!
+//! Excluded replicas never come back (a failed node's slots are not
+//! re-synchronised); a view keeps a majority of the replicas, or no change is
+//! made.
+
+use core::future::poll_fn;
+
+use super::block::{self, Part};
+use super::header::Header;
+use super::view::{Phase, View, ViewLease, newest};
+use crate::index::IndexError;
+use crate::index::layout::{BUCKET_BYTES, GROUP_BYTES, SlotWord, block_len};
+use crate::substrate::late::{Watch, late};
+use crate::substrate::memory::{read_word, word_at};
+use crate::substrate::quorum::{MAX_REPLICAS, join_all, join_timely, majority};
+use crate::{MemError, MemErrorKind, Memory, NodeId};
+
+/// Tries of one [`settle`] before it gives up.
+const MAX_TRIES: u32 = 256;
+/// A master's time, in view leases: from its claim to its last post.
+const MASTER_LEASES: u64 = 8;
+/// Bytes of bucket array a master reads at once from each replica.
+const SCAN_BYTES: u64 = 16 << 10;
+
+/// What view changes a client took part in, for tests and campaigns.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct MasterPaths {
+    /// Views this client installed as master.
+    pub views: u64,
+    /// Prepares it superseded (their master had run out of time).
+    pub superseded: u64,
+    /// Slots it repaired.
+    pub repaired: u64,
+    /// Times it waited for another master.
+    pub waits: u64,
+    /// Rounds it ran again after a view change found them where they began.
+    pub reruns: u64,
+}
+
+impl MasterPaths {
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &MasterPaths) {
+        self.views += o.views;
+        self.superseded += o.superseded;
+        self.repaired += o.repaired;
+        self.waits += o.waits;
+        self.reruns += o.reruns;
+    }
+}
+
+/// The client's clock, ns (0 where the memory keeps none: then leases
+/// never lapse and masters never wait, see [`super::view`]).
+pub(crate) fn now_ns<M: Memory>(mem: &M) -> u64 {
+    mem.now_ns().unwrap_or(0)
+}
+
+/// Waits until the client's clock reads `at` (not at all without one).
+async fn sleep_until<M: Memory>(mem: &M, at: u64) {
+    if mem.now_ns().is_none() {
+        return;
+    }
+    poll_fn(|cx| mem.poll_alarm(cx, at)).await
+}
+
+fn unavailable(node: NodeId) -> IndexError {
+    IndexError::Unavailable(MemError::new(node, MemErrorKind::TimedOut))
+}
+
+/// The view words of every replica (`None`: no answer), once a majority
+/// answered.
+async fn read_views<M: Memory>(
+    mem: &M,
+    header: &Header,
+) -> Result<heapless::Vec<Option<View>, MAX_REPLICAS>, IndexError> {
+    let r = header.replicas.len();
+    let futs: heapless::Vec<_, MAX_REPLICAS> = (0..r).map(|i| read_word(mem, header.view_addr(i))).collect();
+    let need = majority(r);
+    let (replies, _) = join_timely(futs, need, Watch::on(mem), |i| late(header.replicas[i].node)).await;
+    if replies.ok < need {
+        return Err(IndexError::Unavailable(
+            replies.first_error().copied().unwrap_or(MemError::new(header.replicas[0].node, MemErrorKind::TimedOut)),
+        ));
+    }
+    let mut out = heapless::Vec::new();
+    for (i, r) in replies.results.iter().enumerate() {
+        let v = match r {
+            Some(Ok(w)) => Some(
+                View::decode(*w).ok_or(IndexError::Corrupt { node: header.replicas[i].node, what: "bad view word" })?,
+            ),
+            _ => None,
+        };
+        let _ = out.push(v);
+    }
+    Ok(out)
+}
+
+/// SETTLE (see the module's documentation): brings the index to a Stable
+/// view that excludes `suspects` (bit `i`: replica `i`), as its master or
+/// waiting for another, and takes a lease on it. `nonce` names this client
+/// (its id). The view leased.
+pub async fn settle<M: Memory>(
+    mem: &M,
+    header: &Header,
+    lease: &mut ViewLease,
+    suspects: u8,
+    nonce: u16,
+    paths: &mut MasterPaths,
+) -> Result<View, IndexError> {
+    let t = header.timing;
+    let master_ns = t.lease_ns.saturating_mul(MASTER_LEASES);
+    let r = header.replicas.len();
+    let mut stale: Option<(u64, u64)> = None;
+    let mut rng = (nonce as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..MAX_TRIES {
+        let now = now_ns(mem);
+        let words = read_views(mem, header).await?;
+        let Some(v) = newest(words.iter().flatten().copied()) else { return Err(unavailable(header.replicas[0].node)) };
+        let base = match v.phase {
+            Phase::Stable if v.excluded & suspects == suspects => match lease.renew(mem, header, now).await {
+                Ok(v) => return Ok(v),
+                Err(_) => continue,
+            },
+            Phase::Stable => v,
+            Phase::Prepare => match stale {
+                Some((w, since)) if w == v.encode() && now.saturating_sub(since) >= master_ns + t.landing_ns => {
+                    paths.superseded += 1;
+                    v
+                }
+                Some((w, _)) if w == v.encode() => {
+                    paths.waits += 1;
+                    sleep_until(mem, now + t.lease_ns / 4).await;
+                    continue;
+                }
+                _ => {
+                    stale = Some((v.encode(), now));
+                    paths.waits += 1;
+                    sleep_until(mem, now + t.lease_ns / 4).await;
+                    continue;
+                }
+            },
+        };
+        let excluded = base.excluded | suspects;
+        if r - (excluded.count_ones() as usize).min(r) < majority(r) {
+            return Err(unavailable(header.replicas[0].node));
+        }
+        let prepare = View { epoch: base.epoch + 1, excluded, phase: Phase::Prepare, nonce };
+        let sent = now_ns(mem);
+        let claims: heapless::Vec<_, MAX_REPLICAS> = words
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.map(|w| (i, w)))
+            .map(|(i, w)| async move {
+                let prev = mem.cas(header.view_addr(i), w.encode(), prepare.encode()).await?;
+                Ok::<bool, MemError>(prev == w.encode())
+            })
+            .collect();
+        let replies = join_all(claims).await;
+        let won = replies.oks().filter(|&(_, &won)| won).count();
+        if won >= majority(r) {
+            let view = run(mem, header, base, prepare, sent, sent + master_ns - t.landing_ns, paths).await?;
+            paths.views += 1;
+            return match lease.renew(mem, header, now_ns(mem)).await {
+                Ok(v) => Ok(v),
+                Err(_) => Ok(view),
+            };
+        }
+        // Split with another claimer: try again after a random pause.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let now = now_ns(mem);
+        sleep_until(mem, now + rng % (t.landing_ns.max(1) * 4)).await;
+    }
+    Err(IndexError::Contended)
+}
+
+/// MASTER: the fence, the repair of every slot over the replicas that
+/// `base` serves, and the Stable view of `prepare`. Posts nothing at or
+/// after `deadline` (less the landing bound).
+async fn run<M: Memory>(
+    mem: &M,
+    header: &Header,
+    base: View,
+    prepare: View,
+    sent: u64,
+    deadline: u64,
+    paths: &mut MasterPaths,
+) -> Result<View, IndexError> {
+    let t = header.timing;
+    // The fence, with a margin for the clocks' rates.
+    #[cfg(not(swarm_mutant = "no-fence"))]
+    sleep_until(mem, sent + t.lease_ns + t.lease_ns / 64 + t.landing_ns).await;
+    // A master that repairs at once: a writer that has not seen the new
+    // view yet still posts to the old one.
+    #[cfg(swarm_mutant = "no-fence")]
+    let _ = sent;
+    let in_time = |mem: &M| {
+        if now_ns(mem) + t.landing_ns < deadline || mem.now_ns().is_none() {
+            Ok(())
+        } else {
+            Err(unavailable(header.replicas[0].node))
+        }
+    };
+    let r = header.replicas.len();
+    let considered: heapless::Vec<usize, MAX_REPLICAS> = (0..r).filter(|&i| !base.excludes(i)).collect();
+    let bucket_bytes = header.groups * GROUP_BYTES;
+    let mut at = 0;
+    while at < bucket_bytes {
+        let len = (bucket_bytes - at).min(SCAN_BYTES);
+        in_time(mem)?;
+        let reads: heapless::Vec<_, MAX_REPLICAS> = considered
+            .iter()
+            .map(|&i| {
+                let rep = &header.replicas[i];
+                mem.read(crate::RemoteAddr::new(rep.node, rep.buckets + at), len as usize)
+            })
+            .collect();
+        let got = join_all(reads).await;
+        for slot in 0..len / 8 {
+            let offset = BUCKET_BYTES + at + 8 * slot;
+            let mut words: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
+            for (k, res) in got.results.iter().enumerate() {
+                if let Some(Ok(b)) = res
+                    && let Some(w) = word_at(b, 8 * slot as usize)
+                {
+                    let _ = words.push((considered[k], w));
+                }
+            }
+            if words.is_empty() {
+                return Err(unavailable(header.replicas[considered[0]].node));
+            }
+            if words.iter().all(|&(_, w)| w == words[0].1) {
+                continue;
+            }
+            let c = choose(mem, header, &words).await?;
+            in_time(mem)?;
+            let cas: heapless::Vec<_, MAX_REPLICAS> =
+                words.iter().filter(|&&(_, w)| w != c).map(|&(i, w)| mem.cas(header.at(i, offset), w, c)).collect();
+            // A replica that fails now is left for the next view change.
+            let _ = join_all(cas).await;
+            paths.repaired += 1;
+        }
+        at += len;
+    }
+    let stable = View { phase: Phase::Stable, ..prepare };
+    in_time(mem)?;
+    let installs: heapless::Vec<_, MAX_REPLICAS> =
+        (0..r).map(|i| mem.cas(header.view_addr(i), prepare.encode(), stable.encode())).collect();
+    let replies = join_all(installs).await;
+    let done = replies.oks().filter(|&(_, &prev)| prev == prepare.encode()).count();
+    if done < majority(r) {
+        return Err(unavailable(header.replicas[0].node));
+    }
+    Ok(stable)
+}
+
+/// CHOOSE for one slot whose answering replicas hold `words` (replica,
+/// word), not all equal: the committed word among them (another's
+/// parent), or else the common parent of the proposals they hold.
+async fn choose<M: Memory>(mem: &M, header: &Header, words: &[(usize, u64)]) -> Result<u64, IndexError> {
+    let mut parents: heapless::Vec<(u64, u64), MAX_REPLICAS> = heapless::Vec::new();
+    for &(i, w) in words {
+        if parents.iter().any(|&(x, _)| x == w) {
+            continue;
+        }
+        let _ = parents.push((w, parent(mem, header, i, w).await?));
+    }
+    for &(w, _) in &parents {
+        if parents.iter().any(|&(x, p)| x != w && p == w) {
+            return Ok(w);
+        }
+    }
+    let p = parents[0].1;
+    if parents.iter().all(|&(_, q)| q == p) {
+        Ok(p)
+    } else {
+        Err(IndexError::Corrupt { node: header.replicas[words[0].0].node, what: "a slot's replicas span two rounds" })
+    }
+}
+
+/// The parent of `w`, held by replica `i`, from its block's record there.
+async fn parent<M: Memory>(mem: &M, header: &Header, i: usize, w: u64) -> Result<u64, IndexError> {
+    let node = header.replicas[i].node;
+    let corrupt = IndexError::Corrupt { node, what: "a slot's word has no whole block record" };
+    if w == 0 {
+        // The empty slot has no parent: nothing is older.
+        return Ok(0);
+    }
+    let sites = header.sites();
+    let at = block::addr_of(sites[i], header.arena_size, w, Part::Record).ok_or(corrupt)?;
+    let len = block_len(SlotWord(w).key_len()) + 16;
+    let bytes = mem.read(at, len).await?;
+    block::decode_record(&bytes, SlotWord(w).key_len()).map(|(_, _, p)| p).ok_or(corrupt)
+}
