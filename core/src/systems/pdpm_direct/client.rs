@@ -299,11 +299,11 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         }
     }
 
-    /// A CAS of the key's lock word, repeated while the primary times out:
-    /// the word it found.
-    async fn cas_lock(&self, k: &Key, expected: u64, new: u64) -> Result<u64, KvError> {
+    /// [`lock::swing`] of the key's lock word from `from` to `to`, repeated
+    /// while the primary times out: whether it is `to` now.
+    async fn swing(&self, k: &Key, from: u64, to: u64) -> Result<bool, KvError> {
         let at = self.lock_at(k);
-        Ok(self.patient(|| self.mem.cas(at, expected, new)).await?)
+        Ok(self.patient(|| lock::swing(&self.mem, at, from, to)).await?)
     }
 
     /// Takes the key's lock (round 1): `CAS(expected -> mine)`, where
@@ -436,8 +436,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         }
         let expiry = now + self.timing.lease;
         let word = lock::held(self.seat.id, expiry);
-        let prev = self.cas_lock(k, l.word, word).await?;
-        if prev != l.word && prev != word {
+        if !self.swing(k, l.word, word).await? {
             return Err(KvError::Unavailable);
         }
         (l.word, l.expiry) = (word, expiry);
@@ -449,7 +448,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
     /// lock was taken over after its lease (or released by an earlier try
     /// of this CAS that timed out): nothing to do.
     async fn release(&self, k: &Key, l: &Locked<M::Buf>) -> Result<(), KvError> {
-        self.cas_lock(k, l.word, 0).await.map(|_| ())
+        self.swing(k, l.word, 0).await.map(drop)
     }
 
     /// A write of `change` to the key's entry, under its lock: rounds 1 to

@@ -31,6 +31,7 @@
 use crate::kv::MAX_CLIENTS;
 use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::lease;
+use crate::{MemError, Memory, RemoteAddr};
 
 /// How long a holder's lease on a lock lasts, ns: ten thousand times a
 /// write's four roundtrips, so that renewals are rare, and short beside
@@ -109,6 +110,18 @@ pub fn judge(word: u64, now: u64, t: &Timing) -> Seen {
     }
     let takeover = expiry.saturating_add(t.grace);
     if now > takeover { Seen::Expired } else { Seen::Held { takeover } }
+}
+
+/// Changes the lock word at `at` from `from` to `to` by CAS, never by a
+/// WRITE: taking a free lock (`0 -> mine`), taking over an expired one
+/// (`theirs -> mine`), renewing one's lease (`mine -> mine'`) or releasing
+/// (`mine -> 0`). Whether the word is `to` now: it was `from`, or already
+/// `to` (an earlier try that timed out landed). Otherwise nothing changed:
+/// the lock is another's (for a holder: taken over after its lease).
+/// The loom check `loom-tests/tests/pdpm_lock.rs` races these.
+pub async fn swing<M: Memory>(mem: &M, at: RemoteAddr, from: u64, to: u64) -> Result<bool, MemError> {
+    let prev = mem.cas(at, from, to).await?;
+    Ok(prev == from || prev == to)
 }
 
 #[cfg(test)]

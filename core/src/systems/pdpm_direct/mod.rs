@@ -15,7 +15,8 @@
 //! ```
 //!
 //! A round of writes waits for the primary and a majority of the replicas
-//! (the others are left out once late, as a crashed minority is).
+//! (the writes to the others are posted all the same, and land on their
+//! own, as those to a crashed minority never do).
 //!
 //! # Choices the paper leaves open, and why
 //!
@@ -53,7 +54,11 @@
 //!   key's primary is down its operations fail with [`KvError::Down`]
 //!   naming it ([`Guarantee::LinearizablePrimary`]). A primary that times
 //!   out is retried while a round's patience lasts ([`lock::PATIENCE_NS`]),
-//!   so that a stalled node costs time, not a lock left behind.
+//!   so that a stalled node costs time, not a lock left behind. The
+//!   backups are written for durability and never read; one that missed
+//!   a round (down, or a write of it overtaken) is not repaired, and a key
+//!   whose primary is lost for good is not rebuilt from its backups (not
+//!   implemented).
 //! - **Deletes** write a tombstone payload under the lock (the same four
 //!   roundtrips) and unmap the key in the background, as SWARM-KV's do
 //!   (see [`crate::kv`] for what deletes answer). A tombstoned entry is
