@@ -26,6 +26,7 @@ MUTANTS=(
   "any-empty-slot||not the first free slot|cargo test -p swarm-core --release --lib index::probe"
   "help-own-value|--cfg loom|every replica ends with the winner|cargo test -p swarm-loom-tests --release --test snapshot"
   "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
+  "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
 )
 
 only=${1:-}

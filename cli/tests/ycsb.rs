@@ -99,10 +99,11 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     let args = ["--backend", "sim", "--keys", "500", "--ops", "2000", "--seed", "3"];
     let (out, j, files) = bench(&args);
     assert!(out.contains("rtt p50") && out.contains("vs raw"), "{out}");
-    for (name, rtt) in [("raw", 1), ("dm-abd", 2), ("swarm-kv", 1)] {
+    // (And pDPM Table 1: pDPM-Direct 1 / 4.)
+    for (name, get, update) in [("raw", 1, 1), ("dm-abd", 2, 2), ("swarm-kv", 1, 1), ("pdpm-direct", 1, 4)] {
         let s = system(&j, name);
         assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);
-        for op in ["get", "update"] {
+        for (op, rtt) in [("get", get), ("update", update)] {
             let o = &s["ops"][op];
             assert!(o["count"].as_u64().unwrap() > 0, "{name} {op}");
             assert!(
@@ -115,7 +116,7 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     }
     assert_eq!(j["config"]["workload"], "b");
     assert_eq!(j["config"]["backend"], "sim");
-    assert_eq!(j["systems"].as_array().unwrap().len(), 3);
+    assert_eq!(j["systems"].as_array().unwrap().len(), 4);
     for plot in ["ycsb-b-get-cdf", "ycsb-b-update-cdf", "ycsb-b-throughput-inflight"] {
         for ext in ["svg", "png"] {
             assert!(files.contains(&format!("{plot}.{ext}")), "{plot}.{ext} missing: {files:?}");

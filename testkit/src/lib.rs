@@ -334,7 +334,7 @@ where
     M: Memory,
     F: Fn() -> M + Sync,
 {
-    use swarm_core::kv::{Got, Guarantee, KvClient, StoreConfig, Who};
+    use swarm_core::kv::{Got, KvClient, StoreConfig, Who};
     use swarm_core::substrate::lease::Want;
     use swarm_core::systems;
     use swarm_lincheck::{Kv, KvOp, KvRet};
@@ -344,7 +344,7 @@ where
     cfg.writers = t.clients;
     cfg.cache_capacity = 64;
     cfg.seed_options(t.seed);
-    let shared = t.system.guarantee() == Guarantee::Linearizable;
+    let shared = t.system.guarantee().shares_keys();
     let admin = make();
     for n in 0..admin.node_count() {
         let node = NodeId(n as u16);

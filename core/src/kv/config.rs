@@ -276,7 +276,7 @@ impl StoreConfig {
                 own += chunks_of(lease::table_bytes(self.writers));
             }
             // The replicated stores' index is their own ([`KvSystem::node_chunks`]).
-            if node == INDEX_NODE && !self.system.replicated() {
+            if node == INDEX_NODE && !self.system.replicated_index() {
                 let index = Geometry::bytes(self.index().groups).ok_or(KvError::BadConfig("too many keys"))?;
                 own += chunks_of(index);
             }

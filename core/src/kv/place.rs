@@ -3,7 +3,7 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::NodeId;
+use crate::{NodeId, RemoteAddr};
 
 /// The node that holds the index of the stores that keep one copy of it
 /// (RAW): a single point of failure, as RAW's values are (it replicates
@@ -42,4 +42,19 @@ pub fn key_hash(key: &[u8]) -> u64 {
 pub fn node_of(key: &[u8], i: usize, nodes: usize) -> NodeId {
     let first = (key_hash(key) % nodes.max(1) as u64) as usize;
     NodeId(((first + i) % nodes.max(1)) as u16)
+}
+
+/// An index location that is an object's address itself (RAW's copy,
+/// pDPM-Direct's primary replica): the node in the top 16 bits, the
+/// offset below.
+pub fn location_of(addr: RemoteAddr) -> u64 {
+    (addr.node.0 as u64) << 48 | addr.offset
+}
+
+/// The address a location of [`location_of`] names, checked (it comes
+/// from memory): a node of the cluster's `nodes`, an aligned offset.
+pub fn addr_of(location: u64, nodes: usize) -> Option<RemoteAddr> {
+    let node = (location >> 48) as usize;
+    let offset = location & ((1 << 48) - 1);
+    (node < nodes && offset.is_multiple_of(8)).then(|| RemoteAddr::new(NodeId(node as u16), offset))
 }

@@ -265,6 +265,14 @@ pub async fn read_word<M: Memory>(mem: &M, addr: RemoteAddr) -> Result<u64, MemE
     Ok(word_at(&buf, 0).unwrap_or(0))
 }
 
+/// Waits `ns` of the memory's time ([`Memory::now_ns`]); not at all if it
+/// keeps none (the operations a caller retries then space its tries).
+pub async fn pause<M: Memory>(mem: &M, ns: u64) {
+    let Some(now) = mem.now_ns() else { return };
+    let at = now.saturating_add(ns);
+    core::future::poll_fn(|cx| mem.poll_alarm(cx, at)).await
+}
+
 /// The little-endian word at byte `at` of `bytes`, or `None` past the end.
 /// Use it to decode words from remote buffers without panicking.
 pub fn word_at(bytes: &[u8], at: usize) -> Option<u64> {

@@ -20,9 +20,16 @@ use crate::swarm::meta::MAX_TIME;
 use crate::swarm::writerlog::{self, LogError, LogGeometry};
 use crate::{MemError, MemErrorKind, NodeId};
 
+/// Whether `system`'s writes take writer-log entries and SWARM timestamps
+/// (the stores of `kv::replicated`); the others (RAW, pDPM-Direct) write
+/// in place and name their writes otherwise.
+fn logs(system: System) -> bool {
+    matches!(system.name(), "swarm-kv" | "dm-abd")
+}
+
 fn config(system: System, writers: u8) -> StoreConfig {
     // The replicated index takes room for its keys' changes up front.
-    let keys = if system.replicated() { 4_000 } else { 20_000 };
+    let keys = if system.replicated_index() { 4_000 } else { 20_000 };
     let mut cfg = StoreConfig::new(system, keys);
     cfg.max_key = 16;
     cfg.max_value = 256;
@@ -91,7 +98,7 @@ fn min_node_bytes_takes_keys_from_every_client_and_no_less_does() {
         // Node 0 holds RAW's index; the replicated stores' index is on
         // every node here, so that all of them need the most.
         assert_eq!(min.node, NodeId(0), "{system}: node 0 holds an index");
-        let fullest = |n: NodeId| n == NodeId(0) || system.replicated();
+        let fullest = |n: NodeId| n == NodeId(0) || system.replicated_index();
         assert_eq!(min.bytes, min.structures + 4 * min.per_client);
         for size in [min.bytes, min.bytes - CHUNK] {
             let mut sim = setup(&cfg, size);
@@ -158,9 +165,9 @@ fn a_full_store_stays_readable_by_a_new_client() {
             let e = b.insert(b"another", b"v").await.unwrap_err();
             assert!(matches!(e, KvError::NodeFull { .. }), "{system}: {e:?}");
             // An update takes a log entry on a majority of the key's nodes
-            // (some may have room left), RAW's none.
+            // (some may have room left); one in place, none.
             let updated = b.update(b"k0", b"v").await;
-            if system.replicated() {
+            if logs(system) {
                 assert!(matches!(updated, Ok(_) | Err(KvError::NodeFull { .. })), "{system}: {updated:?}");
             } else {
                 assert!(updated.is_ok(), "{system}: {updated:?}");
@@ -178,7 +185,7 @@ fn a_full_store_stays_readable_by_a_new_client() {
 /// gets go on.
 #[test]
 fn running_out_of_time_and_a_clock_ahead_are_their_own_errors() {
-    for &system in ALL.iter().filter(|s| s.replicated()) {
+    for &system in ALL.iter().filter(|&&s| logs(s)) {
         let cfg = config(system, 2);
         let mut sim = setup(&cfg, 4 << 20);
         let mem = sim.client();
@@ -208,7 +215,7 @@ fn running_out_of_time_and_a_clock_ahead_are_their_own_errors() {
 /// whichever path meets it: not "too few memory nodes answered".
 #[test]
 fn a_full_writer_log_is_not_a_missing_quorum() {
-    for &system in ALL.iter().filter(|s| s.replicated()) {
+    for &system in ALL.iter().filter(|&&s| logs(s)) {
         let cfg = config(system, 2);
         // One segment of 4 entries per client, and a chunk that takes one.
         let geo = LogGeometry::new(256, 4 * 320, 1).unwrap();
@@ -264,11 +271,11 @@ fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
             let mut b = connect(&mem, &c, 2, 0).await;
             assert!(matches!(b.get(b"k").await, Ok(Got::Found(v)) if v[..] == b"v"[..]), "{system}");
             let updated = b.update(b"k", b"w").await;
-            if system.replicated() {
+            if logs(system) {
                 let e = updated.unwrap_err();
                 assert!(matches!(e, KvError::NodeFull { need: CHUNK, .. }), "{system}: {e:?}");
             } else {
-                assert!(updated.is_ok(), "{system}: RAW updates in place: {updated:?}");
+                assert!(updated.is_ok(), "{system}: updates in place: {updated:?}");
             }
             let e = b.insert(b"new", b"v").await.unwrap_err();
             assert!(matches!(e, KvError::NodeFull { need: CHUNK, .. }), "{system}: {e:?}");
@@ -277,7 +284,7 @@ fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
     }
 }
 
-/// Node 0 failed: connecting to RAW, whose index it holds, says that
+/// Node 0 failed: connecting to a store whose index it holds alone says that
 /// node 0 is down; the replicated stores, whose index is replicated like
 /// their values, go on (a store's record is read from the other nodes).
 #[test]
@@ -292,7 +299,7 @@ fn node_0_down_is_named_by_raw_and_survived_by_the_replicated_stores() {
         sim.block_on(async move {
             assert_eq!(open(&mem).await.map(|r| r.config.system), Ok(system), "the record of the other nodes");
             let connected = connect_any(mem.clone(), &c, Who::Id(1), clock(&mem, 0)).await;
-            if !system.replicated() {
+            if !system.replicated_index() {
                 let e = connected.err().unwrap();
                 let down = MemError::new(NodeId(0), MemErrorKind::Unreachable);
                 assert_eq!(e, KvError::Down(down), "{system}");

@@ -6,6 +6,7 @@
 //! | `raw` | [`raw`] | one unreplicated copy, the latency floor (SWARM §7) |
 //! | `dm-abd` | [`dm_abd`] | ABD over 2f+1 nodes (SWARM §2.3, §7) |
 //! | `swarm-kv` | [`swarm_kv`] | Safe-Guess per key over 2f+1 nodes (SWARM §5) |
+//! | `pdpm-direct` | [`pdpm_direct`] | committed and redo spaces over 2f+1 nodes, a leased lock on the primary (pDPM §4.1) |
 //!
 //! # Adding a system
 //!
@@ -36,6 +37,7 @@ use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
 pub mod dm_abd;
+pub mod pdpm_direct;
 pub mod raw;
 pub mod swarm_kv;
 
@@ -61,7 +63,7 @@ macro_rules! registry {
     };
 }
 
-registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv];
+registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv, pdpm_direct::PdpmDirect];
 
 /// The system called `name`.
 pub fn from_name(name: &str) -> Option<System> {
