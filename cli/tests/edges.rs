@@ -116,7 +116,7 @@ fn sizes_on_which_no_key_fits_are_refused() {
     // The smallest store fits 6 MiB: RAW with one client.
     ok(&["memnode", "create", "--dir", d, "--nodes", "3", "--size", "6M"]);
     let e = fails(&["kv", "--dir", d, "init", "--keys", "100"], 1);
-    assert!(e.contains("the store does not fit in node 0") && e.contains("--size 9M or more"), "{e}");
+    assert!(e.contains("the store does not fit in node 0") && e.contains("--size 8M or more"), "{e}");
     ok(&["kv", "--dir", d, "init", "--system", "raw", "--keys", "100", "--writers", "1"]);
     assert_eq!(ok(&["kv", "--dir", d, "put", "k", "v"]), "OK\n");
     assert_eq!(ok(&["kv", "--dir", d, "get", "k"]), "v\n");
@@ -127,9 +127,9 @@ fn sizes_on_which_no_key_fits_are_refused() {
     let e = fails(&["kv", "--dir", d, "init"], 1);
     assert!(
         e.contains(
-            "nodes of 16 MiB are too small for this store: swarm-kv with 8 client ids needs 44036 KiB on node 0"
-        ) && e.contains("5 MiB per client to write one key of up to 1 KiB")
-            && e.contains("--size 44M or more (or a smaller --chunk), or use --writers 2"),
+            "nodes of 16 MiB are too small for this store: swarm-kv with 8 client ids needs 33796 KiB on node 0"
+        ) && e.contains("3 MiB per client to write one key of up to 1 KiB")
+            && e.contains("--size 34M or more (or a smaller --chunk), or use --writers 2"),
         "{e}"
     );
     ok(&["kv", "--dir", d, "init", "--writers", "2"]);
