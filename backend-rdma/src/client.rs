@@ -497,6 +497,10 @@ impl<N: Nic> Memory for RdmaMemory<N> {
         Some(swarm_mapped::monotonic_ns())
     }
 
+    fn timeout_ns(&self) -> Option<u64> {
+        Some(u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX))
+    }
+
     fn poll_alarm(&self, cx: &mut std::task::Context<'_>, at_ns: u64) -> std::task::Poll<()> {
         swarm_mapped::poll_alarm(cx, at_ns)
     }

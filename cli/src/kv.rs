@@ -395,7 +395,10 @@ fn kv_error(what: &str, key: &str, e: KvError) -> String {
 fn explain(e: KvError) -> String {
     match e {
         KvError::Down(m) if m.node == INDEX_NODE => {
-            format!("{e}: it holds the store's index, which every operation needs (the index is not replicated yet)")
+            format!(
+                "{e}: it holds the store's index, which every operation needs (RAW, pDPM-Direct and pDPM-Central keep \
+                 one copy of it)"
+            )
         }
         KvError::NodeFull { .. } => {
             format!("{e}; gets still work, and a bigger cluster takes more (`swarm memnode create --size`)")

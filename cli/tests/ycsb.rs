@@ -78,7 +78,7 @@ fn impossible_runs_are_one_line_errors() {
         (&["bench", "--keys", "100000000", "--value-size", "64K", "--ops", "1"], "need up to"),
         (&["bench", "--ops", "10", "--json", "/nonexistent-dir/x.json"], "cannot write /nonexistent-dir/x.json"),
         (&["bench", "--fault-node", "3:stall@1s"], "there is no node 3 (the cluster has nodes 0 to 2)"),
-        (&["bench", "--fault-node", "0:fail@1s"], "node 0 holds the index, which is not replicated yet (issue #21)"),
+        (&["bench", "--fault-node", "0:fail@1s"], "node 0 holds RAW's index, of which RAW keeps one copy"),
         (&["bench", "--fault-node", "1:stall@5s", "--duration", "2s"], "starts at or after the end of the 2s run"),
         (&["bench", "--fault-node", "1:stall@1s", "--fault-node", "1:fail@2s"], "overlap on node 1"),
         (&["bench", "--fault-node", "1:stall@1s", "--inflight", "1,2"], "one in-flight setting"),
@@ -99,12 +99,13 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     let args = ["--backend", "sim", "--keys", "500", "--ops", "2000", "--seed", "3"];
     let (out, j, files) = bench(&args);
     assert!(out.contains("rtt p50") && out.contains("vs raw"), "{out}");
-    // pDPM-Central (pDPM Table 1): an RPC and a READ, or an RPC and the
-    // coordinator's WRITE to the data nodes.
-    for (name, rtt) in [("raw", 1), ("dm-abd", 2), ("swarm-kv", 1), ("pdpm-central", 2)] {
+    // pDPM Table 1: pDPM-Direct 1 / 4; pDPM-Central an RPC and a READ, or
+    // an RPC and the coordinator's WRITE to the data nodes.
+    let table = [("raw", 1, 1), ("dm-abd", 2, 2), ("swarm-kv", 1, 1), ("pdpm-direct", 1, 4), ("pdpm-central", 2, 2)];
+    for (name, get, update) in table {
         let s = system(&j, name);
         assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);
-        for op in ["get", "update"] {
+        for (op, rtt) in [("get", get), ("update", update)] {
             let o = &s["ops"][op];
             assert!(o["count"].as_u64().unwrap() > 0, "{name} {op}");
             assert!(
@@ -117,7 +118,7 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     }
     assert_eq!(j["config"]["workload"], "b");
     assert_eq!(j["config"]["backend"], "sim");
-    assert_eq!(j["systems"].as_array().unwrap().len(), 4);
+    assert_eq!(j["systems"].as_array().unwrap().len(), table.len());
     for plot in ["ycsb-b-get-cdf", "ycsb-b-update-cdf", "ycsb-b-throughput-inflight"] {
         for ext in ["svg", "png"] {
             assert!(files.contains(&format!("{plot}.{ext}")), "{plot}.{ext} missing: {files:?}");

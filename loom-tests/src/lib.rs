@@ -32,6 +32,17 @@ pub async fn blind_write_max<M: Memory>(mem: &M, addr: RemoteAddr, value: u64) -
     Ok(value)
 }
 
+/// A deliberately wrong release of a pDPM-Direct lock, with the signature
+/// of the core's (`swarm_core::systems::pdpm_direct::lock::swing` to 0):
+/// the paper's unlock, a WRITE of 0 (pDPM §4.1, step 4). Correct while no
+/// lock is taken over, but a holder whose lease ran out frees the lock of
+/// the client that took it over. It exists to show that the loom check of
+/// the lock catches it.
+pub async fn write_unlock<M: Memory>(mem: &M, lock: RemoteAddr) -> Result<bool, MemError> {
+    mem.write(lock, &0u64.to_le_bytes()).await?;
+    Ok(true)
+}
+
 /// A deliberately wrong MAX with `swarm_core::objects::max::cas_max`'s signature:
 /// read the word, and write the value over it if it was smaller. Correct
 /// when alone, but two writers that both read before either writes lose the

@@ -403,6 +403,10 @@ impl<P: Persistence> Memory for MappedMemory<P> {
         Some(monotonic_ns())
     }
 
+    fn timeout_ns(&self) -> Option<u64> {
+        Some(u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX))
+    }
+
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
         poll_alarm(cx, at_ns)
     }

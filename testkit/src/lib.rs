@@ -334,7 +334,7 @@ where
     M: Memory,
     F: Fn() -> M + Sync,
 {
-    use swarm_core::kv::{Got, Guarantee, KvClient, StoreConfig, Who};
+    use swarm_core::kv::{Got, KvClient, StoreConfig, Who};
     use swarm_core::substrate::lease::Want;
     use swarm_core::systems;
     use swarm_lincheck::{Kv, KvOp, KvRet};
@@ -344,7 +344,7 @@ where
     cfg.writers = t.clients;
     cfg.cache_capacity = 64;
     cfg.seed_options(t.seed);
-    let shared = t.system.guarantee() == Guarantee::Linearizable;
+    let shared = t.system.guarantee().shares_keys();
     let admin = make();
     for n in 0..admin.node_count() {
         let node = NodeId(n as u16);
@@ -355,62 +355,66 @@ where
         .map_err(|e| format!("set up the {} store: {e}", t.system))?;
     let origin = Instant::now();
     let start = Barrier::new(t.clients as usize);
-    let logs: Vec<Result<Vec<Operation<KvOp, KvRet>>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (1..=t.clients)
-            .map(|id| {
-                let (make, cfg, start) = (&make, &cfg, &start);
-                s.spawn(move || {
-                    // Each client claims a leased id, as every process does.
-                    let mem = make();
-                    let store = block_on(async {
-                        let held = systems::claim(&mem, cfg, &clock, Want::Any, id as u32).await?;
-                        systems::connect_any(mem, cfg, Who::Lease(held), clock).await
-                    });
-                    start.wait();
-                    let mut store = store.map_err(|e| format!("client {id}: connect: {e}"))?;
-                    let mut rng = Rng::new(t.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                    let mut ops = Vec::new();
-                    let now = || origin.elapsed().as_nanos() as u64;
-                    for seq in 1..=t.ops_per_client {
-                        let k = if shared { rng.range(0, t.keys - 1) } else { id as u64 - 1 };
-                        let key = format!("key-{k}");
-                        let v = value_of(id, seq, 24);
-                        let vid = ((id as u64) << 32) | seq;
-                        let call = now();
-                        let failed = |e| format!("client {id}: operation {seq} on {key}: {e}");
-                        let (input, output) = match rng.range(0, 19) {
-                            0..=7 => {
-                                let got = block_on(store.get(key.as_bytes())).map_err(failed)?;
-                                let ret = match got {
-                                    Got::Found(v) => KvRet::Found(id_of_value(&v).ok_or_else(|| {
-                                        format!("client {id}: {key} holds a value no client wrote: {:02x?}", &v[..])
-                                    })?),
-                                    Got::NotFound => KvRet::NotFound,
-                                    Got::Deleted => KvRet::Deleted,
-                                };
-                                (KvOp::Get(k), ret)
-                            }
-                            8..=12 => {
-                                let r = block_on(store.update(key.as_bytes(), &v)).map_err(failed)?;
-                                (KvOp::Update(k, vid), if r.is_ok() { KvRet::Ok } else { KvRet::NotFound })
-                            }
-                            13..=17 => {
-                                block_on(store.insert(key.as_bytes(), &v)).map_err(failed)?;
-                                (KvOp::Insert(k, vid), KvRet::Ok)
-                            }
-                            _ => {
-                                let r = block_on(store.delete(key.as_bytes())).map_err(failed)?;
-                                (KvOp::Delete(k), if r.is_ok() { KvRet::Ok } else { KvRet::NotFound })
-                            }
-                        };
-                        ops.push(Operation::completed(id as u32, call, now(), input, output));
-                    }
-                    block_on(store.close()).map_err(|e| format!("client {id}: close: {e}"))?;
-                    Ok(ops)
+    // The system's server (pDPM-Central's coordinator), if it has one,
+    // serves beside its node for the clients' run.
+    let logs: Vec<Result<Vec<Operation<KvOp, KvRet>>, String>> = systems::with_server(&cfg, &make, || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (1..=t.clients)
+                .map(|id| {
+                    let (make, cfg, start) = (&make, &cfg, &start);
+                    s.spawn(move || {
+                        // Each client claims a leased id, as every process does.
+                        let mem = make();
+                        let store = block_on(async {
+                            let held = systems::claim(&mem, cfg, &clock, Want::Any, id as u32).await?;
+                            systems::connect_any(mem, cfg, Who::Lease(held), clock).await
+                        });
+                        start.wait();
+                        let mut store = store.map_err(|e| format!("client {id}: connect: {e}"))?;
+                        let mut rng = Rng::new(t.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                        let mut ops = Vec::new();
+                        let now = || origin.elapsed().as_nanos() as u64;
+                        for seq in 1..=t.ops_per_client {
+                            let k = if shared { rng.range(0, t.keys - 1) } else { id as u64 - 1 };
+                            let key = format!("key-{k}");
+                            let v = value_of(id, seq, 24);
+                            let vid = ((id as u64) << 32) | seq;
+                            let call = now();
+                            let failed = |e| format!("client {id}: operation {seq} on {key}: {e}");
+                            let (input, output) = match rng.range(0, 19) {
+                                0..=7 => {
+                                    let got = block_on(store.get(key.as_bytes())).map_err(failed)?;
+                                    let ret = match got {
+                                        Got::Found(v) => KvRet::Found(id_of_value(&v).ok_or_else(|| {
+                                            format!("client {id}: {key} holds a value no client wrote: {:02x?}", &v[..])
+                                        })?),
+                                        Got::NotFound => KvRet::NotFound,
+                                        Got::Deleted => KvRet::Deleted,
+                                    };
+                                    (KvOp::Get(k), ret)
+                                }
+                                8..=12 => {
+                                    let r = block_on(store.update(key.as_bytes(), &v)).map_err(failed)?;
+                                    (KvOp::Update(k, vid), if r.is_ok() { KvRet::Ok } else { KvRet::NotFound })
+                                }
+                                13..=17 => {
+                                    block_on(store.insert(key.as_bytes(), &v)).map_err(failed)?;
+                                    (KvOp::Insert(k, vid), KvRet::Ok)
+                                }
+                                _ => {
+                                    let r = block_on(store.delete(key.as_bytes())).map_err(failed)?;
+                                    (KvOp::Delete(k), if r.is_ok() { KvRet::Ok } else { KvRet::NotFound })
+                                }
+                            };
+                            ops.push(Operation::completed(id as u32, call, now(), input, output));
+                        }
+                        block_on(store.close()).map_err(|e| format!("client {id}: close: {e}"))?;
+                        Ok(ops)
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into()))).collect()
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into()))).collect()
+        })
     });
     let mut history = Vec::new();
     for log in logs {

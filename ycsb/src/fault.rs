@@ -14,9 +14,10 @@
 //!   virtual time (a crash there is permanent, so a failure with a
 //!   duration cannot be modelled and is refused).
 //!
-//! The load phase and the warm-up are never faulted. Node 0 holds the
-//! index, which is not replicated yet (issue #21): faulting it would stop
-//! every store, so it is refused.
+//! The load phase and the warm-up are never faulted. Node 0 holds RAW's
+//! index, of which RAW keeps one copy (the replicated stores replicate
+//! theirs): faulting it would stop RAW, the floor every run is measured
+//! against, so it is refused.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -141,7 +142,7 @@ pub fn check(faults: &[NodeFault], nodes: usize, run_ns: u64) -> Result<(), Stri
     for f in faults {
         if f.node == 0 {
             return Err(format!(
-                "fault {f}: node 0 holds the index, which is not replicated yet (issue #21); fault a node from 1 to {}",
+                "fault {f}: node 0 holds RAW's index, of which RAW keeps one copy; fault a node from 1 to {}",
                 nodes - 1
             ));
         }
@@ -334,7 +335,7 @@ mod tests {
         let ok = [fault(1, FaultKind::Stall, 100, Some(50)), fault(2, FaultKind::Fail, 120, None)];
         assert_eq!(check(&ok, 3, 1000 * MS), Ok(()));
         let e = check(&[fault(0, FaultKind::Fail, 1, None)], 3, 1000 * MS).unwrap_err();
-        assert!(e.contains("node 0 holds the index") && e.contains("issue #21"), "{e}");
+        assert!(e.contains("node 0 holds RAW's index"), "{e}");
         let e = check(&[fault(3, FaultKind::Fail, 1, None)], 3, 1000 * MS).unwrap_err();
         assert!(e.contains("there is no node 3"), "{e}");
         let e = check(&[fault(1, FaultKind::Stall, 1000, None)], 3, 1000 * MS).unwrap_err();

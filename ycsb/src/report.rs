@@ -131,6 +131,7 @@ impl Report {
     /// the operations that failed.
     fn availability_text(&self, out: &mut String) {
         let Some(t) = &self.spec.timed else { return };
+        let w = self.name_width();
         let faults: Vec<String> = t.faults.iter().map(ToString::to_string).collect();
         let faults = if faults.is_empty() { "no faults".to_string() } else { format!("faults {}", faults.join(", ")) };
         let window = self.fault_window();
@@ -144,7 +145,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             );
             let _ = writeln!(
                 out,
-                "{:<9} {:>12} {:>12} {:>5} {:>12} {:>5} {:>13} {:>7} {:>12} {:>7}",
+                "{:<w$} {:>12} {:>12} {:>5} {:>12} {:>5} {:>13} {:>7} {:>12} {:>7}",
                 "system",
                 "before ops/s",
                 "during ops/s",
@@ -163,7 +164,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
                 let pct = |s: Option<Span>| a.of_before(s).map_or("-".into(), |r| format!("{:.0}%", r * 100.0));
                 let _ = writeln!(
                     out,
-                    "{:<9} {:>12} {:>12} {:>5} {:>12} {:>5} {:>13.2} {:>7.2} {:>12.2} {:>7}",
+                    "{:<w$} {:>12} {:>12} {:>5} {:>12} {:>5} {:>13.2} {:>7.2} {:>12.2} {:>7}",
                     sys.system.name(),
                     ops(a.before),
                     ops(a.during),
@@ -196,6 +197,11 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
         }
     }
 
+    /// The width of the system column: the longest name (at least 9).
+    fn name_width(&self) -> usize {
+        self.systems.iter().map(|s| s.system.name().len()).fold(9, usize::max)
+    }
+
     /// Per-client-thread throughput of `r`.
     fn per_client(&self, r: &RunSummary) -> f64 {
         r.throughput_ops / self.spec.clients as f64
@@ -214,13 +220,14 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
     /// The tables, as text.
     pub fn text(&self) -> String {
         let mut out = String::new();
+        let w = self.name_width();
         let _ = writeln!(out, "{}", self.title());
         let unit = if self.virtual_time { " (virtual time)" } else { "" };
         for (i, &k) in self.spec.inflight.iter().enumerate() {
             let _ = writeln!(out, "\n{k} operation(s) in flight per client{unit}:");
             let _ = writeln!(
                 out,
-                "{:<9} {:<7} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7}",
+                "{:<w$} {:<7} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>7}",
                 "system",
                 "op",
                 "count",
@@ -240,7 +247,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
                     let ratio = raw.and_then(|r| r.op(*kind)).map(|r| ratio(s.p50_us, r.p50_us));
                     let _ = writeln!(
                         out,
-                        "{:<9} {:<7} {:>9} {:>11.0} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>7} {:>7}",
+                        "{:<w$} {:<7} {:>9} {:>11.0} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>7} {:>7}",
                         sys.system.name(),
                         kind.name(),
                         s.count,
@@ -257,7 +264,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
                 let ratio = raw.map(|r| ratio(run.throughput_ops, r.throughput_ops));
                 let _ = writeln!(
                     out,
-                    "{:<9} {:<7} {:>9} {:>11.0} {:>60}",
+                    "{:<w$} {:<7} {:>9} {:>11.0} {:>60}",
                     sys.system.name(),
                     "all",
                     run.count(),
@@ -272,7 +279,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             let l = &sys.load;
             let _ = writeln!(
                 out,
-                "{:<9} {} inserts in {:.2} s ({:.0} ops/s), p50 {:.2} µs, p99 {:.2} µs, rtt p50 {} p99 {}",
+                "{:<w$} {} inserts in {:.2} s ({:.0} ops/s), p50 {:.2} µs, p99 {:.2} µs, rtt p50 {} p99 {}",
                 sys.system.name(),
                 l.count,
                 sys.load_s,
@@ -284,7 +291,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             );
         }
         let _ = writeln!(out, "\nthroughput per client thread (ops/s) by operations in flight:");
-        let mut header = format!("{:<9}", "system");
+        let mut header = format!("{:<w$}", "system");
         for k in &self.spec.inflight {
             let _ = write!(header, " {:>11}", format!("{k} in flight"));
         }
@@ -293,7 +300,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
         }
         let _ = writeln!(out, "{header}");
         for sys in &self.systems {
-            let mut line = format!("{:<9}", sys.system.name());
+            let mut line = format!("{:<w$}", sys.system.name());
             for r in &sys.runs {
                 let _ = write!(line, " {:>11.0}", self.per_client(r));
             }

@@ -22,7 +22,6 @@ use swarm_core::kv::{KvSystem, StoreConfig, System, Visit, Who};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::Want;
-use swarm_core::substrate::msg::server::ThreadShell;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::systems;
 
@@ -47,26 +46,9 @@ pub struct Extras<'a> {
     /// What sets the nodes' state, to inject the run's faults.
     pub faults: Option<&'a dyn FaultControl>,
     /// Whether to run the system's server beside its node for the run
-    /// ([`with_server`]): where this process runs the whole run, not one
+    /// ([`systems::with_server`]): where this process runs the whole run, not one
     /// worker process's share of it.
     pub serve: bool,
-}
-
-/// Runs `f` while the server that `cfg`'s system needs
-/// ([`KvSystem::SERVER`]: pDPM-Central's coordinator) serves beside its
-/// node, on a thread of its own with a memory from `make`, as `swarm
-/// serve` would; just `f` for a system without one.
-pub fn with_server<M: Memory, F: Fn() -> M + Sync, T>(cfg: &StoreConfig, make: &F, f: impl FnOnce() -> T) -> T {
-    let Some(node) = cfg.system.server() else { return f() };
-    let stop = Arc::new(AtomicBool::new(false));
-    thread::scope(|s| {
-        let shell = ThreadShell::new(stop.clone());
-        let server = s.spawn(move || block_on(systems::serve(make(), node, cfg, &shell)));
-        let out = f();
-        stop.store(true, Ordering::Relaxed);
-        let _ = server.join();
-        out
-    })
 }
 
 /// The threads' shared state: clock, gate, abort flag, progress counter.
@@ -182,7 +164,7 @@ pub fn run_threads<M: Memory, F: Fn() -> M + Sync>(
     let (results, injected) = thread::scope(|s| {
         let injecting = injector.as_ref().map(|i| s.spawn(|| i.run()));
         let threads = || systems::visit(system, Threads { spec, cfg: &cfg, clients, make: &make, clock, env: &env });
-        let results = if extras.serve { with_server(&cfg, &make, threads) } else { threads() };
+        let results = if extras.serve { systems::with_server(&cfg, &make, threads) } else { threads() };
         // The clients are done: the injector heals what it faulted.
         let injected = match (&injector, injecting) {
             (Some(i), Some(h)) => {

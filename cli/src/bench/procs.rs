@@ -35,7 +35,7 @@ use swarm_core::substrate::exec::block_on;
 use swarm_ycsb::fault::Injector;
 use swarm_ycsb::runner::RunSpec;
 use swarm_ycsb::sim::format_cluster;
-use swarm_ycsb::threads::{Extras, run_threads, with_server};
+use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{ClientResult, OpKind};
 
 use crate::args::format_size;
@@ -148,7 +148,7 @@ pub fn run(
         }
         // The system's server, if it has one, runs here for the whole run.
         let make = || cluster.memory();
-        with_server(&spec.store_config(system), &make, || {
+        swarm_core::systems::with_server(&spec.store_config(system), &make, || {
             coordinate_faulted(spec, &mut workers, progress, cluster.nodes())
         })
     })();

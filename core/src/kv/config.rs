@@ -275,7 +275,8 @@ impl StoreConfig {
             if n < lease_nodes(self, nodes) {
                 own += chunks_of(lease::table_bytes(self.writers));
             }
-            if node == INDEX_NODE {
+            // The replicated stores' index is their own ([`KvSystem::node_chunks`]).
+            if node == INDEX_NODE && !self.system.replicated_index() {
                 let index = Geometry::bytes(self.index().groups).ok_or(KvError::BadConfig("too many keys"))?;
                 own += chunks_of(index);
             }

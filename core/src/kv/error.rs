@@ -38,6 +38,15 @@ pub enum KvError {
     /// The index has no free slot for the key: every slot it may take holds
     /// another key (the index is sized for the store's keys).
     Full,
+    /// The replicated index's arena, where its key blocks and the
+    /// descriptors of keys' replicas go, is used up (neither is recycled
+    /// yet: issue #20).
+    IndexSpace {
+        /// Bytes handed out.
+        used: u64,
+        /// Bytes of the arena.
+        size: u64,
+    },
     /// A node has no memory left for what the operation needed (a value's
     /// replica, a writer-log segment, an index block): memory is never
     /// recycled, so the store cannot take more writes there.
@@ -79,6 +88,10 @@ impl fmt::Display for KvError {
                 _ => write!(f, "{e}"),
             },
             KvError::Full => write!(f, "the index is full: every slot this key may take holds another key"),
+            KvError::IndexSpace { used, size } => write!(
+                f,
+                "the index's arena is used up: {used} of {size} bytes (index blocks are not recycled yet; make the store for more keys)"
+            ),
             KvError::NodeFull { node, need, free } => {
                 write!(f, "{node} is full: {} needed, {} free (memory is not recycled)", Bytes(*need), Bytes(*free))
             }
@@ -135,7 +148,10 @@ impl From<IndexError> for KvError {
             IndexError::Contended => KvError::Contended,
             IndexError::Unavailable(_) | IndexError::ViewChanged => KvError::Unavailable,
             IndexError::Arena(ArenaError::NoQuorum { .. }) => KvError::Unavailable,
-            IndexError::Arena(ArenaError::Full { .. }) => KvError::Full,
+            IndexError::Arena(ArenaError::Full { used, size }) => KvError::IndexSpace { used, size },
+            IndexError::Arena(ArenaError::Region(e @ (RegionError::Exhausted { .. } | RegionError::Mem(_)))) => {
+                e.into()
+            }
             _ => KvError::Corrupt,
         }
     }

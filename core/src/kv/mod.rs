@@ -39,6 +39,8 @@ pub mod place;
 pub mod record;
 #[cfg(feature = "alloc")]
 pub mod replicated;
+#[cfg(feature = "alloc")]
+pub mod seat;
 mod system;
 
 #[cfg(feature = "alloc")]

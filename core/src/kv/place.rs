@@ -1,14 +1,24 @@
-//! Where a key-value store puts things: the node of the index, and the
+//! Where a key-value store puts things: the nodes of the index, and the
 //! nodes of a key's values.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::NodeId;
+use crate::{NodeId, RemoteAddr};
 
-/// The node that holds the index (and the replicated stores' descriptors).
-/// Until the index is replicated it is a single point of failure of every
-/// store; the campaigns crash other nodes only.
+/// The node that holds the index of the stores that keep one copy of it
+/// (RAW): a single point of failure, as RAW's values are (it replicates
+/// nothing). The replicated stores replicate their index on
+/// [`index_nodes`].
 pub const INDEX_NODE: NodeId = NodeId(0);
+
+/// The nodes of a replicated store's index (`crate::index::snapshot`):
+/// its first 2f+1, those of the lease table ([`lease_nodes`]).
+pub fn index_nodes(
+    cfg: &super::StoreConfig,
+    nodes: usize,
+) -> heapless::Vec<NodeId, { crate::substrate::quorum::MAX_REPLICAS }> {
+    (0..lease_nodes(cfg, nodes).min(crate::substrate::quorum::MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect()
+}
 
 /// How many nodes hold a store's table of client-id leases
 /// ([`crate::substrate::lease`]): its first 2f+1, or 3 for a store of one
@@ -32,4 +42,19 @@ pub fn key_hash(key: &[u8]) -> u64 {
 pub fn node_of(key: &[u8], i: usize, nodes: usize) -> NodeId {
     let first = (key_hash(key) % nodes.max(1) as u64) as usize;
     NodeId(((first + i) % nodes.max(1)) as u16)
+}
+
+/// An index location that is an object's address itself (RAW's copy,
+/// pDPM-Direct's primary replica): the node in the top 16 bits, the
+/// offset below.
+pub fn location_of(addr: RemoteAddr) -> u64 {
+    (addr.node.0 as u64) << 48 | addr.offset
+}
+
+/// The address a location of [`location_of`] names, checked (it comes
+/// from memory): a node of the cluster's `nodes`, an aligned offset.
+pub fn addr_of(location: u64, nodes: usize) -> Option<RemoteAddr> {
+    let node = (location >> 48) as usize;
+    let offset = location & ((1 << 48) - 1);
+    (node < nodes && offset.is_multiple_of(8)).then(|| RemoteAddr::new(NodeId(node as u16), offset))
 }

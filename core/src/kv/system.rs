@@ -41,10 +41,35 @@ pub enum Guarantee {
     /// (`swarm_lincheck::Kv::lazy_unmap`), through crashes of any
     /// minority of the nodes that hold its values.
     Linearizable,
+    /// Linearizable, as [`Guarantee::Linearizable`], but each key is served
+    /// by one node among its replicas, its *primary*, which holds what
+    /// orders its operations (pDPM-Direct's lock, pDPM §4.1) and answers
+    /// its reads: while a key's primary is down, its operations fail with
+    /// [`KvError::Down`](super::KvError::Down) naming that node (they may
+    /// or may not have taken effect), and the crash of any minority of its
+    /// other replicas costs nothing. Its campaigns crash a minority of the
+    /// nodes that hold no index, as for [`Guarantee::Linearizable`], and
+    /// accept exactly those failures.
+    LinearizablePrimary,
     /// No concurrency control (RAW): linearizable only while each key is
     /// used by one client at a time; a node's crash loses its keys. Its
     /// campaigns give every key one client and crash no node.
     OneClientPerKey,
+}
+
+impl Guarantee {
+    /// Whether clients may share keys (a linearizable store): suites and
+    /// campaigns then give every client every key, and otherwise each key
+    /// one client.
+    pub fn shares_keys(self) -> bool {
+        self != Guarantee::OneClientPerKey
+    }
+
+    /// Whether every operation goes on through the crash of any minority
+    /// of the nodes that hold its key's values.
+    pub fn survives_minority(self) -> bool {
+        self == Guarantee::Linearizable
+    }
 }
 
 /// Sequential roundtrips of a system's operations when a client works
@@ -72,6 +97,10 @@ pub struct SystemInfo {
     pub about: &'static str,
     /// Whether values are replicated (`StoreConfig::replicas` applies).
     pub replicated: bool,
+    /// Whether its index is replicated too, so that the store survives the
+    /// crash of any minority of its nodes (`crate::index::snapshot`), or
+    /// kept on [`crate::kv::place::INDEX_NODE`] alone.
+    pub replicated_index: bool,
     /// Whether this is the latency floor the others are compared to (RAW):
     /// reports give every figure as a ratio to it.
     pub floor: bool,
@@ -243,6 +272,11 @@ impl System {
     /// Whether values are replicated.
     pub fn replicated(self) -> bool {
         self.info.replicated
+    }
+
+    /// Whether its index is replicated (any minority of nodes may crash).
+    pub fn replicated_index(self) -> bool {
+        self.info.replicated_index
     }
 
     /// Whether this is the latency floor reports compare to.

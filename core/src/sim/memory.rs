@@ -105,8 +105,7 @@ impl Memory for SimMemory {
         Some(self.now())
     }
 
-    /// [`crate::sim::SimConfig::timeout_ns`].
-    fn op_timeout_ns(&self) -> Option<u64> {
+    fn timeout_ns(&self) -> Option<u64> {
         Some(self.world.borrow().cfg.timeout_ns)
     }
 

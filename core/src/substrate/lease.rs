@@ -232,6 +232,16 @@ pub async fn format<M: Memory>(mem: &M, node: NodeId, ids: u8, length_ns: u64) -
     Ok(())
 }
 
+/// Ticks of `clock` that a lease's holder is given past its expiry before
+/// what it held may go to another client: [`MAX_SKEW_NS`] for clocks that
+/// differ, and twice it for the times a holder may run ahead of its clock
+/// (and its last operations, sent before the expiry, to land). The rule of
+/// this table, and of every lease the toolkit keeps on a CAS word (a
+/// pDPM-Direct entry's lock).
+pub fn grace<C: Clock>(clock: &C) -> u64 {
+    clock.ticks(3 * MAX_SKEW_NS)
+}
+
 /// Bytes of a table of `ids` ids on one node (what [`format`] takes, in
 /// whole chunks): header, lease words and records.
 pub fn table_bytes(ids: u8) -> u64 {
@@ -390,7 +400,7 @@ impl LeaseTable {
 
     /// Ticks after an expiry before the id may be claimed again.
     fn grace<C: Clock>(clock: &C) -> u64 {
-        clock.ticks(3 * MAX_SKEW_NS)
+        grace(clock)
     }
 
     /// Claims an id (`want`), with `nonce` telling this claim from others

@@ -201,20 +201,21 @@ pub trait Memory {
         None
     }
 
+    /// How long an operation may stay pending before the backend fails it
+    /// (its time-out), ns: also the longest after its posting that an
+    /// operation may still land, which fences that wait out operations
+    /// still in flight rely on (`crate::index::snapshot::view`). `None`
+    /// where the backend sets none.
+    fn timeout_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Ready once [`Memory::now_ns`] has reached `at_ns`; otherwise
     /// arranges for the task to be woken when it does (or sooner), as an
     /// operation's completion would. Never ready by default.
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
         let _ = (cx, at_ns);
         Poll::Pending
-    }
-
-    /// How long an operation waits for its node before it fails with a
-    /// time-out, ns, where the backend bounds it (`None`, the default,
-    /// where it does not say): how long a server's request that makes such
-    /// operations may take, for a client that waits on one.
-    fn op_timeout_ns(&self) -> Option<u64> {
-        None
     }
 }
 
@@ -261,12 +262,12 @@ impl<M: Memory + ?Sized> Memory for &M {
         (**self).now_ns()
     }
 
-    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
-        (**self).poll_alarm(cx, at_ns)
+    fn timeout_ns(&self) -> Option<u64> {
+        (**self).timeout_ns()
     }
 
-    fn op_timeout_ns(&self) -> Option<u64> {
-        (**self).op_timeout_ns()
+    fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
+        (**self).poll_alarm(cx, at_ns)
     }
 }
 
@@ -275,6 +276,14 @@ impl<M: Memory + ?Sized> Memory for &M {
 pub async fn read_word<M: Memory>(mem: &M, addr: RemoteAddr) -> Result<u64, MemError> {
     let buf = mem.read(addr, 8).await?;
     Ok(word_at(&buf, 0).unwrap_or(0))
+}
+
+/// Waits `ns` of the memory's time ([`Memory::now_ns`]); not at all if it
+/// keeps none (the operations a caller retries then space its tries).
+pub async fn pause<M: Memory>(mem: &M, ns: u64) {
+    let Some(now) = mem.now_ns() else { return };
+    let at = now.saturating_add(ns);
+    core::future::poll_fn(|cx| mem.poll_alarm(cx, at)).await
 }
 
 /// The little-endian word at byte `at` of `bytes`, or `None` past the end.

@@ -110,10 +110,6 @@ impl<M: Memory> Memory for Counted<M> {
         self.mem.node_count()
     }
 
-    fn op_timeout_ns(&self) -> Option<u64> {
-        self.mem.op_timeout_ns()
-    }
-
     fn read(&self, addr: RemoteAddr, len: usize) -> impl Future<Output = Result<Self::Buf, MemError>> {
         self.track(self.mem.read(addr, len))
     }
@@ -151,6 +147,10 @@ impl<M: Memory> Memory for Counted<M> {
 
     fn now_ns(&self) -> Option<u64> {
         self.mem.now_ns()
+    }
+
+    fn timeout_ns(&self) -> Option<u64> {
+        self.mem.timeout_ns()
     }
 
     fn poll_alarm(&self, cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {

@@ -55,6 +55,16 @@ pub struct Paths {
     /// Writes whose superseded version was still read-locked, so that its
     /// free waited for its readers (pDPM-Central's coordinator).
     pub deferred_frees: u64,
+    /// View changes of the store's replicated index that this client led
+    /// (a replica of the index failed under it).
+    pub index_views: u64,
+    /// pDPM-Direct: locks taken over from a holder whose lease had expired
+    /// (a client that died holding it).
+    pub lock_takeovers: u64,
+    /// pDPM-Direct: redo copies replayed onto the committed spaces (by the
+    /// client that took a lock over, or the next holder after a writer
+    /// gave up between its rounds).
+    pub redo_replays: u64,
 }
 
 impl Paths {
@@ -70,6 +80,9 @@ impl Paths {
         self.patient_inserts += o.patient_inserts;
         self.restored_replicas += o.restored_replicas;
         self.deferred_frees += o.deferred_frees;
+        self.index_views += o.index_views;
+        self.lock_takeovers += o.lock_takeovers;
+        self.redo_replays += o.redo_replays;
     }
 }
 

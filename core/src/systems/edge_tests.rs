@@ -20,8 +20,17 @@ use crate::swarm::meta::MAX_TIME;
 use crate::swarm::writerlog::{self, LogError, LogGeometry};
 use crate::{MemError, MemErrorKind, NodeId};
 
+/// Whether `system`'s writes take writer-log entries and SWARM timestamps
+/// (the stores of `kv::replicated`); the others (RAW, pDPM-Direct) write
+/// in place and name their writes otherwise.
+fn logs(system: System) -> bool {
+    matches!(system.name(), "swarm-kv" | "dm-abd")
+}
+
 fn config(system: System, writers: u8) -> StoreConfig {
-    let mut cfg = StoreConfig::new(system, 20_000);
+    // The replicated index takes room for its keys' changes up front.
+    let keys = if system.replicated_index() { 4_000 } else { 20_000 };
+    let mut cfg = StoreConfig::new(system, keys);
     cfg.max_key = 16;
     cfg.max_value = 256;
     cfg.writers = writers;
@@ -31,12 +40,6 @@ fn config(system: System, writers: u8) -> StoreConfig {
 
 /// The writer-log directory every node gets, as `swarm memnode create`
 /// formats one.
-/// The stores with writer logs and timestamps (`crate::kv::replicated`):
-/// the replicated ones that need no server.
-fn logged(s: System) -> bool {
-    s.replicated() && s.server().is_none()
-}
-
 fn geometry() -> LogGeometry {
     LogGeometry::new(256, CHUNK, 16).unwrap()
 }
@@ -93,7 +96,10 @@ fn min_node_bytes_takes_keys_from_every_client_and_no_less_does() {
         let cfg = config(system, 4);
         let shape = NodeShape { size: 64 << 20, chunk: CHUNK, log: Some(geometry()) };
         let min = cfg.min_node_bytes(3, &shape).unwrap();
-        assert_eq!(min.node, NodeId(0), "{system}: node 0 holds the index");
+        // Node 0 holds RAW's index; the replicated stores' index is on
+        // every node here, so that all of them need the most.
+        assert_eq!(min.node, NodeId(0), "{system}: node 0 holds an index");
+        let fullest = |n: NodeId| n == NodeId(0) || system.replicated_index();
         assert_eq!(min.bytes, min.structures + 4 * min.per_client);
         for size in [min.bytes, min.bytes - CHUNK] {
             let mut sim = setup(&cfg, size);
@@ -119,7 +125,7 @@ fn min_node_bytes_takes_keys_from_every_client_and_no_less_does() {
                 assert!(!errors.is_empty(), "{system}: a chunk less than the least size took every key");
                 for e in errors {
                     assert!(
-                        matches!(e, KvError::NodeFull { node: NodeId(0), need: CHUNK, free } if free < CHUNK),
+                        matches!(e, KvError::NodeFull { node, need: CHUNK, free } if free < CHUNK && fullest(node)),
                         "{system}: {e:?}"
                     );
                 }
@@ -159,13 +165,14 @@ fn a_full_store_stays_readable_by_a_new_client() {
             }
             let e = b.insert(b"another", b"v").await.unwrap_err();
             assert!(matches!(e, KvError::NodeFull { .. }), "{system}: {e:?}");
-            // An update takes a log entry on a majority of the key's nodes
-            // (some may have room left), RAW's none.
+            // An update out of place takes new memory (a log entry on a
+            // majority of the key's nodes, some of which may have room
+            // left, or pDPM-Central's fresh copies); one in place, none.
             let updated = b.update(b"k0", b"v").await;
-            if system.replicated() {
-                assert!(matches!(updated, Ok(_) | Err(KvError::NodeFull { .. })), "{system}: {updated:?}");
-            } else {
+            if matches!(system.name(), "raw" | "pdpm-direct") {
                 assert!(updated.is_ok(), "{system}: {updated:?}");
+            } else {
+                assert!(matches!(updated, Ok(_) | Err(KvError::NodeFull { .. })), "{system}: {updated:?}");
             }
             // The filler reads on too.
             assert!(matches!(a.get(b"k1").await, Ok(Got::Found(_))), "{system}");
@@ -180,7 +187,7 @@ fn a_full_store_stays_readable_by_a_new_client() {
 /// gets go on.
 #[test]
 fn running_out_of_time_and_a_clock_ahead_are_their_own_errors() {
-    for &system in ALL.iter().filter(|s| logged(**s)) {
+    for &system in ALL.iter().filter(|&&s| logs(s)) {
         let cfg = config(system, 2);
         let mut sim = setup(&cfg, 4 << 20);
         let mem = sim.client();
@@ -210,7 +217,7 @@ fn running_out_of_time_and_a_clock_ahead_are_their_own_errors() {
 /// whichever path meets it: not "too few memory nodes answered".
 #[test]
 fn a_full_writer_log_is_not_a_missing_quorum() {
-    for &system in ALL.iter().filter(|s| logged(**s)) {
+    for &system in ALL.iter().filter(|&&s| logs(s)) {
         let cfg = config(system, 2);
         // One segment of 4 entries per client, and a chunk that takes one.
         let geo = LogGeometry::new(256, 4 * 320, 1).unwrap();
@@ -268,11 +275,11 @@ fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
             let mut b = connect(&mem, &c, 2, 0).await;
             assert!(matches!(b.get(b"k").await, Ok(Got::Found(v)) if v[..] == b"v"[..]), "{system}");
             let updated = b.update(b"k", b"w").await;
-            if system.replicated() {
+            if logs(system) {
                 let e = updated.unwrap_err();
                 assert!(matches!(e, KvError::NodeFull { need: CHUNK, .. }), "{system}: {e:?}");
             } else {
-                assert!(updated.is_ok(), "{system}: RAW updates in place: {updated:?}");
+                assert!(updated.is_ok(), "{system}: updates in place: {updated:?}");
             }
             let e = b.insert(b"new", b"v").await.unwrap_err();
             assert!(matches!(e, KvError::NodeFull { need: CHUNK, .. }), "{system}: {e:?}");
@@ -281,10 +288,11 @@ fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
     }
 }
 
-/// Node 0, which holds the index, failed: connecting says that node 0 is
-/// down, and a store's record is still read from the others.
+/// Node 0 failed: connecting to a store whose index it holds alone says that
+/// node 0 is down; the replicated stores, whose index is replicated like
+/// their values, go on (a store's record is read from the other nodes).
 #[test]
-fn node_0_down_is_named() {
+fn node_0_down_is_named_by_raw_and_survived_by_the_replicated_stores() {
     for &system in ALL {
         let cfg = config(system, 2);
         let mut sim = setup(&cfg, 4 << 20);
@@ -294,10 +302,25 @@ fn node_0_down_is_named() {
         let c = cfg.clone();
         sim.block_on(async move {
             assert_eq!(open(&mem).await.map(|r| r.config.system), Ok(system), "the record of the other nodes");
-            let e = connect_any(mem.clone(), &c, Who::Id(1), clock(&mem, 0)).await.err().unwrap();
-            let down = MemError::new(NodeId(0), MemErrorKind::Unreachable);
-            assert_eq!(e, KvError::Down(down), "{system}");
-            assert_eq!(format!("{e}"), "node 0 is down (unreachable)");
+            let connected = connect_any(mem.clone(), &c, Who::Id(1), clock(&mem, 0)).await;
+            if !system.replicated_index() {
+                let e = connected.err().unwrap();
+                let down = MemError::new(NodeId(0), MemErrorKind::Unreachable);
+                assert_eq!(e, KvError::Down(down), "{system}");
+                assert_eq!(format!("{e}"), "node 0 is down (unreachable)");
+                return;
+            }
+            let mut s = connected.unwrap();
+            for i in 0..20u8 {
+                let key = [b'k', i];
+                s.insert(&key, &[i; 8]).await.unwrap();
+                assert!(matches!(s.get(&key).await, Ok(Got::Found(v)) if v[..] == [i; 8]), "{system}");
+            }
+            // A client that never cached them finds them through the index.
+            let mut t = connect(&mem, &c, 2, 0).await;
+            for i in 0..20u8 {
+                assert!(matches!(t.get(&[b'k', i]).await, Ok(Got::Found(v)) if v[..] == [i; 8]), "{system}");
+            }
         })
         .unwrap();
     }

@@ -6,6 +6,7 @@
 //! | `raw` | [`raw`] | one unreplicated copy, the latency floor (SWARM §7) |
 //! | `dm-abd` | [`dm_abd`] | ABD over 2f+1 nodes (SWARM §2.3, §7) |
 //! | `swarm-kv` | [`swarm_kv`] | Safe-Guess per key over 2f+1 nodes (SWARM §5) |
+//! | `pdpm-direct` | [`pdpm_direct`] | committed and redo spaces over 2f+1 nodes, a leased lock on the primary (pDPM §4.1) |
 //! | `pdpm-central` | [`pdpm_central`] | a coordinator beside node 0 orders every access (pDPM §4.2) |
 //!
 //! # Adding a system
@@ -38,6 +39,7 @@ use crate::{Memory, NodeId};
 
 pub mod dm_abd;
 pub mod pdpm_central;
+pub mod pdpm_direct;
 pub mod raw;
 pub mod swarm_kv;
 
@@ -63,7 +65,7 @@ macro_rules! registry {
     };
 }
 
-registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv, pdpm_central::PdpmCentral];
+registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv, pdpm_direct::PdpmDirect, pdpm_central::PdpmCentral];
 
 /// The system called `name`.
 pub fn from_name(name: &str) -> Option<System> {
@@ -180,6 +182,26 @@ pub async fn serve<M: Memory, H: Shell>(mem: M, node: NodeId, cfg: &StoreConfig,
         }
     }
     visit(cfg.system, Serve { mem, node, cfg, shell }).await
+}
+
+/// Runs `f` while the server that `cfg`'s system needs
+/// ([`KvSystem::SERVER`]: pDPM-Central's coordinator) serves beside its
+/// node on a thread of its own, with a memory from `make`, as `swarm
+/// serve` would; just `f` for a system without one.
+#[cfg(feature = "std")]
+pub fn with_server<M: Memory, F: Fn() -> M + Sync, T>(cfg: &StoreConfig, make: &F, f: impl FnOnce() -> T) -> T {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(node) = cfg.system.server() else { return f() };
+    let stop = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let shell = crate::substrate::msg::server::ThreadShell::new(stop.clone());
+        let server = s.spawn(move || crate::substrate::exec::block_on(serve(make(), node, cfg, &shell)));
+        let out = f();
+        stop.store(true, Ordering::Relaxed);
+        let _ = server.join();
+        out
+    })
 }
 
 /// Connects a client of the store of shape `cfg`, whichever system it is,

@@ -15,6 +15,7 @@ use super::swarm_kv::SwarmKv;
 use super::*;
 use crate::check::clock;
 use crate::check::kv::{CHUNK, KvCampaign, NODE_SIZE, campaign as run_campaign, run};
+use crate::kv::place::node_of;
 use crate::kv::record::{self, Found};
 use crate::kv::replicated::Protocol;
 use crate::kv::replicated::descriptor::DESCRIPTOR_BYTES;
@@ -283,10 +284,10 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
     let s = run_campaign(named(system), replicas, from, runs).unwrap_or_else(|e| panic!("{e}"));
     let p = s.paths;
     std::println!(
-        "{system}, {replicas} replicas: {} runs, {} ops ({} left pending by a crashed server), all linearizable; {p:?}",
+        "{system}, {replicas} replicas: {} runs, {} ops, all linearizable ({} failed as declared); {p:?}",
         s.runs,
         s.ops,
-        s.ambiguous
+        s.excused
     );
     let per = |n: u64| n * runs / 1_000;
     let least: &[(&str, u64, u64)] = match system {
@@ -299,6 +300,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("widened quorums", p.widened, per(100)),
             ("inserts waiting for a late node", p.patient_inserts, per(5)),
             ("replicas restored", p.restored_replicas, per(5)),
+            ("index view changes", p.index_views, per(100)),
         ],
         "dm-abd" => &[
             ("out-of-place reads", p.out_of_place_reads, per(1_000)),
@@ -306,13 +308,22 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("widened quorums", p.widened, per(100)),
             ("inserts waiting for a late node", p.patient_inserts, per(5)),
             ("replicas restored", p.restored_replicas, per(5)),
+            ("index view changes", p.index_views, per(100)),
         ],
+        // A client crashing while it holds a key's lock, and the lock
+        // taken over after its lease by a later operation (or the final
+        // reader) on the key.
+        // (The campaigns crash a client early in its run, which is mostly
+        // not in a write: about one run in a hundred leaves a lock behind;
+        // `pdpm_direct::tests` makes the case on purpose.)
+        "pdpm-direct" => &[("lock takeovers", p.lock_takeovers, per(2)), ("redo replays", p.redo_replays, 1)],
         "pdpm-central" => &[
             ("frees waiting for readers", p.deferred_frees, per(100)),
-            // Only reads of versions written before a node's crash meet it
-            // (`pdpm_central::tests` reads around a crashed node on purpose).
-            ("reads from another copy", p.read_restarts, per(2)),
-            ("calls that met a crashed coordinator", s.ambiguous, per(100)),
+            // Only reads of versions written before a node's crash meet it,
+            // a few times per thousand runs (`pdpm_central::tests` reads
+            // around a crashed node on purpose).
+            ("reads from another copy", p.read_restarts, 1),
+            ("calls that met a crashed coordinator", s.excused as u64, per(100)),
         ],
         _ => &[],
     };
@@ -340,6 +351,16 @@ fn dm_abd_campaign_3_replicas() {
 #[test]
 fn dm_abd_campaign_5_replicas() {
     campaign("dm-abd", 5, 3_000, 2_000);
+}
+
+#[test]
+fn pdpm_direct_campaign_3_replicas() {
+    campaign("pdpm-direct", 3, 0, 3_000);
+}
+
+#[test]
+fn pdpm_direct_campaign_5_replicas() {
+    campaign("pdpm-direct", 5, 3_000, 2_000);
 }
 
 #[test]
@@ -794,8 +815,9 @@ fn random_corruption_never_returns_a_wrong_value() {
     }
 }
 
-/// SWARM §7.7: a stalled node (not the index's) costs a fresh client a
-/// little waiting, never a time-out. The stalled node's operations would
+/// SWARM §7.7: a stalled node (not one of the index's: node 3 of 4, the
+/// index on the first three) costs a fresh client a little waiting, never
+/// a time-out. The stalled node's operations would
 /// wait 10 s of virtual time; connecting (lease, table, logs) takes less
 /// than half a millisecond, each wait for the stalled node a few
 /// roundtrips, an operation on every key then less than a millisecond in
@@ -803,10 +825,10 @@ fn random_corruption_never_returns_a_wrong_value() {
 #[test]
 fn a_fresh_client_waits_for_no_stalled_node() {
     for name in ["swarm-kv", "dm-abd"] {
-        let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, timeout_ns: 10_000_000_000, ..SimConfig::default() };
+        let cfg = SimConfig { nodes: 4, node_size: NODE_SIZE, timeout_ns: 10_000_000_000, ..SimConfig::default() };
         let mut sim = Sim::new(cfg.fixed_latency(2_000));
         let cfg = config(named(name), 3, 4);
-        setup(&mut sim, 3, &cfg);
+        setup(&mut sim, 4, &cfg);
         let loader = Counted::new(sim.client());
         let c = cfg.clone();
         sim.block_on(async move {
@@ -817,7 +839,7 @@ fn a_fresh_client_waits_for_no_stalled_node() {
         })
         .unwrap();
         let at = sim.now();
-        sim.stall_node_at(1, at, 60_000_000_000);
+        sim.stall_node_at(3, at, 60_000_000_000);
         let mem = Counted::new(sim.client());
         let (connect, ops, inserts) = sim
             .block_on(async move {
@@ -847,23 +869,37 @@ fn a_fresh_client_waits_for_no_stalled_node() {
 }
 
 /// SWARM §6 without its cost: an insert leaves out a replica on a node
-/// that is late (here stalled), and once the node is back, a later
-/// operation on the key gives it that replica, so that the key again
-/// survives the crash of any other node. Each key is inserted while node 1
-/// stalls, by a client that connected during the stall (no waiting for
-/// it), read after the stall (which restores the replica there, once the
-/// client's probe finds node 1 back), then node 2 crashes: every key is
-/// still there, for the inserting client and a fresh one.
+/// that is late (here stalled: node 3 of 4, which holds no index), and
+/// once the node is back, a later operation on the key gives it that
+/// replica, so that the key again survives the crash of any other node.
+/// Each key (with replicas on nodes 1, 2, 3 or 2, 3, 0) is inserted while
+/// node 3 stalls, by a client that connected during the stall (no waiting
+/// for it), read after the stall (which restores the replica there, once
+/// the client's probe finds node 3 back), then node 2 crashes (an index
+/// replica too: the index changes its view, waiting out its lease, 50 s
+/// at this time-out): every key is still there, for the inserting client
+/// and a fresh one.
 #[test]
 fn a_key_inserted_past_a_late_node_gets_its_replica_back() {
     for name in ["swarm-kv", "dm-abd"] {
-        let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, timeout_ns: 10_000_000_000, ..SimConfig::default() };
+        let cfg = SimConfig {
+            nodes: 4,
+            node_size: NODE_SIZE,
+            timeout_ns: 10_000_000_000,
+            time_limit_ns: 1_000_000_000_000,
+            ..SimConfig::default()
+        };
         let mut sim = Sim::new(cfg.fixed_latency(2_000));
         let cfg = config(named(name), 3, 4);
-        setup(&mut sim, 3, &cfg);
+        setup(&mut sim, 4, &cfg);
+        let keys: Vec<Vec<u8>> = (0u16..)
+            .map(|i| alloc::format!("n{i}").into_bytes())
+            .filter(|k| [1, 2].contains(&node_of(k, 0, 4).0))
+            .take(8)
+            .collect();
         let (stall, crash_at) = (5_000_000, 100_000_000);
         let at = sim.now();
-        sim.stall_node_at(1, at, stall);
+        sim.stall_node_at(3, at, stall);
         sim.crash_node_at(2, at + crash_at, crate::sim::CrashMode::FailFast);
         let (ma, mb) = (Counted::new(sim.client()), Counted::new(sim.client()));
         let (inserts, restored, after) = sim
@@ -872,16 +908,16 @@ fn a_key_inserted_past_a_late_node_gets_its_replica_back() {
                 let held = claim(&ma, &cfg, &clock, Want::Id(1), 7).await.unwrap();
                 let mut a = connect_any(&ma, &cfg, Who::Lease(held), clock).await.unwrap();
                 let t0 = ma.inner().now();
-                for k in 0..8u8 {
-                    a.insert(&[b'n', k], b"x").await.unwrap();
+                for k in &keys {
+                    a.insert(k, b"x").await.unwrap();
                 }
                 let inserts = ma.inner().now() - t0;
                 ma.inner().sleep(stall).await;
-                // Operations until the probe finds node 1 back (one in 64
+                // Operations until the probe finds node 3 back (one in 64
                 // probes it): each key's next one restores its replica there.
                 for _ in 0..16 {
-                    for k in 0..8u8 {
-                        assert_eq!(found(a.get(&[b'n', k]).await.unwrap()).as_deref(), Some(&b"x"[..]));
+                    for k in &keys {
+                        assert_eq!(found(a.get(k).await.unwrap()).as_deref(), Some(&b"x"[..]));
                     }
                 }
                 let restored = a.paths().restored_replicas;
@@ -889,8 +925,8 @@ fn a_key_inserted_past_a_late_node_gets_its_replica_back() {
                 ma.inner().sleep(wait).await;
                 let mut b = client(&mb, &cfg, 2, 0).await.unwrap();
                 let mut after = Vec::new();
-                for k in 0..8u8 {
-                    after.push((owned(a.get(&[b'n', k]).await), owned(b.get(&[b'n', k]).await)));
+                for k in &keys {
+                    after.push((owned(a.get(k).await), owned(b.get(k).await)));
                 }
                 (inserts, restored, after)
             })

@@ -87,7 +87,10 @@ pub fn addr_of(site: Site, size: u64, word: u64, part: Part) -> Option<RemoteAdd
 /// The check of a parent record.
 fn parent_check(parent: u64, block: &[u8]) -> u64 {
     let sum = word_at(block, block.len().saturating_sub(8)).unwrap_or(0);
-    xxh3_64(&[parent.to_le_bytes(), sum.to_le_bytes()].concat()) | 1
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&parent.to_le_bytes());
+    b[8..].copy_from_slice(&sum.to_le_bytes());
+    xxh3_64(&b) | 1
 }
 
 /// The record of a block for a key of `key_len` bytes, read from remote

@@ -62,7 +62,6 @@
 //! - Blocks are never freed, so every update or removal uses up arena
 //!   space (`super::arena::ArenaError::Full` says how much): recycling is
 //!   issue #20.
-//! - No store uses it yet (design step 10).
 
 use core::cell::Cell;
 use core::future::Future;
@@ -71,6 +70,7 @@ use super::arena::{Arena, ArenaError, Site};
 use super::block::{self, KeyBlock, Part};
 use super::header::{self, Header, Replica};
 use super::master::{self, MasterPaths, now_ns};
+use super::records::Records;
 use super::slot::{self, Exp, Outcome, Slot, SlotError, SlotPaths, Target, TargetOps};
 use super::view::{Timing, View, ViewError, ViewLease};
 use crate::index::layout::{Block, COMBINED_BYTES, Geometry, KeyHash, SlotWord, block_len};
@@ -378,6 +378,18 @@ impl SnapshotIndex {
     /// previous holder, if it can be this arena's.
     pub fn adopt(&mut self, c: Carry) -> bool {
         self.arena.adopt(c)
+    }
+
+    /// Takes room for a record of `bytes` bytes in the arena (see
+    /// [`Records`]): its offset, the same on every replica. No roundtrip
+    /// unless this client's arena chunk is used up.
+    pub async fn alloc_record<M: Memory>(&mut self, mem: &M, bytes: u64) -> Result<u64, IndexError> {
+        Ok(self.arena.alloc(mem, bytes).await?)
+    }
+
+    /// Where this index keeps records, as of the view this client is in.
+    pub fn records(&self) -> Records {
+        Records::new(&self.header, self.view().excluded)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<KeyHash, IndexError> {

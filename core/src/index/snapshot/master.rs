@@ -149,11 +149,17 @@ pub async fn settle<M: Memory>(
     let master_ns = t.lease_ns.saturating_mul(MASTER_LEASES);
     let r = header.replicas.len();
     let mut stale: Option<(u64, u64)> = None;
+    let mut own: Option<u64> = None;
     let mut rng = (nonce as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for _ in 0..MAX_TRIES {
         let now = now_ns(mem);
         let words = read_views(mem, header).await?;
         let Some(v) = newest(words.iter().flatten().copied()) else { return Err(unavailable(header.replicas[0].node)) };
+        // A suspect whose exclusion would leave no majority is kept: it
+        // may only be late (excluded replicas never come back), and the
+        // operation that suspected it tries again.
+        let left = r - ((v.excluded | suspects).count_ones() as usize).min(r);
+        let suspects = if left < majority(r) { 0 } else { suspects };
         let base = match v.phase {
             Phase::Stable if v.excluded & suspects == suspects => match lease.renew(mem, header, now).await {
                 Ok(v) => return Ok(v),
@@ -161,6 +167,12 @@ pub async fn settle<M: Memory>(
             },
             Phase::Stable => v,
             Phase::Prepare => match stale {
+                // This client's own claim, whose run failed: nothing of it
+                // is still to be posted.
+                _ if own == Some(v.encode()) => {
+                    paths.superseded += 1;
+                    v
+                }
                 Some((w, since)) if w == v.encode() && now.saturating_sub(since) >= master_ns + t.landing_ns => {
                     paths.superseded += 1;
                     v
@@ -196,7 +208,16 @@ pub async fn settle<M: Memory>(
         let replies = join_all(claims).await;
         let won = replies.oks().filter(|&(_, &won)| won).count();
         if won >= majority(r) {
-            let view = run(mem, header, base, prepare, sent, sent + master_ns - t.landing_ns, paths).await?;
+            let view = match run(mem, header, base, prepare, sent, sent + master_ns - t.landing_ns, paths).await {
+                Ok(view) => view,
+                // Too few replicas answered in time (a late one, or a
+                // second failure): claim the next view from this one.
+                Err(IndexError::Unavailable(_)) => {
+                    own = Some(prepare.encode());
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             paths.views += 1;
             return match lease.renew(mem, header, now_ns(mem)).await {
                 Ok(v) => Ok(v),
@@ -286,7 +307,15 @@ async fn run<M: Memory>(
     let installs: heapless::Vec<_, MAX_REPLICAS> =
         (0..r).map(|i| mem.cas(header.view_addr(i), prepare.encode(), stable.encode())).collect();
     let replies = join_all(installs).await;
-    let done = replies.oks().filter(|&(_, &prev)| prev == prepare.encode()).count();
+    let mut done = replies.oks().filter(|&(_, &prev)| prev == prepare.encode()).count();
+    // Replicas that the claim missed (late then) and still hold an older
+    // view catch up: nothing newer may be overwritten.
+    let behind: heapless::Vec<_, MAX_REPLICAS> = replies
+        .oks()
+        .filter(|&(_, &prev)| View::decode(prev).is_some_and(|v| v.epoch < prepare.epoch))
+        .map(|(i, &prev)| async move { mem.cas(header.view_addr(i), prev, stable.encode()).await.map(|p| p == prev) })
+        .collect();
+    done += join_all(behind).await.oks().filter(|&(_, &won)| won).count();
     if done < majority(r) {
         return Err(unavailable(header.replicas[0].node));
     }

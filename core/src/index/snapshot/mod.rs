@@ -28,10 +28,11 @@
 //!   the fence, the repair of every slot, the new view.
 
 pub mod arena;
-pub(crate) mod block;
+pub mod block;
 pub mod header;
 pub mod index;
 pub mod master;
+pub mod records;
 pub(crate) mod rules;
 pub mod slot;
 #[cfg(all(test, feature = "sim"))]

@@ -87,10 +87,8 @@
 //!   in-band master (design steps 8-9: view, fence F9, Alg. 3) can repair
 //!   it. No view lease is checked before posting.
 
-use core::future::poll_fn;
-
 use super::rules::{self, Decision, Eval, Seen};
-use crate::substrate::memory::read_word;
+use crate::substrate::memory::{pause, read_word};
 use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 use crate::{MAX_PIPELINE, MemError, MemErrorKind, Memory, Op, OpOutput, RemoteAddr};
 
@@ -553,14 +551,6 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
             None => Err(SlotError::Unknown { current: p }),
         }
     }
-}
-
-/// Waits `ns` of the memory's time (not at all if it keeps none: the reads
-/// themselves then space the retries).
-async fn pause<M: Memory>(mem: &M, ns: u64) {
-    let Some(now) = mem.now_ns() else { return };
-    let at = now.saturating_add(ns);
-    poll_fn(|cx| mem.poll_alarm(cx, at)).await
 }
 
 #[cfg(all(test, feature = "sim"))]

@@ -536,3 +536,49 @@ fn a_crash_pauses_the_index_for_about_a_lease() {
         assert!(worst < 2 * 10_000_000, "a pause of about one lease (10 ms): {worst} ns");
     }
 }
+
+/// Records beside the index: written to every replica (one roundtrip),
+/// read from one; a copy that is missing (zeroed here) or a replica that
+/// is down makes the reader take another's; no whole copy anywhere is
+/// corruption, and an out-of-arena offset is refused.
+#[test]
+fn records_are_read_from_any_replica_that_holds_them() {
+    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() });
+    setup_on(&mut sim, 3, 4);
+    let m = Counted::new(sim.client());
+    let whole = |b: &[u8]| (b.iter().all(|&x| x == 7)).then_some(());
+    let (off, first) = sim
+        .block_on(async move {
+            let mut ix = SnapshotIndex::open(&m, &nodes(3), 1).await.unwrap();
+            let off = ix.alloc_record(&m, 100).await.unwrap();
+            let rec = ix.records();
+            m.reset();
+            rec.write(&m, off, &[7u8; 100]).await.unwrap();
+            assert_eq!(m.roundtrips(), 1, "a record is written in one roundtrip");
+            m.reset();
+            assert_eq!(rec.read(&m, off, 100, whole).await, Ok(()));
+            assert_eq!(m.roundtrips(), 1, "and read in one");
+            assert!(rec.write(&m, 1 << 40, &[1]).await.is_err(), "an offset beyond the arena");
+            // The first replica a reader tries loses its copy: the others
+            // have it.
+            let first = ((off / 64) % 3) as usize;
+            let site = ix.header().sites()[first];
+            m.write(crate::RemoteAddr::new(site.node, site.base + off), &[0u8; 100]).await.unwrap();
+            m.reset();
+            assert_eq!(rec.read(&m, off, 100, whole).await, Ok(()));
+            assert_eq!(m.roundtrips(), 2, "one more for the others");
+            let never = |_: &[u8]| None::<()>;
+            assert!(matches!(rec.read(&m, off, 100, never).await, Err(IndexError::Corrupt { .. })));
+            (off, first)
+        })
+        .unwrap();
+    // A replica down too: the third still has it.
+    let now = sim.now();
+    sim.crash_node_at((first + 1) % 3, now, crate::sim::CrashMode::FailFast);
+    let m = sim.client();
+    sim.block_on(async move {
+        let ix = SnapshotIndex::open(&m, &nodes(3), 3).await.unwrap();
+        assert_eq!(ix.records().read(&m, off, 100, whole).await, Ok(()));
+    })
+    .unwrap();
+}

@@ -3,8 +3,9 @@
 //!
 //! The index maps a key to one `u64`; a replicated key needs 2f+1 addresses
 //! and the shape of its objects, so the `u64` is the offset of this block,
-//! written by the inserter on the index's node before the index entry that
-//! publishes it, and never changed. Clients read it once per key and cache
+//! a record beside the index (`crate::index::snapshot::records`: in its
+//! arena, on every index replica), written by the inserter before the
+//! index entry that publishes it, and never changed. Clients read it once per key and cache
 //! it with the location (SWARM §5.2's 24 B per key, here the whole
 //! [`Register`]).
 //!
@@ -32,8 +33,9 @@ use crate::swarm::inout::{Layout, MAX_META_WORDS, MAX_VALUE, Replica};
 use crate::swarm::maxreg::Register;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SWKVDSC2");
-const LEN: usize = 120;
-/// Bytes a descriptor takes on the index node (its allocation class).
+/// Bytes of an encoded descriptor.
+pub const LEN: usize = 120;
+/// Bytes a descriptor takes in the index's arena.
 pub const DESCRIPTOR_BYTES: u64 = 128;
 
 /// Encodes `reg` (at most [`MAX_REPLICAS`] replicas, which `Register` holds).

@@ -9,8 +9,9 @@
 //! ```text
 //! insert(k, v):  cached k: update(k, v), unless k turns out deleted
 //!                fresh replicas on k's nodes; in parallel: write v to them,
-//!                  write their descriptor, read k's index buckets      # 1 RTT
-//!                publish the mapping (index CAS)                      # 1 RTT
+//!                  write their descriptor to the index's replicas,
+//!                  read k's index buckets                             # 1 RTT
+//!                publish the mapping (SNAPSHOT: backups, primary)     # 2 RTT
 //!                k already mapped: update its register; if deleted,
 //!                  swing the mapping to the fresh replicas
 //! update(k, v):  locate k (cache: 0 RTT); write v                     # 1 RTT
@@ -23,6 +24,10 @@
 //!                then unmap k in the background (§5.3.2)
 //! ```
 //!
+//! The index is replicated on the store's first 2f+1 nodes
+//! ([`crate::index::snapshot`]), with the descriptors beside it, so that
+//! the store survives the crash of any minority of its nodes.
+//!
 //! Index operations and the rare paths are boxed ([`crate::substrate::exec::cold`]):
 //! futures are as large as the largest future they await, and every level
 //! moves its children, so the common path keeps them small.
@@ -32,9 +37,10 @@
 //!   ([`Index::insert_after`]), not in parallel: a reader can then never
 //!   find a mapped key with empty replicas, and an update never lands on a
 //!   register whose insert is still in flight (which would let a failed
-//!   update's value survive). Our index needs two roundtrips for a new key
-//!   anyway (read the buckets, then CAS), and the value write hides in the
-//!   first, so an insert of a new key costs two roundtrips.
+//!   update's value survive). Our index needs three roundtrips for a new
+//!   key anyway (read the buckets, then SNAPSHOT's two phases), and the
+//!   value write hides in the first, so an insert of a new key costs three
+//!   roundtrips.
 //! - New replicas are not cleared: they come from fresh chunks of nodes
 //!   that start zeroed, and objects are never recycled (§5.4 is not
 //!   implemented). Memory recycling will need the paper's pre-cleared
@@ -61,13 +67,15 @@ use alloc::boxed::Box;
 use core::future::Future;
 
 use crate::index::cache::{CacheConfig, Eviction, LocationCache};
-use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
+use crate::index::snapshot::SnapshotIndex;
+use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::LeaseError;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
+use crate::substrate::space::slab::ARENA_CLASS;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
 use crate::substrate::value::Value;
 use crate::swarm::client::{ClientCtx, ClientError};
@@ -75,10 +83,10 @@ use crate::swarm::inout::{InOutError, Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
 use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
-use crate::{Memory, NodeId, RemoteAddr};
+use crate::{Memory, NodeId};
 
 use super::config::{NodeChunks, NodeShape, StoreConfig};
-use super::place::{INDEX_NODE, RETRIES, node_of};
+use super::place::{RETRIES, index_nodes, node_of};
 use super::system::{Handle, KvSystem, SystemInfo, Who};
 use super::{Got, KvClient, KvError, Limits, Missing, Written};
 use crate::index::cache::key_hash;
@@ -173,8 +181,8 @@ impl<P: Protocol> KvSystem for P {
         node_bytes(cfg, P::layout(cfg), nodes, writes)
     }
 
-    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
-        sizing::node_chunks(cfg, P::layout(cfg)?, node, shape)
+    fn node_chunks(cfg: &StoreConfig, nodes: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        sizing::node_chunks(cfg, P::layout(cfg)?, nodes, node, shape)
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
@@ -206,14 +214,15 @@ async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
             })?;
         }
     }
-    RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
+    let timeout = mem.timeout_ns().unwrap_or(sizing::DEFAULT_TIMEOUT_NS);
+    SnapshotIndex::open_or_create(mem, &index_nodes(cfg, mem.node_count()), sizing::index_config(cfg, timeout)).await?;
     Ok(())
 }
 
 /// One client of a replicated store of protocol `P`.
 pub struct Replicated<P, M, C> {
     io: Io<P, M, C>,
-    index: RaceIndex,
+    index: SnapshotIndex,
     cache: LocationCache<Cached>,
     /// Where an operation on a cached key works ([`Cached::load`]).
     work: Known,
@@ -242,7 +251,9 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         };
         let mut ctx = ctx.map_err(client_error)?;
         let opened = match ctx.open_logs(&mem).await {
-            Ok(()) => RaceIndex::open(&mem, INDEX_NODE).await.map_err(KvError::from),
+            Ok(()) => {
+                SnapshotIndex::open(&mem, &index_nodes(cfg, mem.node_count()), id as u32).await.map_err(KvError::from)
+            }
             Err(e) => Err(client_error(e)),
         };
         let mut index = match opened {
@@ -253,7 +264,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 return Err(e);
             }
         };
-        if let Some(c) = ctx.slab.take_extra(INDEX_NODE) {
+        if let Some(c) = ctx.slab.take_extra_of(index.header().replicas[0].node, ARENA_CLASS) {
             index.adopt(c);
         }
         let cache = LocationCache::new(CacheConfig {
@@ -339,20 +350,18 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let Some(entry) = Box::pin(self.index.lookup(&self.io.mem, key)).await? else {
             return Ok(None);
         };
-        let k = self.describe(key, entry).await?;
+        let k = Box::pin(self.describe(key, entry)).await?;
         self.cache.insert(key, entry.location, Cached::new(k.clone()));
         Ok(Some((k, false)))
     }
 
-    /// Reads the descriptor `key`'s index entry points to: it must be
-    /// `key`'s (its tag), or the entry is corrupt.
+    /// Reads the descriptor `key`'s index entry points to, a record beside
+    /// the index (one roundtrip, from any index replica that holds it
+    /// whole): it must be `key`'s (its tag), or the entry is corrupt.
     async fn describe(&self, key: &[u8], entry: Entry) -> Result<Known, KvError> {
-        let at = RemoteAddr::new(INDEX_NODE, entry.location);
-        let buf = self.io.mem.read(at, DESCRIPTOR_BYTES as usize).await?;
-        let reg = descriptor::decode(&buf, self.nodes).map_err(|_| KvError::Corrupt)?;
-        if reg.layout.tag != key_hash(key) {
-            return Err(KvError::Corrupt);
-        }
+        let (tag, nodes) = (key_hash(key), self.nodes);
+        let mine = |b: &[u8]| descriptor::decode(b, nodes).ok().filter(|r| r.layout.tag == tag);
+        let reg = self.index.records().read(&self.io.mem, entry.location, descriptor::LEN, mine).await?;
         Ok(Known { reg, rc: RegCache::default(), entry })
     }
 
@@ -367,14 +376,15 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
     /// [`new_register`](Self::new_register) for `wait_all`).
     async fn insert_fresh(&mut self, key: &[u8], value: &[u8], wait_all: bool) -> Result<Fresh, KvError> {
         let (reg, left_out) = self.new_register(key, wait_all).await?;
-        let desc = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await?;
+        let desc = self.index.alloc_record(&self.io.mem, DESCRIPTOR_BYTES).await?;
         let bytes = descriptor::encode(&reg);
         let mut rc = RegCache::default();
         let mut failed = None;
+        let records = self.index.records();
         let (Io { mem, ctx, .. }, index) = (&mut self.io, &mut self.index);
         let ready = async {
             let first = Box::pin(first_write(ctx, mem, &reg, &mut rc, value));
-            match join2(mem.write(desc, &bytes), first).await {
+            match join2(records.write(&*mem, desc, &bytes), first).await {
                 (Ok(()), Ok(())) => true,
                 (Err(e), _) => {
                     failed = Some(e.into());
@@ -386,7 +396,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 }
             }
         };
-        let inserted = Box::pin(index.insert_after(&*mem, key, desc.offset, ready)).await;
+        let inserted = Box::pin(index.insert_after(&*mem, key, desc, ready)).await;
         let inserted = match inserted? {
             Some(i) => i,
             // A majority of the replicas that were not late may not be a
@@ -418,7 +428,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                     }
                     Err(e) => return Err(reg_error(e)),
                 }
-                let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
+                let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc)).await;
                 match swung? {
                     Change::Done { now: Some(now), .. } => {
                         self.cache.insert(key, now.location, Cached::new(mine(now)));
@@ -532,11 +542,11 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         if !restored {
             return None;
         }
-        let Ok(desc) = self.io.ctx.slab.alloc(&self.io.mem, INDEX_NODE, DESCRIPTOR_BYTES).await else { return None };
-        if self.io.mem.write(desc, &descriptor::encode(&reg)).await.is_err() {
+        let Ok(desc) = self.index.alloc_record(&self.io.mem, DESCRIPTOR_BYTES).await else { return None };
+        if self.index.records().write(&self.io.mem, desc, &descriptor::encode(&reg)).await.is_err() {
             return None;
         }
-        let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc.offset)).await;
+        let swung = Box::pin(self.index.update(&self.io.mem, key, Expect::Entry(entry), desc)).await;
         match swung {
             Ok(Change::Done { now: Some(now), .. }) => {
                 self.io.ctx.paths.restored_replicas += 1;
@@ -702,7 +712,9 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
     }
 
     fn paths(&self) -> crate::swarm::client::Paths {
-        self.io.ctx.paths
+        let mut p = self.io.ctx.paths;
+        p.index_views = self.index.master_paths().views;
+        p
     }
 }
 

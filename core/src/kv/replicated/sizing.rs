@@ -6,7 +6,11 @@ use crate::swarm::inout::Layout;
 use crate::swarm::writerlog::{ENTRY_HEADER, LogGeometry};
 
 use super::descriptor::DESCRIPTOR_BYTES;
-use crate::kv::place::INDEX_NODE;
+use crate::index::Geometry;
+use crate::index::snapshot::header;
+use crate::index::snapshot::view::Timing;
+use crate::index::snapshot::{SnapshotConfig, block};
+use crate::kv::place::index_nodes;
 use crate::kv::{KvError, NodeChunks, NodeShape, StoreConfig};
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::{CLASSES, class_of};
@@ -15,6 +19,44 @@ use crate::substrate::space::slab::{CLASSES, class_of};
 /// writes of 64 B per client, 126 thousand of 8 KiB (log entries are not
 /// recycled). Fewer on nodes that could not hold as many.
 const LOG_SEGMENTS: u64 = 1024;
+
+/// Changes of its mapping (insert, removal, a replica restored) per key
+/// that the index's arena has room for: its key blocks and descriptors
+/// are never recycled (issue #20).
+const INDEX_CHANGES: u64 = 2;
+
+/// The operation time-out a store's index is fenced with where the
+/// memory states none ([`crate::Memory::timeout_ns`]): the mapped
+/// backends' default.
+pub(crate) const DEFAULT_TIMEOUT_NS: u64 = 1_000_000_000;
+
+/// Bytes of the index's arena a client claims at a time (a roundtrip per
+/// 64 new keys of 24 B).
+const INDEX_CHUNK: u64 = 16 << 10;
+
+/// The replicated index of a store of `cfg` on memory whose operations
+/// time out after `timeout_ns`: room for [`StoreConfig::keys`] keys, each
+/// changing [`INDEX_CHANGES`] times with a descriptor each time, and for
+/// two partly used chunks of each client id.
+pub(crate) fn index_config(cfg: &StoreConfig, timeout_ns: u64) -> SnapshotConfig {
+    let mut c = SnapshotConfig::for_keys(cfg.keys.max(1), cfg.max_key, INDEX_CHANGES);
+    let per_change = block::alloc_len(cfg.max_key) + DESCRIPTOR_BYTES;
+    let changes = cfg.keys.max(1).saturating_mul(INDEX_CHANGES).saturating_mul(per_change);
+    let chunks = 2 * cfg.writers as u64 * INDEX_CHUNK;
+    c.chunk = INDEX_CHUNK;
+    c.arena = changes.saturating_add(chunks).saturating_add(INDEX_CHUNK).next_multiple_of(INDEX_CHUNK);
+    c.timing = Timing::for_timeout(timeout_ns);
+    c
+}
+
+/// Bytes of one replica of the index of a store of `cfg`: header,
+/// buckets and arena, each in whole `chunk`s.
+fn index_replica_bytes(cfg: &StoreConfig, chunk: u64) -> u64 {
+    let c = index_config(cfg, DEFAULT_TIMEOUT_NS);
+    let chunk = chunk.max(1);
+    let buckets = Geometry::bytes(c.index.groups).unwrap_or(u64::MAX / 4) - 64 + header::BYTES;
+    buckets.next_multiple_of(chunk).saturating_add(c.arena.next_multiple_of(chunk))
+}
 
 /// The writer logs of a node of `size` bytes in `chunk`-byte chunks: as
 /// many segments per client as the node could hold (one client may write
@@ -29,7 +71,7 @@ pub(crate) fn log_geometry(cfg: &StoreConfig, size: u64, chunk: u64) -> Result<L
 
 /// Bytes each of `nodes` memory nodes needs for `cfg.keys` keys of
 /// `layout` and `writes` writes by all clients together, region header and
-/// a quarter spare included. Node 0 also holds the index.
+/// a quarter spare included. The first 2f+1 nodes also hold the index.
 pub fn node_bytes(cfg: &StoreConfig, layout: Result<Layout, KvError>, nodes: usize, writes: u64) -> u64 {
     let nodes = nodes.max(1) as u64;
     let obj = |size: u64| class_of(size).map_or(size, |(_, c)| c);
@@ -42,8 +84,8 @@ pub fn node_bytes(cfg: &StoreConfig, layout: Result<Layout, KvError>, nodes: usi
     let entry = (ENTRY_HEADER + cfg.max_value as u64).next_multiple_of(64);
     let dir = log_geometry(cfg, u64::MAX, StoreConfig::CHUNK).map_or(0, |g| g.dir_bytes());
     let logs = dir + (writes * copies).div_ceil(nodes) * entry;
-    // The index and its key blocks, and the descriptors, on node 0.
-    let index = cfg.index_bytes() + cfg.keys * DESCRIPTOR_BYTES;
+    // The index, its key blocks and the descriptors, on the index nodes.
+    let index = index_replica_bytes(cfg, StoreConfig::CHUNK);
     // Each client's partly used chunks: a few size classes on each node,
     // and a partly used log segment.
     let slack = cfg.writers as u64 * 6 * StoreConfig::CHUNK;
@@ -51,17 +93,23 @@ pub fn node_bytes(cfg: &StoreConfig, layout: Result<Layout, KvError>, nodes: usi
     (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
 }
 
-/// What a replicated store takes on `node` beyond what every store takes
-/// ([`crate::kv::KvSystem::node_chunks`]): a log directory where the nodes
-/// have none; and per client, a chunk for each size class it carves there
-/// (each replica's object, its log segment, and on the index node the
-/// descriptors), plus on the index node a chunk of key blocks.
+/// What a replicated store takes on `node` of `nodes` beyond what every
+/// store takes ([`crate::kv::KvSystem::node_chunks`]): a log directory
+/// where the nodes have none, a replica of the index on the index nodes;
+/// and per client, a chunk for each size class it carves there (each
+/// replica's object, its log segment).
 pub(crate) fn node_chunks(
     cfg: &StoreConfig,
     layout: Layout,
+    nodes: usize,
     node: NodeId,
     shape: &NodeShape,
 ) -> Result<NodeChunks, KvError> {
+    let index = if index_nodes(cfg, nodes).contains(&node) {
+        index_replica_bytes(cfg, shape.chunk).div_ceil(shape.chunk.max(1))
+    } else {
+        0
+    };
     let (dir, geo) = match shape.log {
         Some(g) => (0, g),
         None => {
@@ -87,11 +135,6 @@ pub(crate) fn node_chunks(
         geo.per_segment * geo.entry_size,
         "a writer-log segment does not fit in a chunk (a chunk of a power of two bytes holds one)",
     )?;
-    let mut client = 0;
-    if node == INDEX_NODE {
-        take(DESCRIPTOR_BYTES, "a descriptor does not fit in a chunk")?;
-        client += 1;
-    }
-    client += classes.iter().filter(|&&c| c).count() as u64;
-    Ok(NodeChunks { own: dir, per_client: client })
+    let client = classes.iter().filter(|&&c| c).count() as u64;
+    Ok(NodeChunks { own: dir + index, per_client: client })
 }

@@ -53,12 +53,12 @@ const REQUEST_OPS: u64 = 8;
 
 /// How long a call waits for the coordinator on `mem`: its longest request
 /// behind one of every other client's (`channels`), twice over, where the
-/// memory states its time-out ([`Memory::op_timeout_ns`], the simulator's
+/// memory states its time-out ([`Memory::timeout_ns`], the simulator's
 /// tens of µs); else, or if longer, [`CALL_TIMEOUT_NS`]. A call to a
 /// coordinator that died fails after this long, and the next one reaches
 /// its successor.
 pub fn call_timeout_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
-    mem.op_timeout_ns()
+    mem.timeout_ns()
         .map_or(CALL_TIMEOUT_NS, |t| t.saturating_mul(REQUEST_OPS * 2 * (channels as u64 + 1)).min(CALL_TIMEOUT_NS))
 }
 /// How long connecting waits for the coordinator to start.

@@ -16,11 +16,13 @@
 //! # Where the coordinator runs
 //!
 //! Beside node 0 ([`COORDINATOR`]), the node that already holds every
-//! store's record, lease table and index (`crate::kv::place::INDEX_NODE`):
-//! its durable metadata (index, cells, records) is the paper's "local PM",
-//! and its accesses there are local (not counted as roundtrips, as the
-//! paper counts its metadata flush). The campaigns crash nodes other than
-//! node 0, as for the other stores, whose index lives there too.
+//! store's record and the one-copy index of RAW and pDPM-Direct
+//! (`crate::kv::place::INDEX_NODE`): its durable metadata (index, cells,
+//! records) is the paper's "local PM", and its accesses there are local
+//! (not counted as roundtrips, as the paper counts its metadata flush).
+//! Its index is not replicated (`SystemInfo::replicated_index` is false),
+//! so the campaigns crash nodes other than node 0, as for RAW and
+//! pDPM-Direct.
 //!
 //! # Guarantee: linearizable
 //!
@@ -53,8 +55,8 @@
 //! # Not done
 //!
 //! - A replicated backup: the coordinator's durable state is on node 0
-//!   only, which is a single point of failure here, as every store's index
-//!   is until it is replicated.
+//!   only, which is a single point of failure here (SWARM-KV and DM-ABD
+//!   keep theirs in the replicated `crate::index::snapshot` index).
 //! - Fencing: a standby takes over from a coordinator that is dead (killed,
 //!   crashed). One that is only paused stops at its next pass over its
 //!   channels, but a commit it was making when paused may still land after
@@ -122,6 +124,7 @@ impl KvSystem for PdpmCentral {
         about: "a coordinator beside node 0 holds the index and per-key locks; reads RPC + READ, writes out of place \
                 through it (pDPM §4.2)",
         replicated: true,
+        replicated_index: false,
         floor: false,
         guarantee: Guarantee::Linearizable,
         roundtrips: Roundtrips { get: 2, update: 2, insert: 2, delete: 1 },

@@ -14,22 +14,21 @@
 
 use alloc::boxed::Box;
 
-use crate::kv::place::{INDEX_NODE, RETRIES, node_of};
+use crate::kv::place::{INDEX_NODE, RETRIES, addr_of, location_of, node_of};
+use crate::kv::seat::Seat;
 use crate::kv::{
     Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, NodeChunks, NodeShape, Roundtrips,
     StoreConfig, SystemInfo, Who, Written,
 };
 use crate::substrate::clock::Clock;
-use crate::substrate::lease::{Held, Resumed};
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::class_of;
 
 use crate::baselines::raw::{RawError, RawRegister};
 use crate::index::cache::{CacheConfig, Eviction, LocationCache, key_hash};
 use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
-use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 use crate::substrate::value::Value;
-use crate::{Memory, NodeId, RemoteAddr};
+use crate::{Memory, NodeId};
 
 /// RAW: the latency floor of the SWARM paper's comparison (§7).
 pub struct Raw;
@@ -39,6 +38,7 @@ impl KvSystem for Raw {
         name: "raw",
         about: "one unreplicated copy in place, no concurrency control: the latency floor (SWARM §7, Baselines)",
         replicated: false,
+        replicated_index: false,
         floor: true,
         guarantee: Guarantee::OneClientPerKey,
         roundtrips: Roundtrips { get: 1, update: 1, insert: 2, delete: 1 },
@@ -90,89 +90,33 @@ impl KvSystem for Raw {
 /// One RAW client.
 pub struct RawClient<M, C> {
     mem: M,
-    id: u8,
-    /// Its lease, renewed as it works (RAW names nothing with its id, but
-    /// the id stays its own while it runs).
-    lease: Option<Held>,
-    clock: C,
-    slab: SlabAllocator,
-    index: RaceIndex,
+    /// Its id, lease, allocator and index (RAW names nothing with its id,
+    /// but the id stays its own while it runs).
+    seat: Seat<C>,
     cache: LocationCache<Entry>,
     limits: Limits,
     nodes: usize,
 }
 
-fn encode(addr: RemoteAddr) -> u64 {
-    (addr.node.0 as u64) << 48 | addr.offset
-}
-
 impl<M: Memory, C: Clock> RawClient<M, C> {
-    /// Connects a client (the index opened; nothing allocated). If the
-    /// index cannot be opened, a leased id is given back at once, with what
-    /// its previous holder handed over, rather than held until its lease
-    /// ends.
+    /// Connects a client (the index opened; nothing allocated; see
+    /// [`Seat::open`]).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
-        let id = who.id();
-        if id == 0 || id > cfg.writers {
-            return Err(KvError::BadConfig("client id outside 1..=writers"));
-        }
-        let index = match RaceIndex::open(&mem, INDEX_NODE).await {
-            Ok(index) => index,
-            Err(e) => {
-                if let Who::Lease(h) = who {
-                    // A released id's chunks go on to the next holder; a
-                    // crashed holder's may have been carved further: none.
-                    let payload = match h.resume().state {
-                        Resumed::Released => h.resume().payload,
-                        _ => SlabAllocator::new().hand_over([0; HEAD_WORDS], None),
-                    };
-                    let _ = h.release(&mem, &payload).await;
-                }
-                return Err(e.into());
-            }
-        };
+        let seat = Seat::open(&mem, cfg, who, clock).await?;
         let cache = LocationCache::new(CacheConfig {
             capacity: cfg.cache_capacity,
             max_key: cfg.max_key,
             eviction: Eviction::Lru,
         });
         let nodes = mem.node_count();
-        let (mut slab, mut index) = (SlabAllocator::new(), index);
-        let lease = match who {
-            Who::Id(_) => None,
-            Who::Lease(h) => {
-                // Go on carving the chunks a released id's last holder left.
-                if h.resume().state == Resumed::Released {
-                    slab.take_over(&h.resume().payload);
-                    if let Some(c) = slab.take_extra(INDEX_NODE) {
-                        index.adopt(c);
-                    }
-                }
-                Some(h)
-            }
-        };
-        Ok(RawClient { mem, id, lease, clock, slab, index, cache, limits: cfg.limits(), nodes })
-    }
-
-    /// Renews the lease when half of it has passed (before each change:
-    /// a get uses nothing its id names).
-    async fn keep_lease(&mut self) -> Result<(), KvError> {
-        match &mut self.lease {
-            Some(h) => h.keep(&self.mem, self.clock.now()).await.map_err(KvError::Lease),
-            None => Ok(()),
-        }
+        Ok(RawClient { mem, seat, cache, limits: cfg.limits(), nodes })
     }
 
     /// The register at a location (checked: it comes from memory) of the
     /// key whose hash is `tag`.
     fn register(&self, tag: u64, location: u64) -> Result<RawRegister, KvError> {
-        let node = (location >> 48) as usize;
-        let offset = location & ((1 << 48) - 1);
-        if node >= self.nodes || !offset.is_multiple_of(8) {
-            return Err(KvError::Corrupt);
-        }
-        let max_value = self.limits.max_value as u64;
-        Ok(RawRegister { addr: RemoteAddr::new(NodeId(node as u16), offset), max_value, tag })
+        let addr = addr_of(location, self.nodes).ok_or(KvError::Corrupt)?;
+        Ok(RawRegister { addr, max_value: self.limits.max_value as u64, tag })
     }
 
     /// The key's copy and the key's hash: cached (the cache keeps the
@@ -181,7 +125,7 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
         if let Some((location, tag, _)) = self.cache.get_hashed(key) {
             return Ok(Some((location, tag, true)));
         }
-        let found = Box::pin(self.index.lookup(&self.mem, key)).await?;
+        let found = Box::pin(self.seat.index.lookup(&self.mem, key)).await?;
         Ok(found.map(|e| {
             self.cache.insert(key, e.location, e);
             (e.location, key_hash(key), false)
@@ -238,7 +182,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
-        self.keep_lease().await?;
+        self.seat.keep(&self.mem).await?;
         let Some((location, tag, _)) = self.find(key).await? else {
             return Ok(Err(Missing::NotFound));
         };
@@ -251,10 +195,10 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     /// deleted already).
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
-        self.keep_lease().await?;
+        self.seat.keep(&self.mem).await?;
         let mut entry = match self.cache.remove(key) {
             Some((_, entry)) => entry,
-            None => match Box::pin(self.index.lookup(&self.mem, key)).await? {
+            None => match Box::pin(self.seat.index.lookup(&self.mem, key)).await? {
                 Some(entry) => entry,
                 None => return Ok(Err(Missing::NotFound)),
             },
@@ -262,7 +206,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         let tag = key_hash(key);
         for _ in 0..RETRIES {
             let reg = self.register(tag, entry.location)?;
-            let (mem, index) = (&self.mem, &mut self.index);
+            let (mem, index) = (&self.mem, &mut self.seat.index);
             let unmap = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
             let (tomb, unmap) = crate::substrate::join::join2(reg.delete(mem), unmap).await;
             tomb.map_err(|e| match e {
@@ -283,7 +227,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     /// existing key is updated in place instead.
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
-        self.keep_lease().await?;
+        self.seat.keep(&self.mem).await?;
         if let Some((location, tag, _)) = self.cache.get_hashed(key) {
             self.write(tag, location, value).await?;
             return Ok(Written);
@@ -291,10 +235,10 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         let tag = key_hash(key);
         let node = node_of(key, 0, self.nodes);
         let size = RawRegister::size(self.limits.max_value as u64);
-        let addr = self.slab.alloc(&self.mem, node, size).await?;
+        let addr = self.seat.slab.alloc(&self.mem, node, size).await?;
         let reg = RawRegister { addr, max_value: self.limits.max_value as u64, tag };
         let mut failed = None;
-        let (mem, index) = (&self.mem, &mut self.index);
+        let (mem, index) = (&self.mem, &mut self.seat.index);
         let ready = async {
             match reg.write(mem, value).await {
                 Ok(()) => true,
@@ -304,16 +248,16 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
                 }
             }
         };
-        let inserted = Box::pin(index.insert_after(mem, key, encode(addr), ready)).await?;
+        let inserted = Box::pin(index.insert_after(mem, key, location_of(addr), ready)).await?;
         let entry = match inserted {
             Some(Insert::New(e)) => e,
             Some(Insert::Exists(e)) => {
-                self.slab.free(addr, size);
+                self.seat.slab.free(addr, size);
                 self.write(tag, e.location, value).await?;
                 e
             }
             None => {
-                self.slab.free(addr, size);
+                self.seat.slab.free(addr, size);
                 return Err(match failed {
                     Some(RawError::Mem(e)) => e.into(),
                     _ => KvError::Corrupt,
@@ -325,17 +269,11 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
     }
 
     async fn keep(&mut self) -> Result<(), KvError> {
-        self.keep_lease().await
+        self.seat.keep(&self.mem).await
     }
 
     async fn close(&mut self) -> Result<(), KvError> {
-        match self.lease.take() {
-            Some(h) => {
-                let payload = self.slab.hand_over([0; HEAD_WORDS], self.index.carried());
-                h.release(&self.mem, &payload).await.map_err(KvError::Lease)
-            }
-            None => Ok(()),
-        }
+        self.seat.close(&self.mem).await
     }
 }
 
@@ -347,6 +285,6 @@ impl<M: Memory, C> Handle for RawClient<M, C> {
     }
 
     fn id(&self) -> u8 {
-        self.id
+        self.seat.id
     }
 }

@@ -1,0 +1,94 @@
+//! What a client of a store that keeps each key's values in objects of its
+//! own, found through the index (RAW, pDPM-Direct), holds beside its
+//! protocol: its id (leased from the store's table, or given), the slab
+//! allocator it carves its objects from, and the index on
+//! [`INDEX_NODE`]. The one place for how such a client opens (the index
+//! found; the chunks a released id's last holder left taken over), renews
+//! its lease as it works, and gives its id back with its partly used
+//! chunks for the next holder.
+
+use super::place::INDEX_NODE;
+use super::{KvError, StoreConfig, Who};
+use crate::Memory;
+use crate::index::RaceIndex;
+use crate::substrate::clock::Clock;
+use crate::substrate::lease::{Held, Resumed};
+use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
+
+/// A client's id, allocator and index handle.
+pub struct Seat<C> {
+    /// The client's id, `1..=writers`.
+    pub id: u8,
+    /// Its lease on the id, renewed as it works (`None`: a given id).
+    lease: Option<Held>,
+    /// Its clock.
+    pub clock: C,
+    /// Where it carves its objects from.
+    pub slab: SlabAllocator,
+    /// The store's index.
+    pub index: RaceIndex,
+}
+
+impl<C: Clock> Seat<C> {
+    /// Opens the index for client `who` of the store `cfg` (nothing is
+    /// allocated). If the index cannot be opened, a leased id is given back
+    /// at once, with what its previous holder handed over, rather than held
+    /// until its lease ends.
+    pub async fn open<M: Memory>(mem: &M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
+        let id = who.id();
+        if id == 0 || id > cfg.writers {
+            return Err(KvError::BadConfig("client id outside 1..=writers"));
+        }
+        let mut index = match RaceIndex::open(mem, INDEX_NODE).await {
+            Ok(index) => index,
+            Err(e) => {
+                if let Who::Lease(h) = who {
+                    // A released id's chunks go on to the next holder; a
+                    // crashed holder's may have been carved further: none.
+                    let payload = match h.resume().state {
+                        Resumed::Released => h.resume().payload,
+                        _ => SlabAllocator::new().hand_over([0; HEAD_WORDS], None),
+                    };
+                    let _ = h.release(mem, &payload).await;
+                }
+                return Err(e.into());
+            }
+        };
+        let mut slab = SlabAllocator::new();
+        let lease = match who {
+            Who::Id(_) => None,
+            Who::Lease(h) => {
+                // Go on carving the chunks a released id's last holder left.
+                if h.resume().state == Resumed::Released {
+                    slab.take_over(&h.resume().payload);
+                    if let Some(c) = slab.take_extra(INDEX_NODE) {
+                        index.adopt(c);
+                    }
+                }
+                Some(h)
+            }
+        };
+        Ok(Seat { id, lease, clock, slab, index })
+    }
+
+    /// Renews the lease when half of it has passed (before each change: a
+    /// get uses nothing the id names).
+    pub async fn keep<M: Memory>(&mut self, mem: &M) -> Result<(), KvError> {
+        match &mut self.lease {
+            Some(h) => h.keep(mem, self.clock.now()).await.map_err(KvError::Lease),
+            None => Ok(()),
+        }
+    }
+
+    /// Gives the leased id back, with the partly used chunks for its next
+    /// holder (nothing for a given id).
+    pub async fn close<M: Memory>(&mut self, mem: &M) -> Result<(), KvError> {
+        match self.lease.take() {
+            Some(h) => {
+                let payload = self.slab.hand_over([0; HEAD_WORDS], self.index.carried());
+                h.release(mem, &payload).await.map_err(KvError::Lease)
+            }
+            None => Ok(()),
+        }
+    }
+}
