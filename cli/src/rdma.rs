@@ -112,7 +112,10 @@ pub fn bench(
 /// [`bench()`] on connected handles, whatever memory they reach (tests use
 /// the software NIC): the last handle formats the first `need` bytes of
 /// every node (`Region::format` writes zeros over whatever an earlier run
-/// left there); the others become the clients.
+/// left there), then serves as the system's server if it has one
+/// (pDPM-Central's coordinator, a thread of this process whose accesses to
+/// its node go through the NIC, where the paper's is beside the memory);
+/// the others become the clients.
 pub fn bench_on<M: Memory + Send>(
     mut handles: Vec<M>,
     spec: &RunSpec,
@@ -122,13 +125,16 @@ pub fn bench_on<M: Memory + Send>(
 ) -> Result<ClientResult, String> {
     let admin = handles.pop().ok_or("no connected handles")?;
     block_on(format_cluster(&admin, &spec.store_config(system), need, SystemClock::unix_us()))?;
-    drop(admin);
+    let serve = system.server().is_some();
+    if serve {
+        handles.push(admin);
+    }
     let pool = Mutex::new(handles);
     // `run_threads` asks for exactly `spec.handles()` handles: one per
     // client and operation in flight, all connected beforehand.
     let make =
         || pool.lock().unwrap_or_else(PoisonError::into_inner).pop().expect("a connected handle for every client");
-    let extras = Extras { progress: Some(progress), ..Extras::default() };
+    let extras = Extras { progress: Some(progress), serve, ..Extras::default() };
     run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
 }
 

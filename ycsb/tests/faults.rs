@@ -169,7 +169,7 @@ fn shm_run_with_a_stall_completes_and_heals() {
         let size = s.node_bytes(system);
         let cluster = ShmCluster::in_process(s.replicas, size).unwrap();
         block_on(format_cluster(&cluster.memory(), &s.store_config(system), size, SystemClock::unix_us())).unwrap();
-        let extras = Extras { faults: Some(cluster.nodes()), ..Extras::default() };
+        let extras = Extras { faults: Some(cluster.nodes()), serve: true, ..Extras::default() };
         let r = run_threads(&s, system, 0..s.clients, || cluster.memory(), SystemClock::starting_now(), extras)
             .unwrap_or_else(|e| panic!("{system}: {e}"));
         assert_eq!(timeline(&SystemRun { system, result: r.clone() }).points().len(), 6, "{system}");

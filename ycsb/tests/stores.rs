@@ -110,9 +110,9 @@ fn threads_on_in_process_shm() {
         let size = s.node_bytes(system);
         let cluster = ShmCluster::in_process(s.replicas, size).unwrap();
         block_on(format_cluster(&cluster.memory(), &s.store_config(system), size, SystemClock::unix_us())).unwrap();
-        let r =
-            run_threads(&s, system, 0..s.clients, || cluster.memory(), SystemClock::starting_now(), Extras::default())
-                .unwrap_or_else(|e| panic!("{system:?}: {e}"));
+        let extras = Extras { serve: true, ..Extras::default() };
+        let r = run_threads(&s, system, 0..s.clients, || cluster.memory(), SystemClock::starting_now(), extras)
+            .unwrap_or_else(|e| panic!("{system:?}: {e}"));
         assert_eq!(r.load.count(), 200);
         assert_eq!(r.runs[1].count(), 400);
         assert!(r.runs[1].window_ns() > 0);
