@@ -8,7 +8,9 @@ use core::future::Future;
 use core::pin::pin;
 use core::task::{Context, Poll, Waker};
 
-/// Polls `fut` until it completes, spinning between polls.
+/// Polls `fut` until it completes, spinning between polls, or yielding
+/// the CPU where the task said it waits on another thread
+/// ([`yield_to_peers`]).
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = pin!(fut);
     let mut cx = Context::from_waker(Waker::noop());
@@ -16,8 +18,30 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
+        #[cfg(feature = "std")]
+        if PEER_WAIT.with(|w| w.replace(false)) {
+            std::thread::yield_now();
+            continue;
+        }
         core::hint::spin_loop();
     }
+}
+
+#[cfg(feature = "std")]
+std::thread_local! {
+    /// Set by [`yield_to_peers`], taken by [`block_on`].
+    static PEER_WAIT: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// As [`yield_now`], and tells a spinning executor ([`block_on`]) that the
+/// task waits on another thread or process of this machine (a server
+/// beside memory), so it yields the CPU before polling again: where cores
+/// are fewer than busy threads, a waiter that only spins holds off the
+/// very thread it waits for. Executors without threads ignore it.
+pub async fn yield_to_peers() {
+    #[cfg(feature = "std")]
+    PEER_WAIT.with(|w| w.set(true));
+    yield_now().await
 }
 
 /// Polls `fut` once; `Some` if it completed.
