@@ -10,7 +10,7 @@
 //!   the others, hold a value that was written and is no older than the
 //!   last update acknowledged to the killed writer, and take new updates.
 //!
-//! Both re-execute the test binary as children (role in `SWARM_KV_MP_ROLE`),
+//! Both re-execute the test binary as children (`swarm_testkit::procs`),
 //! and time operations with a logical clock: a counter in a second, tiny
 //! shared-memory cluster that every process increments around each
 //! operation, so that "returned before invoked" is exact across processes.
@@ -18,22 +18,21 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
 use swarm_core::kv::{Got, KvClient, KvSystem, StoreConfig, Who};
+use swarm_core::sim::Rng;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::systems::{self, swarm_kv::SwarmKv};
-use swarm_core::{Memory, NodeId, RemoteAddr};
-use swarm_lincheck::{self as lincheck, History, KvOp, KvRet, Operation, Response};
+use swarm_core::NodeId;
+use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
+use swarm_testkit::procs::{self, Children, id_of, key, line, parse, tick, value};
 
-const ROLE_ENV: &str = "SWARM_KV_MP_ROLE";
-const DIR_ENV: &str = "SWARM_KV_MP_DIR";
 const NODES: usize = 3;
 const KEYS: u64 = 16;
 const CLIENTS: u8 = 4;
@@ -46,22 +45,6 @@ fn config() -> StoreConfig {
     cfg.writers = CLIENTS + 3;
     cfg.cache_capacity = 64;
     cfg
-}
-
-fn key(k: u64) -> Vec<u8> {
-    format!("user{k:04}").into_bytes()
-}
-
-/// Value `id` (client << 32 | seq) as bytes, and back.
-fn value(id: u64) -> Vec<u8> {
-    let mut v = vec![(id % 251) as u8; 24];
-    v[..8].copy_from_slice(&id.to_le_bytes());
-    v
-}
-
-fn id_of(v: &[u8]) -> Option<u64> {
-    let id = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
-    (value(id) == v).then_some(id)
 }
 
 /// The store's cluster of [`NODES`] nodes and the clock's, in `dir`.
@@ -102,54 +85,6 @@ fn connect(mem: ShmMemory, id: u8) -> Client {
     .expect("connect")
 }
 
-/// The next tick of the shared logical clock.
-fn tick(clock: &ShmMemory) -> u64 {
-    let at = RemoteAddr::new(NodeId(0), 0);
-    let mut cur = 0;
-    loop {
-        let prev = block_on(clock.cas(at, cur, cur + 1)).unwrap();
-        if prev == cur {
-            return cur + 1;
-        }
-        cur = prev;
-    }
-}
-
-/// One recorded operation: `client call ret op key value answer`.
-fn line(client: u8, call: u64, ret: u64, op: &KvOp, answer: &KvRet) -> String {
-    let (name, k, v) = match *op {
-        KvOp::Get(k) => ("get", k, 0),
-        KvOp::Update(k, v) => ("update", k, v),
-        KvOp::Insert(k, v) => ("insert", k, v),
-        KvOp::Delete(k) => ("delete", k, 0),
-    };
-    let (a, av) = match *answer {
-        KvRet::Ok => ("ok", 0),
-        KvRet::Found(v) => ("found", v),
-        KvRet::NotFound => ("notfound", 0),
-        KvRet::Deleted => ("deleted", 0),
-    };
-    format!("{client} {call} {ret} {name} {k} {v} {a} {av}\n")
-}
-
-fn parse(l: &str) -> Operation<KvOp, KvRet> {
-    let f: Vec<&str> = l.split_whitespace().collect();
-    let n = |i: usize| f[i].parse::<u64>().unwrap();
-    let op = match f[3] {
-        "get" => KvOp::Get(n(4)),
-        "update" => KvOp::Update(n(4), n(5)),
-        "insert" => KvOp::Insert(n(4), n(5)),
-        _ => KvOp::Delete(n(4)),
-    };
-    let ret = match f[6] {
-        "ok" => KvRet::Ok,
-        "found" => KvRet::Found(n(7)),
-        "notfound" => KvRet::NotFound,
-        _ => KvRet::Deleted,
-    };
-    Operation { client: n(0) as u32, call: n(1), input: op, response: Some(Response { at: n(2), output: ret }) }
-}
-
 /// Runs `op` on `s`, timed by `clock`.
 fn run(s: &mut Client, clock: &ShmMemory, id: u8, op: KvOp) -> String {
     let call = tick(clock);
@@ -171,25 +106,14 @@ fn run(s: &mut Client, clock: &ShmMemory, id: u8, op: KvOp) -> String {
         }
         KvOp::Delete(_) => unreachable!("no deletes in YCSB-A"),
     };
-    line(id, call, tick(clock), &op, &answer)
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) % n
-    }
+    line(id as u32, call, tick(clock), &op, Some(&answer))
 }
 
 #[test]
 fn four_processes_ycsb_a_with_a_failed_node() {
-    if let Ok(role) = std::env::var(ROLE_ENV) {
+    if let Some((role, dir)) = procs::role() {
         if let Some(id) = role.strip_prefix("ycsb-") {
-            ycsb_child(id.parse().unwrap(), Path::new(&std::env::var(DIR_ENV).unwrap()));
+            ycsb_child(id.parse().unwrap(), &dir);
         }
         return;
     }
@@ -203,8 +127,12 @@ fn four_processes_ycsb_a_with_a_failed_node() {
     for k in 0..KEYS {
         lines += &run(&mut s, &clock, loader, KvOp::Insert(k, (loader as u64) << 32 | k));
     }
-    let mut children =
-        Children::spawn("four_processes_ycsb_a_with_a_failed_node", &dir.0, (1..=CLIENTS).map(|c| format!("ycsb-{c}")));
+    let mut children = Children::spawn(
+        "four_processes_ycsb_a_with_a_failed_node",
+        &dir.0,
+        (1..=CLIENTS).map(|c| format!("ycsb-{c}")),
+        DEADLINE,
+    );
     // Half-way (every child past half its operations), node 2 fails.
     let start = Instant::now();
     while (1..=CLIENTS).any(|c| !dir.0.join(format!("half-{c}")).exists()) {
@@ -238,7 +166,7 @@ fn ycsb_child(id: u8, dir: &Path) {
     let (store, clock_nodes) = open(dir);
     let (mem, clock) = (store.memory(), clock_nodes.memory());
     let mut s = connect(mem, id);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ id as u64);
+    let mut rng = Rng::new(id as u64);
     let mut out = std::fs::File::create(dir.join(format!("history-{id}"))).unwrap();
     let mut lines = String::new();
     for seq in 1..=OPS {
@@ -261,9 +189,9 @@ fn ycsb_child(id: u8, dir: &Path) {
 
 #[test]
 fn kill_minus_nine_mid_write() {
-    if let Ok(role) = std::env::var(ROLE_ENV) {
+    if let Some((role, dir)) = procs::role() {
         if role == "writer" {
-            writer_child(Path::new(&std::env::var(DIR_ENV).unwrap()));
+            writer_child(&dir);
         }
         return;
     }
@@ -275,7 +203,7 @@ fn kill_minus_nine_mid_write() {
     for k in 0..KEYS {
         run(&mut s, &clock, loader, KvOp::Insert(k, (loader as u64) << 32 | k));
     }
-    let mut children = Children::spawn("kill_minus_nine_mid_write", &dir.0, ["writer".to_string()]);
+    let mut children = Children::spawn("kill_minus_nine_mid_write", &dir.0, ["writer".to_string()], DEADLINE);
     // Let it write for a while, then SIGKILL it in the middle of its writes.
     let intents = dir.0.join("intents");
     let start = Instant::now();
@@ -327,9 +255,9 @@ fn kill_minus_nine_mid_write() {
 
 #[test]
 fn a_new_process_works_at_once_while_a_node_is_stalled() {
-    if let Ok(role) = std::env::var(ROLE_ENV) {
+    if let Some((role, dir)) = procs::role() {
         if let Some(run) = role.strip_prefix("fresh-") {
-            fresh_child(run, Path::new(&std::env::var(DIR_ENV).unwrap()));
+            fresh_child(run, &dir);
         }
         return;
     }
@@ -345,11 +273,21 @@ fn a_new_process_works_at_once_while_a_node_is_stalled() {
     // A fresh process on the healthy store, then one while node 3 (not
     // the index's) is stalled: the second waits for nothing (its stalled
     // operations would wait an hour), and takes at most a roundtrip more.
-    Children::spawn("a_new_process_works_at_once_while_a_node_is_stalled", &dir.0, ["fresh-healthy".to_string()])
-        .wait_success();
+    Children::spawn(
+        "a_new_process_works_at_once_while_a_node_is_stalled",
+        &dir.0,
+        ["fresh-healthy".to_string()],
+        DEADLINE,
+    )
+    .wait_success();
     store.set_fault(NodeId(3), Fault::Stalled).unwrap();
-    Children::spawn("a_new_process_works_at_once_while_a_node_is_stalled", &dir.0, ["fresh-stalled".to_string()])
-        .wait_success();
+    Children::spawn(
+        "a_new_process_works_at_once_while_a_node_is_stalled",
+        &dir.0,
+        ["fresh-stalled".to_string()],
+        DEADLINE,
+    )
+    .wait_success();
     let rtts = |run: &str| -> Vec<u32> {
         let text = std::fs::read_to_string(dir.0.join(format!("rtts-{run}"))).unwrap();
         text.split_whitespace().map(|w| w.parse().unwrap()).collect()
@@ -458,65 +396,5 @@ impl Drop for TempDir {
         let _ = ShmCluster::remove(self.0.join("store"));
         let _ = ShmCluster::remove(self.0.join("clock"));
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Child processes, killed if still running when dropped.
-struct Children(Vec<(String, Child)>);
-
-impl Children {
-    fn spawn(test: &str, dir: &Path, roles: impl IntoIterator<Item = String>) -> Children {
-        let exe = std::env::current_exe().unwrap();
-        let spawn = |role: String| {
-            let child = Command::new(&exe)
-                .args([test, "--exact", "--nocapture", "--test-threads=1"])
-                .env(ROLE_ENV, &role)
-                .env(DIR_ENV, dir)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawn child");
-            (role, child)
-        };
-        Children(roles.into_iter().map(spawn).collect())
-    }
-
-    fn check_alive(&mut self) {
-        for (role, c) in &mut self.0 {
-            if let Some(s) = c.try_wait().unwrap() {
-                assert!(s.success(), "child {role} failed: {s}");
-            }
-        }
-    }
-
-    fn wait_success(&mut self) {
-        let start = Instant::now();
-        for (role, c) in &mut self.0 {
-            let status = loop {
-                if let Some(s) = c.try_wait().unwrap() {
-                    break s;
-                }
-                assert!(start.elapsed() < DEADLINE, "child {role} hangs");
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            assert!(status.success(), "child {role} failed: {status}");
-        }
-    }
-
-    fn kill_all(&mut self) {
-        for (_, c) in &mut self.0 {
-            c.kill().unwrap(); // SIGKILL
-            c.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
     }
 }

@@ -1,8 +1,7 @@
 //! Several OS processes on one shared cluster: the backend's real use.
 //!
-//! The test re-executes its own binary as child processes (selected by the
-//! environment variable `SWARM_SHM_MP_CHILD`). Three children share two
-//! nodes in a fresh directory under `/dev/shm` and, all at once:
+//! The test re-executes its own binary as child processes
+//! (`swarm_testkit::procs`). Three children share two nodes in a fresh directory under `/dev/shm` and, all at once:
 //!
 //! - increment one CAS counter on each node 170,000 times each (1,020,000
 //!   increments in all), checking that every value a CAS returns is one some
@@ -20,17 +19,16 @@
 #![cfg(not(loom))]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{ShmCluster, ShmMemory};
+use swarm_core::sim::Rng;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::memory::{read_word, word_at};
 use swarm_core::{Memory, NodeId, Op, RemoteAddr};
+use swarm_testkit::procs::{self, Children};
 
 const TEST_NAME: &str = "three_processes_share_two_nodes";
-const ROLE_ENV: &str = "SWARM_SHM_MP_CHILD";
-const DIR_ENV: &str = "SWARM_SHM_MP_DIR";
 
 const PROCESSES: u64 = 3;
 const NODES: u16 = 2;
@@ -83,8 +81,7 @@ fn lane_bytes(p: usize, seq: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn three_processes_share_two_nodes() {
-    if let Ok(role) = std::env::var(ROLE_ENV) {
-        let dir = PathBuf::from(std::env::var(DIR_ENV).expect("child without a directory"));
+    if let Some((role, dir)) = procs::role() {
         child(role.parse().expect("bad child role"), &dir);
         return;
     }
@@ -98,35 +95,7 @@ fn three_processes_share_two_nodes() {
         block_on(mem.cas(addr(n, COUNTER), 0, counter(0))).unwrap();
     }
 
-    let exe = std::env::current_exe().expect("test binary");
-    let mut children = Children(Vec::new());
-    for p in 0..PROCESSES {
-        let child = Command::new(&exe)
-            .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, p.to_string())
-            .env(DIR_ENV, &dir)
-            // The child's own test summary would read like this test's;
-            // its findings and panics go to stderr, which is inherited.
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn child");
-        children.0.push(child);
-    }
-    let deadline = Instant::now() + CHILD_DEADLINE;
-    let mut statuses = Vec::new();
-    for (p, c) in children.0.iter_mut().enumerate() {
-        let status = loop {
-            if let Some(s) = c.try_wait().expect("wait for child") {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "child {p} hangs");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        statuses.push(status);
-    }
-    for (p, s) in statuses.iter().enumerate() {
-        assert!(s.success(), "child {p} failed: {s}");
-    }
+    Children::spawn(TEST_NAME, &dir, (0..PROCESSES).map(|p| p.to_string()), CHILD_DEADLINE).wait_success();
     for n in 0..NODES {
         let word = block_on(read_word(&mem, addr(n, COUNTER))).unwrap();
         assert_eq!(decode_counter(word), Some(PROCESSES * INCREMENTS), "node {n}: increments were lost");
@@ -144,36 +113,10 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-/// Kills children still running when the test fails.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) % n
-    }
-}
-
 fn child(p: usize, dir: &std::path::Path) {
     let cluster = ShmCluster::open(dir).expect("child: open cluster");
     let mem = cluster.memory();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (p as u64 + 1));
+    let mut rng = Rng::new(p as u64 + 1);
     let tag = p as u64 + 1;
 
     // Start together, so that the processes really overlap.

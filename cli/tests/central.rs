@@ -4,8 +4,8 @@
 //! standby process (a new incarnation of the server, which recovers the
 //! committed state from node 0's memory).
 //!
-//! The clients re-execute this test binary (role in `SWARM_CENTRAL_ROLE`)
-//! and time their operations with a logical clock, a counter in a second,
+//! The clients re-execute this test binary (`swarm_testkit::procs`) and
+//! time their operations with a logical clock, a counter in a second,
 //! tiny cluster that every process increments around each operation. A
 //! call that fails while the coordinator is down may or may not have taken
 //! effect: it stays pending in the history, and its client goes on under a
@@ -14,46 +14,30 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{ShmDir, ok};
+use common::{ShmDir, ok, signal, start_server};
 use swarm_backend_shm::{ShmCluster, ShmMemory};
 use swarm_core::kv::AnyClient;
 use swarm_core::kv::{Got, KvClient, KvError, StoreConfig, Who};
+use swarm_core::sim::Rng;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::Want;
 use swarm_core::systems;
-use swarm_core::{Memory, NodeId, RemoteAddr};
-use swarm_lincheck::{self as lincheck, History, KvOp, KvRet, Operation, Response};
+use swarm_core::{Memory, NodeId};
+use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
+use swarm_testkit::procs::{self, Children, id_of, key, line, parse, tick, value};
 
-const ROLE_ENV: &str = "SWARM_CENTRAL_ROLE";
-const DIR_ENV: &str = "SWARM_CENTRAL_DIR";
 const TEST: &str = "a_killed_coordinator_process_is_replaced_mid_run";
 const KEYS: u64 = 8;
 const CLIENTS: u8 = 3;
 /// Operations each client runs at least, half before the kill.
 const OPS: u64 = 300;
 const DEADLINE: Duration = Duration::from_secs(300);
-
-fn key(k: u64) -> Vec<u8> {
-    format!("user{k:04}").into_bytes()
-}
-
-/// Value `id` (client << 32 | seq) as bytes, and back.
-fn value(id: u64) -> Vec<u8> {
-    let mut v = vec![(id % 251) as u8; 24];
-    v[..8].copy_from_slice(&id.to_le_bytes());
-    v
-}
-
-fn id_of(v: &[u8]) -> Option<u64> {
-    let id = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
-    (value(id) == v).then_some(id)
-}
 
 /// The store's cluster and the clock's.
 fn open(dir: &Path) -> (ShmCluster, ShmCluster) {
@@ -74,57 +58,6 @@ fn connect(mem: ShmMemory, id: u8) -> (Client, StoreConfig) {
     .expect("connect")
 }
 
-/// The next tick of the shared logical clock.
-fn tick(clock: &ShmMemory) -> u64 {
-    let at = RemoteAddr::new(NodeId(0), 0);
-    let mut cur = 0;
-    loop {
-        let prev = block_on(clock.cas(at, cur, cur + 1)).unwrap();
-        if prev == cur {
-            return cur + 1;
-        }
-        cur = prev;
-    }
-}
-
-/// One operation as a line: `client call ret op key value answer value`,
-/// `ret` 0 and answer `pending` for one whose outcome is unknown.
-fn line(client: u32, call: u64, ret: u64, op: &KvOp, answer: Option<KvRet>) -> String {
-    let (name, k, v) = match *op {
-        KvOp::Get(k) => ("get", k, 0),
-        KvOp::Update(k, v) => ("update", k, v),
-        KvOp::Insert(k, v) => ("insert", k, v),
-        KvOp::Delete(k) => ("delete", k, 0),
-    };
-    let (a, av) = match answer {
-        None => ("pending", 0),
-        Some(KvRet::Ok) => ("ok", 0),
-        Some(KvRet::Found(v)) => ("found", v),
-        Some(KvRet::NotFound) => ("notfound", 0),
-        Some(KvRet::Deleted) => ("deleted", 0),
-    };
-    format!("{client} {call} {ret} {name} {k} {v} {a} {av}\n")
-}
-
-fn parse(l: &str) -> Operation<KvOp, KvRet> {
-    let f: Vec<&str> = l.split_whitespace().collect();
-    let n = |i: usize| f[i].parse::<u64>().unwrap();
-    let op = match f[3] {
-        "get" => KvOp::Get(n(4)),
-        "update" => KvOp::Update(n(4), n(5)),
-        "insert" => KvOp::Insert(n(4), n(5)),
-        _ => KvOp::Delete(n(4)),
-    };
-    let ret = match f[6] {
-        "pending" => return Operation::pending(n(0) as u32, n(1), op),
-        "ok" => KvRet::Ok,
-        "found" => KvRet::Found(n(7)),
-        "notfound" => KvRet::NotFound,
-        _ => KvRet::Deleted,
-    };
-    Operation { client: n(0) as u32, call: n(1), input: op, response: Some(Response { at: n(2), output: ret }) }
-}
-
 /// Runs `op` on `s` as history client `client`, timed by `clock`: its
 /// line, and whether it completed. Only a failure to reach the
 /// coordinator (node 0's server) leaves it pending; any other error fails
@@ -142,33 +75,25 @@ fn run(s: &mut Client, clock: &ShmMemory, client: u32, op: KvOp) -> (String, boo
         KvOp::Delete(k) => block_on(s.delete(&key(k))).map(|r| r.map_or(KvRet::NotFound, |_| KvRet::Ok)),
     };
     match answer {
-        Ok(a) => (line(client, call, tick(clock), &op, Some(a)), true),
+        Ok(a) => (line(client, call, tick(clock), &op, Some(&a)), true),
         Err(KvError::Down(e)) if e.node == NodeId(0) => (line(client, call, 0, &op, None), false),
         Err(e) => panic!("client {client}: {op:?}: {e}"),
     }
 }
 
-/// Starts `swarm serve` beside node 0 of the store in `dir` and waits until
-/// it serves (as pDPM-Central's coordinator).
+/// Starts `swarm serve` beside node 0 of the store in `dir`, as
+/// pDPM-Central's coordinator.
 fn start_coordinator(dir: &Path) -> Child {
-    let store = dir.join("store");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_swarm"))
-        .args(["serve", "--dir", store.to_str().unwrap(), "--node", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start swarm serve");
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    let (child, first) = start_server(dir.join("store").to_str().unwrap(), "0");
     assert!(first.contains("as pdpm-central's server"), "{first}");
     child
 }
 
 #[test]
 fn a_killed_coordinator_process_is_replaced_mid_run() {
-    if let Ok(role) = std::env::var(ROLE_ENV) {
+    if let Some((role, dir)) = procs::role() {
         if let Some(id) = role.strip_prefix("client-") {
-            client_child(id.parse().unwrap(), Path::new(&std::env::var(DIR_ENV).unwrap()));
+            client_child(id.parse().unwrap(), &dir);
         }
         return;
     }
@@ -195,7 +120,7 @@ fn a_killed_coordinator_process_is_replaced_mid_run() {
     }
     block_on(s.close()).unwrap();
 
-    let mut children = Children::spawn(&dir.0, (1..=CLIENTS).map(|c| format!("client-{c}")));
+    let mut children = Children::spawn(TEST, &dir.0, (1..=CLIENTS).map(|c| format!("client-{c}")), DEADLINE);
     // Once every client is half-way, the coordinator is killed among their
     // calls, and a standby process takes over a little later.
     let start = Instant::now();
@@ -238,8 +163,7 @@ fn a_killed_coordinator_process_is_replaced_mid_run() {
     assert!(verdict.is_linearizable(), "{verdict}");
 
     // The standby stops cleanly on SIGTERM.
-    let status = Command::new("kill").args(["-s", "TERM", &standby.id().to_string()]).status().unwrap();
-    assert!(status.success());
+    signal(&standby, "TERM");
     assert!(standby.wait().unwrap().success());
 }
 
@@ -250,7 +174,7 @@ fn client_child(id: u8, dir: &Path) {
     let (store, clock_nodes) = open(dir);
     let clock = clock_nodes.memory();
     let (mut s, _) = connect(store.memory(), id);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ id as u64);
+    let mut rng = Rng::new(id as u64);
     let mut lines = String::new();
     let mut me = id as u32;
     let start = Instant::now();
@@ -279,68 +203,4 @@ fn client_child(id: u8, dir: &Path) {
     }
     block_on(s.close()).unwrap();
     std::fs::File::create(dir.join(format!("history-{id}"))).unwrap().write_all(lines.as_bytes()).unwrap();
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) % n
-    }
-}
-
-/// Client processes, killed if still running when dropped.
-struct Children(Vec<(String, Child)>);
-
-impl Children {
-    fn spawn(dir: &Path, roles: impl IntoIterator<Item = String>) -> Children {
-        let exe = std::env::current_exe().unwrap();
-        let spawn = |role: String| {
-            let child = Command::new(&exe)
-                .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-                .env(ROLE_ENV, &role)
-                .env(DIR_ENV, dir)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawn a client");
-            (role, child)
-        };
-        Children(roles.into_iter().map(spawn).collect())
-    }
-
-    fn check_alive(&mut self) {
-        for (role, c) in &mut self.0 {
-            if let Some(s) = c.try_wait().unwrap() {
-                assert!(s.success(), "{role} failed: {s}");
-            }
-        }
-    }
-
-    fn wait_success(&mut self) {
-        let start = Instant::now();
-        for (role, c) in &mut self.0 {
-            let status = loop {
-                if let Some(s) = c.try_wait().unwrap() {
-                    break s;
-                }
-                assert!(start.elapsed() < DEADLINE, "{role} hangs");
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            assert!(status.success(), "{role} failed: {status}");
-        }
-    }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
 }

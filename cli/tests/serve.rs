@@ -6,30 +6,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::thread;
 
-use common::{ShmDir, fails, ok};
-
-/// Starts `swarm serve` beside `node` and waits until it says it serves.
-fn start_server(dir: &str, node: &str) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_swarm"))
-        .args(["serve", "--dir", dir, "--node", node])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start swarm serve");
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
-    assert!(first.starts_with(&format!("serving node {node} of ")), "{first}");
-    child
-}
-
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill").args(["-s", sig, &child.id().to_string()]).status().unwrap();
-    assert!(status.success(), "kill -s {sig} failed");
-}
+use common::{ShmDir, fails, ok, signal, start_server};
 
 #[test]
 fn a_server_process_serves_client_processes_and_stops_cleanly() {
@@ -37,7 +16,7 @@ fn a_server_process_serves_client_processes_and_stops_cleanly() {
     let d = dir.arg().to_string();
     ok(&["memnode", "create", "--dir", &d, "--nodes", "3", "--size", "64M"]);
     assert!(fails(&["rpc", "--dir", &d, "--node", "1", "ping"], 1).contains("no server area"));
-    let mut server = start_server(&d, "1");
+    let mut server = start_server(&d, "1").0;
 
     // Three client processes at once, each on its own channel.
     let clients: Vec<_> = (1..=3)
@@ -64,17 +43,17 @@ fn a_server_process_serves_client_processes_and_stops_cleanly() {
     assert!(fails(&["rpc", "--dir", &d, "--node", "1", "ping"], 1).contains("no server on node 1: its server stopped"));
 
     // Killed: its clients time out; a new server serves them again.
-    let killed = start_server(&d, "1");
+    let killed = start_server(&d, "1").0;
     ok(&["rpc", "--dir", &d, "--node", "1", "ping"]);
     signal(&killed, "KILL");
     let _ = killed.wait_with_output();
     let e = fails(&["rpc", "--dir", &d, "--node", "1", "--timeout-ms", "200", "ping"], 1);
     assert!(e.contains("did not answer within 200 ms"), "{e}");
-    let mut again = start_server(&d, "1");
+    let mut again = start_server(&d, "1").0;
     assert!(ok(&["rpc", "--dir", &d, "--node", "1", "ping", "--count", "10"]).starts_with("10 ping(s)"));
     signal(&again, "INT");
     assert!(again.wait().unwrap().success());
-    server = start_server(&d, "0");
+    server = start_server(&d, "0").0;
     assert!(fails(&["rpc", "--dir", &d, "--node", "9", "ping"], 1).contains("there is no node 9"));
     signal(&server, "TERM");
     assert!(server.wait().unwrap().success());

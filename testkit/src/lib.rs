@@ -28,6 +28,8 @@
 //! }
 //! ```
 
+pub mod procs;
+
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,9 @@
 
 #![allow(dead_code)] // each test file uses a different part
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Runs `swarm` with `args`.
@@ -31,6 +32,27 @@ pub fn fails(args: &[&str], code: i32) -> String {
     assert_eq!(lines.len(), 1, "swarm {args:?}: expected one line on stderr, got:\n{stderr}");
     assert!(lines[0].starts_with("error: "), "swarm {args:?}: {stderr}");
     lines[0].to_string()
+}
+
+/// Starts `swarm serve` beside `node` of the cluster in `dir` and waits
+/// until it says it serves: the process and that first line.
+pub fn start_server(dir: &str, node: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .args(["serve", "--dir", dir, "--node", node])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start swarm serve");
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with(&format!("serving node {node} of ")), "{first}");
+    (child, first)
+}
+
+/// Sends signal `sig` (a name: TERM, STOP, ...) to `child`.
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill").args(["-s", sig, &child.id().to_string()]).status().unwrap();
+    assert!(status.success(), "kill -s {sig} failed");
 }
 
 /// A fresh name for a cluster of this test process.

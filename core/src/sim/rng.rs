@@ -34,6 +34,11 @@ impl Rng {
         }
     }
 
+    /// A number in `[0, n)`; 0 if `n` is 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+
     /// True with probability `num / den`.
     pub fn chance(&mut self, num: u64, den: u64) -> bool {
         den != 0 && self.next_u64() % den < num
