@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use swarm_backend_shm::{Fault, ShmCluster, ShmMemory};
+use swarm_core::NodeId;
 use swarm_core::kv::{Got, KvClient, KvSystem, StoreConfig, Who};
 use swarm_core::sim::Rng;
 use swarm_core::substrate::clock::SystemClock;
@@ -29,7 +30,6 @@ use swarm_core::substrate::lease::Want;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::substrate::space::region::Region;
 use swarm_core::systems::{self, swarm_kv::SwarmKv};
-use swarm_core::NodeId;
 use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 use swarm_testkit::procs::{self, Children, id_of, key, line, parse, tick, value};
 

@@ -15,6 +15,13 @@ use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Held, Resumed};
 use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 
+/// Sets up the one-copy index of such a store on [`INDEX_NODE`] (nothing
+/// changes where it exists).
+pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
+    RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
+    Ok(())
+}
+
 /// A client's id, allocator and index handle.
 pub struct Seat<C> {
     /// The client's id, `1..=writers`.

@@ -73,7 +73,7 @@ mod tests;
 use alloc::boxed::Box;
 
 use crate::index::RaceIndex;
-use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
+use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who, seat};
 use crate::substrate::clock::Clock;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::area::Geometry;
@@ -87,7 +87,7 @@ pub use client::CentralClient;
 pub use coordinator::{Coordinator, Shape};
 
 /// The node the coordinator runs beside.
-pub const COORDINATOR: NodeId = NodeId(0);
+pub const COORDINATOR: NodeId = crate::kv::place::INDEX_NODE;
 
 /// pDPM-Central.
 pub struct PdpmCentral;
@@ -168,8 +168,7 @@ impl KvSystem for PdpmCentral {
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
-        RaceIndex::open_or_create(mem, COORDINATOR, cfg.index()).await?;
-        Ok(())
+        seat::format(mem, cfg).await
     }
 
     async fn connect<M: Memory, C: Clock>(

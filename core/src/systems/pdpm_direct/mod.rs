@@ -95,8 +95,8 @@ use alloc::boxed::Box;
 
 pub use client::PdpmClient;
 
-use crate::index::RaceIndex;
 use crate::kv::place::INDEX_NODE;
+use crate::kv::seat;
 use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
 use crate::substrate::clock::Clock;
 use crate::substrate::space::region::HEADER_SIZE;
@@ -158,8 +158,7 @@ impl KvSystem for PdpmDirect {
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
-        RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
-        Ok(())
+        seat::format(mem, cfg).await
     }
 
     async fn connect<M: Memory, C: Clock>(

@@ -15,7 +15,7 @@
 use alloc::boxed::Box;
 
 use crate::kv::place::{INDEX_NODE, RETRIES, addr_of, location_of, node_of};
-use crate::kv::seat::Seat;
+use crate::kv::seat::{self, Seat};
 use crate::kv::{
     Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, NodeChunks, NodeShape, Roundtrips,
     StoreConfig, SystemInfo, Who, Written,
@@ -26,7 +26,7 @@ use crate::substrate::space::slab::class_of;
 
 use crate::baselines::raw::{RawError, RawRegister};
 use crate::index::cache::{CacheConfig, Eviction, LocationCache, key_hash};
-use crate::index::{Change, Entry, Expect, Index, Insert, RaceIndex};
+use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
@@ -73,8 +73,7 @@ impl KvSystem for Raw {
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
-        RaceIndex::open_or_create(mem, INDEX_NODE, cfg.index()).await?;
-        Ok(())
+        seat::format(mem, cfg).await
     }
 
     async fn connect<M: Memory, C: Clock>(
