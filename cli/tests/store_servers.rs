@@ -1,4 +1,5 @@
-//! pDPM-Central's coordinator (pDPM §4.2) as an OS process of its own
+//! The server of every store that has one (`KvSystem::SERVER`:
+//! pDPM-Central's coordinator, pDPM §4.2) as an OS process of its own
 //! (`swarm serve --node 0`), serving client processes on one shm cluster,
 //! killed with SIGKILL in the middle of their operations and replaced by a
 //! standby process (a new incarnation of the server, which recovers the
@@ -7,7 +8,7 @@
 //! The clients re-execute this test binary (`swarm_testkit::procs`) and
 //! time their operations with a logical clock, a counter in a second,
 //! tiny cluster that every process increments around each operation. A
-//! call that fails while the coordinator is down may or may not have taken
+//! call that fails while the server is down may or may not have taken
 //! effect: it stays pending in the history, and its client goes on under a
 //! new name. The history of every process, with the parent's final reads,
 //! must be linearizable (the store's declared guarantee).
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use common::{ShmDir, ok, signal, start_server};
 use swarm_backend_shm::{ShmCluster, ShmMemory};
 use swarm_core::kv::AnyClient;
+use swarm_core::kv::System;
 use swarm_core::kv::{Got, KvClient, KvError, StoreConfig, Who};
 use swarm_core::sim::Rng;
 use swarm_core::substrate::clock::SystemClock;
@@ -32,7 +34,7 @@ use swarm_core::{Memory, NodeId};
 use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 use swarm_testkit::procs::{self, Children, id_of, key, line, parse, tick, value};
 
-const TEST: &str = "a_killed_coordinator_process_is_replaced_mid_run";
+const TEST: &str = "a_killed_server_process_is_replaced_mid_run";
 const KEYS: u64 = 8;
 const CLIENTS: u8 = 3;
 /// Operations each client runs at least, half before the kill.
@@ -59,8 +61,8 @@ fn connect(mem: ShmMemory, id: u8) -> (Client, StoreConfig) {
 }
 
 /// Runs `op` on `s` as history client `client`, timed by `clock`: its
-/// line, and whether it completed. Only a failure to reach the
-/// coordinator (node 0's server) leaves it pending; any other error fails
+/// line, and whether it completed. Only a failure to reach the server
+/// (beside node 0) leaves it pending; any other error fails
 /// the test.
 fn run(s: &mut Client, clock: &ShmMemory, client: u32, op: KvOp) -> (String, bool) {
     let call = tick(clock);
@@ -82,34 +84,45 @@ fn run(s: &mut Client, clock: &ShmMemory, client: u32, op: KvOp) -> (String, boo
 }
 
 /// Starts `swarm serve` beside node 0 of the store in `dir`, as
-/// pDPM-Central's coordinator.
-fn start_coordinator(dir: &Path) -> Child {
+/// `system`'s server.
+fn start_store_server(dir: &Path, system: System) -> Child {
     let (child, first) = start_server(dir.join("store").to_str().unwrap(), "0");
-    assert!(first.contains("as pdpm-central's server"), "{first}");
+    assert!(first.contains(&format!("as {system}'s server")), "{first}");
     child
 }
 
 #[test]
-fn a_killed_coordinator_process_is_replaced_mid_run() {
+fn a_killed_server_process_is_replaced_mid_run() {
     if let Some((role, dir)) = procs::role() {
         if let Some(id) = role.strip_prefix("client-") {
             client_child(id.parse().unwrap(), &dir);
         }
         return;
     }
-    let (dir, _) = ShmDir::named("central");
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let store = dir.0.join("store");
+    let with_server: Vec<System> = systems::ALL.iter().copied().filter(|s| s.server().is_some()).collect();
+    assert!(!with_server.is_empty(), "no system has a server");
+    for system in with_server {
+        eprintln!("{system}:");
+        let (dir, _) = ShmDir::named(system.name());
+        a_killed_server_is_replaced(system, &dir.0);
+    }
+}
+
+/// The run of [`a_killed_server_process_is_replaced_mid_run`] for
+/// `system`, in `dir`.
+fn a_killed_server_is_replaced(system: System, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let store = dir.join("store");
     let s = store.to_str().unwrap();
     ok(&["memnode", "create", "--dir", s, "--nodes", "3", "--size", "64M"]);
-    let init = ok(&["kv", "--dir", s, "init", "--system", "pdpm-central", "--keys", "1000", "--max-value", "64"]);
-    assert!(init.contains("pdpm-central"), "{init}");
-    let clock_nodes = ShmCluster::create(dir.0.join("clock"), 1, 4096).unwrap();
+    let init = ok(&["kv", "--dir", s, "init", "--system", system.name(), "--keys", "1000", "--max-value", "64"]);
+    assert!(init.contains(system.name()), "{init}");
+    let clock_nodes = ShmCluster::create(dir.join("clock"), 1, 4096).unwrap();
     let clock = clock_nodes.memory();
-    let mut coordinator = start_coordinator(&dir.0);
+    let mut server = start_store_server(dir, system);
 
     // The load phase: every key inserted.
-    let (store_nodes, _) = open(&dir.0);
+    let (store_nodes, _) = open(dir);
     let loader = CLIENTS + 1;
     let (mut s, _) = connect(store_nodes.memory(), loader);
     let mut lines = String::new();
@@ -120,27 +133,27 @@ fn a_killed_coordinator_process_is_replaced_mid_run() {
     }
     block_on(s.close()).unwrap();
 
-    let mut children = Children::spawn(TEST, &dir.0, (1..=CLIENTS).map(|c| format!("client-{c}")), DEADLINE);
-    // Once every client is half-way, the coordinator is killed among their
+    let mut children = Children::spawn(TEST, dir, (1..=CLIENTS).map(|c| format!("client-{c}")), DEADLINE);
+    // Once every client is half-way, the server is killed among their
     // calls, and a standby process takes over a little later.
     let start = Instant::now();
-    while (1..=CLIENTS).any(|c| !dir.0.join(format!("half-{c}")).exists()) {
+    while (1..=CLIENTS).any(|c| !dir.join(format!("half-{c}")).exists()) {
         assert!(start.elapsed() < DEADLINE, "the clients never got half-way");
         children.check_alive();
         std::thread::sleep(Duration::from_millis(2));
     }
-    coordinator.kill().unwrap(); // SIGKILL
-    let killed = coordinator.wait().unwrap();
-    assert!(!killed.success(), "the coordinator was killed: {killed:?}");
+    server.kill().unwrap(); // SIGKILL
+    let killed = server.wait().unwrap();
+    assert!(!killed.success(), "the server was killed: {killed:?}");
     std::thread::sleep(Duration::from_millis(50));
-    let mut standby = start_coordinator(&dir.0);
-    std::fs::File::create(dir.0.join("replaced")).unwrap();
+    let mut standby = start_store_server(dir, system);
+    std::fs::File::create(dir.join("replaced")).unwrap();
     children.wait_success();
 
     // Everything the clients did, then a fresh client reads every key.
     let mut pending = 0;
     for c in 1..=CLIENTS {
-        let h = std::fs::read_to_string(dir.0.join(format!("history-{c}"))).unwrap();
+        let h = std::fs::read_to_string(dir.join(format!("history-{c}"))).unwrap();
         pending += h.lines().filter(|l| l.contains(" pending ")).count();
         lines += &h;
     }
@@ -153,8 +166,8 @@ fn a_killed_coordinator_process_is_replaced_mid_run() {
     }
     block_on(s.close()).unwrap();
     let ops: Vec<_> = lines.lines().map(parse).collect();
-    eprintln!("{} operations, {pending} pending (their calls met the killed coordinator)", ops.len());
-    assert!(pending > 0, "no call met the killed coordinator");
+    eprintln!("{} operations, {pending} pending (their calls met the killed server)", ops.len());
+    assert!(pending > 0, "no call met the killed server");
     let mut h = History::new();
     for op in ops {
         h.push(op);
@@ -168,7 +181,7 @@ fn a_killed_coordinator_process_is_replaced_mid_run() {
 }
 
 /// Runs a mix of gets, updates, inserts and deletes on the shared keys:
-/// at least [`OPS`], and on until the coordinator was replaced; says when
+/// at least [`OPS`], and on until the server was replaced; says when
 /// it is half-way; writes its history to `history-{id}`.
 fn client_child(id: u8, dir: &Path) {
     let (store, clock_nodes) = open(dir);
@@ -182,7 +195,7 @@ fn client_child(id: u8, dir: &Path) {
         if seq > OPS && dir.join("replaced").exists() {
             break;
         }
-        assert!(start.elapsed() < DEADLINE, "client {id}: the coordinator was never replaced");
+        assert!(start.elapsed() < DEADLINE, "client {id}: the server was never replaced");
         let k = rng.below(KEYS);
         let v = (id as u64) << 32 | seq;
         let op = match rng.below(10) {
