@@ -15,10 +15,11 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 use swarm_core::kv::System;
+use swarm_core::swarm::client::Paths;
 
 use crate::fault;
 use crate::runner::{RunSpec, SystemRun};
-use crate::stats::{OpSummary, PhaseStats, round3};
+use crate::stats::{OpSummary, PhaseStats, paths_json, round3};
 use crate::timeline::{Span, Timeline};
 use crate::workload::OpKind;
 
@@ -38,6 +39,8 @@ pub struct RunSummary {
     /// A timed run whose clients ran out of operations before the time
     /// was up.
     pub capped: bool,
+    /// The rare paths its operations took.
+    pub paths: Paths,
 }
 
 impl RunSummary {
@@ -56,6 +59,7 @@ impl RunSummary {
             ops,
             timeline: p.timeline.clone(),
             capped: p.capped,
+            paths: p.paths,
         }
     }
 
@@ -311,8 +315,30 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             }
             let _ = writeln!(out, "{line}");
         }
+        self.paths_text(&mut out);
         self.availability_text(&mut out);
         out
+    }
+
+    /// The rare paths each system's measured operations took (chain hops,
+    /// slow writes, retries), per 1,000 operations, at the first in-flight
+    /// setting: the protocol's behaviour behind its latencies.
+    fn paths_text(&self, out: &mut String) {
+        let w = self.name_width();
+        let _ = writeln!(
+            out,
+            "
+rare paths per 1,000 measured operations ({} in flight):",
+            self.spec.inflight[0]
+        );
+        for sys in &self.systems {
+            let Some(run) = sys.runs.first() else { continue };
+            let per = |n: u64| 1000.0 * n as f64 / run.count().max(1) as f64;
+            let taken: Vec<String> =
+                run.paths.each().filter(|&(_, n)| n > 0).map(|(name, n)| format!("{name} {:.1}", per(n))).collect();
+            let line = if taken.is_empty() { "none".to_string() } else { taken.join(", ") };
+            let _ = writeln!(out, "{:<w$} {line}", sys.system.name());
+        }
     }
 
     /// The ops object of one run: `{"get": {...}, ...}`, with the ratio to
@@ -336,6 +362,7 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             "throughput_per_client_ops": round3(self.per_client(run)),
             "window_s": run.window_s,
             "ops": self.ops_json(run, raw),
+            "paths": paths_json(&run.paths),
         });
         if let Some(r) = raw {
             v["vs_raw_throughput"] = json!(round3(ratio(run.throughput_ops, r.throughput_ops)));

@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 use swarm_core::Memory;
 use swarm_core::kv::{Got, Handle, KvClient, KvError, StoreConfig, System};
 use swarm_core::substrate::rtt::Counted;
+use swarm_core::swarm::client::Paths;
 use swarm_core::systems;
 
 use crate::choose::{Chooser, Gen, KeyNames, ScrambledZipfian, Zipfian};
@@ -612,6 +613,7 @@ async fn phase<S: Counting, E: Env>(
     let timeline = || sh.spec.timed.as_ref().zip(window).map(|(t, w)| Timeline::new(w.run_ns, t.bucket_ns));
     let mut stats: Vec<PhaseStats> =
         slots.iter().map(|_| PhaseStats { timeline: timeline(), ..PhaseStats::default() }).collect();
+    let before: Vec<Paths> = slots.iter().map(|s| s.store.paths()).collect();
     let start = env.now_ns();
     let futs = slots
         .iter_mut()
@@ -624,6 +626,9 @@ async fn phase<S: Counting, E: Env>(
     let mut merged = PhaseStats { start_ns: start, end_ns: end, ..PhaseStats::default() };
     for s in &stats {
         merged.add_ops(s, Timeline::merge);
+    }
+    for (slot, before) in slots.iter().zip(&before) {
+        merged.paths.add(&slot.store.paths().since(before));
     }
     Ok(merged)
 }

@@ -6,6 +6,7 @@
 
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
+use swarm_core::swarm::client::Paths;
 
 use crate::timeline::Timeline;
 use crate::workload::OpKind;
@@ -213,6 +214,9 @@ pub struct PhaseStats {
     /// A timed phase: some handle ran out of operations (its share of
     /// `RunSpec::ops`) before the time was up.
     pub capped: bool,
+    /// The rare paths the clients' operations took in the phase (chain
+    /// hops, slow writes, retries: [`Paths`]).
+    pub paths: Paths,
 }
 
 impl PhaseStats {
@@ -271,6 +275,7 @@ impl PhaseStats {
             _ => {}
         }
         self.capped |= o.capped;
+        self.paths.add(&o.paths);
     }
 
     /// As JSON, to send from a worker.
@@ -280,6 +285,7 @@ impl PhaseStats {
             "ops": self.ops.iter().map(OpHist::to_json).collect::<Vec<_>>(),
             "timeline": self.timeline.as_ref().map(Timeline::to_json),
             "capped": self.capped,
+            "paths": paths_json(&self.paths),
         })
     }
 
@@ -295,8 +301,18 @@ impl PhaseStats {
             p.timeline = Some(Timeline::from_json(&v["timeline"])?);
         }
         p.capped = v["capped"].as_bool().ok_or_else(bad)?;
+        for (name, n) in v["paths"].as_object().ok_or_else(bad)? {
+            if !p.paths.set(name, n.as_u64().ok_or_else(bad)?) {
+                return Err(format!("a worker sent an unknown path counter '{name}'"));
+            }
+        }
         Ok(p)
     }
+}
+
+/// The counters of `paths` that are not zero, by name.
+pub fn paths_json(paths: &Paths) -> Value {
+    Value::Object(paths.each().filter(|&(_, n)| n > 0).map(|(name, n)| (name.to_string(), json!(n))).collect())
 }
 
 #[cfg(test)]
@@ -346,13 +362,21 @@ mod tests {
 
     proptest! {
         #[test]
-        fn json_round_trip_keeps_every_figure(samples in prop::collection::vec((1u64..10_000_000, 0u32..80, any::<bool>()), 0..200)) {
+        fn json_round_trip_keeps_every_figure(
+            samples in prop::collection::vec((1u64..10_000_000, 0u32..80, any::<bool>()), 0..200),
+            counts in prop::collection::vec(0u64..3, 32),
+        ) {
             let mut p = PhaseStats { start_ns: 0, end_ns: 1_000_000, ..PhaseStats::default() };
             for (i, (lat, rtt, found)) in samples.iter().enumerate() {
                 p.ops[i % 4].record(*lat, *rtt, *found);
             }
+            let names: Vec<&str> = p.paths.each().map(|(name, _)| name).collect();
+            for (name, n) in names.into_iter().zip(counts) {
+                p.paths.set(name, n);
+            }
             let back = PhaseStats::from_json(&p.to_json()).unwrap();
             prop_assert_eq!(back.window_ns(), p.window_ns());
+            prop_assert_eq!(back.paths, p.paths);
             for (a, b) in p.ops.iter().zip(&back.ops) {
                 prop_assert_eq!(a.summary(1000), b.summary(1000));
             }

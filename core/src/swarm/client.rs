@@ -25,65 +25,84 @@ use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
 use crate::swarm::writerlog::{LogError, LogGeometry, Logs, Place};
 use crate::{Memory, NodeId};
 
-/// How often this client's operations took each of their rare paths:
-/// what a campaign asserts it exercised. Plain counters, bumped where the
-/// path starts (SWARM's §7.8 breakdown, and the paths a test must reach).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Paths {
+/// Declares [`Paths`] from its list of counters, once: the struct and the
+/// methods that go over every counter.
+macro_rules! paths {
+    ($($(#[$doc:meta])* $name:ident,)+) => {
+        /// How often this client's operations took each of their rare paths:
+        /// what a campaign asserts it exercised, and what a benchmark reports
+        /// per operation. Plain counters, bumped where the path starts
+        /// (SWARM's §7.8 breakdown, and the paths a test must reach).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Paths {
+            $($(#[$doc])* pub $name: u64,)+
+        }
+
+        impl Paths {
+            /// The sum of two tallies.
+            pub fn add(&mut self, o: &Paths) {
+                $(self.$name += o.$name;)+
+            }
+
+            /// What was counted since `earlier`, a tally of the same client.
+            pub fn since(&self, earlier: &Paths) -> Paths {
+                Paths { $($name: self.$name.saturating_sub(earlier.$name),)+ }
+            }
+
+            /// Every counter with its name, in declaration order.
+            pub fn each(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name)),+].into_iter()
+            }
+
+            /// Sets the counter called `name` (as [`Paths::each`] names it);
+            /// false if there is none.
+            pub fn set(&mut self, name: &str, value: u64) -> bool {
+                $(if name == stringify!($name) {
+                    self.$name = value;
+                    return true;
+                })+
+                false
+            }
+        }
+    };
+}
+
+paths! {
     /// Safe-Guess writes whose guess was stale (the strong read, the lock).
-    pub slow_writes: u64,
+    slow_writes,
     /// Reads that met a GUESSED tuple (Safe-Guess' read loop).
-    pub unverified_reads: u64,
+    unverified_reads,
     /// Of which a reader locked the writer's timestamp.
-    pub reader_locks: u64,
+    reader_locks,
     /// Reads whose value came from a log entry (no matching in-place copy).
-    pub out_of_place_reads: u64,
+    out_of_place_reads,
     /// Reads that wrote their tuple back to a majority.
-    pub write_backs: u64,
+    write_backs,
     /// Quorum operations that contacted more replicas than a majority (a
     /// replica of the first majority failed or was suspected).
-    pub widened: u64,
+    widened,
     /// Reads run again because the replicas holding their tuple failed
     /// between the quorum and the value.
-    pub read_restarts: u64,
+    read_restarts,
     /// Inserts tried again waiting for every replica's allocation, after
     /// one left out as late cost their first write its majority.
-    pub patient_inserts: u64,
+    patient_inserts,
     /// Registers given the replicas their insert left out (on nodes that
     /// were late or down then).
-    pub restored_replicas: u64,
+    restored_replicas,
     /// Writes whose superseded version was still read-locked, so that its
     /// free waited for its readers (pDPM-Central's coordinator).
-    pub deferred_frees: u64,
+    deferred_frees,
     /// View changes of the store's replicated index that this client led
     /// (a replica of the index failed under it).
-    pub index_views: u64,
+    index_views,
     /// pDPM-Direct: locks taken over from a holder whose lease had expired
     /// (a client that died holding it).
-    pub lock_takeovers: u64,
+    lock_takeovers,
     /// pDPM-Direct: redo copies replayed onto the committed spaces (by the
     /// client that took a lock over, or the next holder after a writer
     /// gave up between its rounds).
-    pub redo_replays: u64,
-}
-
-impl Paths {
-    /// The sum of two tallies.
-    pub fn add(&mut self, o: &Paths) {
-        self.slow_writes += o.slow_writes;
-        self.unverified_reads += o.unverified_reads;
-        self.reader_locks += o.reader_locks;
-        self.out_of_place_reads += o.out_of_place_reads;
-        self.write_backs += o.write_backs;
-        self.widened += o.widened;
-        self.read_restarts += o.read_restarts;
-        self.patient_inserts += o.patient_inserts;
-        self.restored_replicas += o.restored_replicas;
-        self.deferred_frees += o.deferred_frees;
-        self.index_views += o.index_views;
-        self.lock_takeovers += o.lock_takeovers;
-        self.redo_replays += o.redo_replays;
-    }
+    redo_replays,
 }
 
 /// One client's state.
@@ -464,5 +483,26 @@ impl<C: Clock> ClientCtx<C> {
     /// The id's lease, if it has one.
     pub fn lease(&self) -> Option<&Held> {
         self.lease.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Paths;
+
+    #[test]
+    fn paths_are_named_set_added_and_subtracted_counter_by_counter() {
+        let mut a = Paths::default();
+        let names: alloc::vec::Vec<&str> = a.each().map(|(name, _)| name).collect();
+        assert!(names.contains(&"slow_writes") && names.contains(&"redo_replays"), "{names:?}");
+        for (i, name) in names.iter().enumerate() {
+            assert!(a.set(name, i as u64 + 1));
+        }
+        assert!(!a.set("no_such_path", 1));
+        let mut b = a;
+        b.add(&a);
+        assert!(b.each().zip(a.each()).all(|((_, x), (_, y))| x == 2 * y));
+        assert_eq!(b.since(&a), a);
+        assert_eq!(a.since(&b), Paths::default(), "a later tally never counts below zero");
     }
 }
