@@ -78,7 +78,14 @@ fn impossible_runs_are_one_line_errors() {
         (&["bench", "--keys", "100000000", "--value-size", "64K", "--ops", "1"], "need up to"),
         (&["bench", "--ops", "10", "--json", "/nonexistent-dir/x.json"], "cannot write /nonexistent-dir/x.json"),
         (&["bench", "--fault-node", "3:stall@1s"], "there is no node 3 (the cluster has nodes 0 to 2)"),
-        (&["bench", "--fault-node", "0:fail@1s"], "node 0 holds RAW's index, of which RAW keeps one copy"),
+        (
+            &["bench", "--fault-node", "0:fail@1s"],
+            "node 0 holds the one copy of the index of raw, pdpm-direct, pdpm-central;",
+        ),
+        (
+            &["bench", "--fault-node", "0:stall@1s", "--systems", "swarm-kv,raw"],
+            "of the index of raw; fault a node from 1",
+        ),
         (&["bench", "--fault-node", "1:stall@5s", "--duration", "2s"], "starts at or after the end of the 2s run"),
         (&["bench", "--fault-node", "1:stall@1s", "--fault-node", "1:fail@2s"], "overlap on node 1"),
         (&["bench", "--fault-node", "1:stall@1s", "--inflight", "1,2"], "one in-flight setting"),

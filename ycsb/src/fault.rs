@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use swarm_core::NodeId;
+use swarm_core::kv::System;
+use swarm_core::kv::place::INDEX_NODE;
+use swarm_core::systems;
 use swarm_mapped::{Fault, Nodes};
 
 /// What happens to the node.
@@ -135,17 +138,32 @@ pub fn time(ns: u64) -> String {
     }
 }
 
+/// Checks `faults` against the `systems` of the run: a fault of the node
+/// that holds the one copy of some system's index ([`INDEX_NODE`]: RAW,
+/// pDPM's stores, Clover) would only measure that system's outage, so it is
+/// refused, naming them; the stores that replicate their index
+/// (`SystemInfo::replicated_index`) may lose node 0 like any other.
+pub fn check_index_node(faults: &[NodeFault], systems: &[System], nodes: usize) -> Result<(), String> {
+    let Some(f) = faults.iter().find(|f| f.node == INDEX_NODE.0 as usize) else { return Ok(()) };
+    let one_copy: Vec<&str> = systems.iter().filter(|s| !s.replicated_index()).map(|s| s.name()).collect();
+    if one_copy.is_empty() {
+        return Ok(());
+    }
+    let replicated: Vec<&str> = systems::ALL.iter().filter(|s| s.replicated_index()).map(|s| s.name()).collect();
+    Err(format!(
+        "fault {f}: node 0 holds the one copy of the index of {}; fault a node from 1 to {}, or leave them out \
+         with --systems (the index of {} is replicated)",
+        one_copy.join(", "),
+        nodes - 1,
+        replicated.join(", ")
+    ))
+}
+
 /// Checks `faults` against a cluster of `nodes` memory nodes and a
 /// measured phase of `run_ns`: an error in words for the first that
 /// cannot be.
 pub fn check(faults: &[NodeFault], nodes: usize, run_ns: u64) -> Result<(), String> {
     for f in faults {
-        if f.node == 0 {
-            return Err(format!(
-                "fault {f}: node 0 holds RAW's index, of which RAW keeps one copy; fault a node from 1 to {}",
-                nodes - 1
-            ));
-        }
         if f.node >= nodes {
             return Err(format!("fault {f}: there is no node {} (the cluster has nodes 0 to {})", f.node, nodes - 1));
         }
@@ -334,8 +352,14 @@ mod tests {
     fn faults_are_checked_in_words() {
         let ok = [fault(1, FaultKind::Stall, 100, Some(50)), fault(2, FaultKind::Fail, 120, None)];
         assert_eq!(check(&ok, 3, 1000 * MS), Ok(()));
-        let e = check(&[fault(0, FaultKind::Fail, 1, None)], 3, 1000 * MS).unwrap_err();
-        assert!(e.contains("node 0 holds RAW's index"), "{e}");
+        let node_0 = [fault(0, FaultKind::Fail, 1, None)];
+        assert_eq!(check(&node_0, 3, 1000 * MS), Ok(()));
+        let (raw, swarm_kv) = (systems::from_name("raw").unwrap(), systems::from_name("swarm-kv").unwrap());
+        let e = check_index_node(&node_0, &[swarm_kv, raw], 3).unwrap_err();
+        assert!(e.contains("node 0 holds the one copy of the index of raw;"), "{e}");
+        assert!(e.contains("fault a node from 1 to 2, or leave them out with --systems"), "{e}");
+        assert_eq!(check_index_node(&node_0, &[swarm_kv], 3), Ok(()));
+        assert_eq!(check_index_node(&ok, &[raw], 3), Ok(()));
         let e = check(&[fault(3, FaultKind::Fail, 1, None)], 3, 1000 * MS).unwrap_err();
         assert!(e.contains("there is no node 3"), "{e}");
         let e = check(&[fault(1, FaultKind::Stall, 1000, None)], 3, 1000 * MS).unwrap_err();

@@ -42,7 +42,7 @@ use swarm_core::kv::System;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::systems;
-use swarm_ycsb::fault::NodeFault;
+use swarm_ycsb::fault::{self, NodeFault};
 use swarm_ycsb::plot::write_plots;
 use swarm_ycsb::progress::Progress;
 use swarm_ycsb::report::Report;
@@ -155,8 +155,9 @@ pub struct YcsbArgs {
     /// NODE:KIND@START[+DURATION], KIND fail or stall, times from the
     /// measured phase's start (1500ms, 2s); without +DURATION to the end of
     /// the run (the node is healthy again before the next system or round).
-    /// Repeat for several. Not node 0: it holds the index, which is not
-    /// replicated yet. On shm (threads or --processes) and cxl; in the
+    /// Repeat for several. Node 0 only for runs whose systems all
+    /// replicate their index (--systems swarm-kv,dm-abd): it holds the one
+    /// copy of the others'. On shm (threads or --processes) and cxl; in the
     /// simulator a failure is a crash that lasts (no +DURATION); not rdma.
     /// Implies a timed run (--duration).
     #[arg(long, value_name = "NODE:KIND@START[+DURATION]", value_parser = timed::parse_fault)]
@@ -345,13 +346,21 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
         return Err("--backend cxl needs --path PATH (a device-dax or a new file; repeat for several)".into());
     }
     spec.check()?;
+    if let Some(t) = &spec.timed {
+        fault::check_index_node(&t.faults, &systems_of(a), spec.replicas)?;
+    }
     Ok(spec)
+}
+
+/// The systems `a` runs, in order.
+fn systems_of(a: &YcsbArgs) -> Vec<System> {
+    a.systems.as_ref().map_or_else(|| systems::ALL.to_vec(), |s| s.0.clone())
 }
 
 /// `swarm bench`.
 pub fn run(a: &YcsbArgs) -> Result<(), String> {
     let spec = spec(a)?;
-    let systems = a.systems.as_ref().map_or_else(|| systems::ALL.to_vec(), |s| s.0.clone());
+    let systems = systems_of(a);
     let cluster = match &a.cluster {
         Some(path) => Some(rdma::load_cluster(path, spec.replicas)?),
         None => None,
