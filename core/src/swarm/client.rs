@@ -65,6 +65,15 @@ pub struct Paths {
     /// client that took a lock over, or the next holder after a writer
     /// gave up between its rounds).
     pub redo_replays: u64,
+    /// Clover: hops along a key's chain of versions, past a cursor that
+    /// was not the tail (another client wrote since).
+    pub chain_hops: u64,
+    /// Clover: CASes of a tail's header that lost to another client's
+    /// (the writer follows the chain and tries again at the new tail).
+    pub cas_retries: u64,
+    /// Clover: batches of free buffers fetched from the metadata server
+    /// beside a write (in the background: no roundtrip of their own).
+    pub refills: u64,
 }
 
 impl Paths {
@@ -83,6 +92,9 @@ impl Paths {
         self.index_views += o.index_views;
         self.lock_takeovers += o.lock_takeovers;
         self.redo_replays += o.redo_replays;
+        self.chain_hops += o.chain_hops;
+        self.cas_retries += o.cas_retries;
+        self.refills += o.refills;
     }
 }
 
