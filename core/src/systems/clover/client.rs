@@ -215,12 +215,14 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         Ok(out)
     }
 
-    /// Puts unlinked buffers back in the pool.
+    /// Puts the primary's copy of an unlinked version back in the pool:
+    /// its WRITE is done. (The other copies' WRITEs may still land, after
+    /// the write went on without them: those buffers are left unused.)
     fn give_back(&mut self, copies: &[RemoteAddr]) {
-        for c in copies {
-            if let Some(p) = self.pool.get_mut(c.node.index()) {
-                p.push(c.offset);
-            }
+        if let Some(c) = copies.first()
+            && let Some(p) = self.pool.get_mut(c.node.index())
+        {
+            p.push(c.offset);
         }
     }
 
