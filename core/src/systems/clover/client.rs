@@ -79,6 +79,9 @@ pub struct CloverClient<M, C> {
     cache: LocationCache<bool>,
     /// Free buffers per node (offsets).
     pool: Vec<Vec<u64>>,
+    /// Per node: the last batch had no buffer there (the MS could not
+    /// allocate there): writes go on without it rather than ask again.
+    dry: Vec<bool>,
     quiet: u32,
     paths: Paths,
 }
@@ -105,6 +108,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 eviction: Eviction::Lru,
             }),
             pool: (0..nodes).map(|_| Vec::new()).collect(),
+            dry: alloc::vec![false; nodes],
             quiet: 0,
             paths: Paths::default(),
         };
@@ -146,8 +150,9 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         self.pool.iter().map(|p| BATCH.saturating_sub(p.len()) as u8).collect()
     }
 
+    /// Whether a node the MS allocates on has few free buffers left.
     fn low(&self) -> bool {
-        self.pool.iter().any(|p| p.len() < LOW)
+        self.pool.iter().zip(&self.dry).any(|(p, &dry)| p.len() < LOW && !dry)
     }
 
     /// Adds a batch to the pool.
@@ -155,7 +160,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         match got? {
             Answer::Buffers(per_node) => {
                 for (n, offs) in per_node.into_iter().enumerate() {
-                    if let Some(p) = self.pool.get_mut(n) {
+                    if let (Some(p), Some(dry)) = (self.pool.get_mut(n), self.dry.get_mut(n)) {
+                        *dry = offs.is_empty() && p.len() < BATCH;
                         p.extend(offs);
                     }
                 }
@@ -188,16 +194,17 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         self.cache.insert(key, location_of(at), deleted);
     }
 
-    /// Free buffers on the key's R nodes: the primary's first, which a
-    /// write cannot go without (fetched in the foreground if there is
-    /// none); the others where there are.
+    /// Free buffers on the key's R nodes, the primary's first (fetched in
+    /// the foreground if one of them has none): a node the MS could not
+    /// allocate on is left out, except the primary, which a write cannot
+    /// go without.
     async fn buffers(&mut self, key: &[u8]) -> Result<heapless::Vec<RemoteAddr, MAX_REPLICAS>, KvError> {
         let nodes = self.mem.node_count();
-        let primary = node_of(key, 0, nodes);
-        for _ in 0..2 {
-            if !self.pool[primary.index()].is_empty() {
-                break;
-            }
+        let empty = |i: usize, c: &Self| {
+            let n = node_of(key, i, nodes).index();
+            c.pool[n].is_empty() && (i == 0 || !c.dry[n])
+        };
+        if (0..self.replicas).any(|i| empty(i, self)) {
             self.refill().await?;
         }
         let mut out = heapless::Vec::new();
@@ -251,7 +258,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 Err(_) => self.quiet = QUIET_AFTER_FAILURE,
             }
         }
-        primary.map_err(|e| mem_error(e))?;
+        primary.map_err(mem_error)?;
         if !reached {
             return Err(KvError::Unavailable);
         }

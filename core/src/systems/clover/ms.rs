@@ -176,8 +176,14 @@ impl MetadataServer {
         let primary = self.alloc(mem, node_of(key, 0, nodes)).await?;
         let mut backups: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
         for i in 1..r {
-            if let Ok(a) = self.alloc(mem, node_of(key, i, nodes)).await {
-                let _ = backups.push(a);
+            // A node down is left out (a majority of copies will do); a
+            // full one fails the create.
+            match self.alloc(mem, node_of(key, i, nodes)).await {
+                Ok(a) => {
+                    let _ = backups.push(a);
+                }
+                Err(KvError::Down(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         let bytes = buffer::encode(key, value, key_hash(key));
