@@ -78,20 +78,36 @@
 //!
 //! - **Garbage collection**: versions are never freed, so memory grows
 //!   with writes (`Clover::node_bytes` counts them) and a store does not
-//!   run for ever. The paper's design: a retired buffer returns to the
-//!   MS's free list with its 8-bit *GC version* raised; the header word
-//!   holds the GC version of its own buffer and of the next one, a cursor
-//!   holds the version it expects, and a reader that lands on a buffer
-//!   whose GC version differs (recycled under it) drops the cursor and
-//!   starts again from the MS; a read that takes more than 2 roundtrips
-//!   aborts (the MS waits that long before it hands a retired buffer out
-//!   again); **epochs** when the 8-bit GC version wraps (the buffer waits
-//!   on an overflow list, and clients drop cursors idle that long).
+//!   run for ever. The paper's design, and how it would fit here:
+//!   - a buffer carries an 8-bit *GC version*, raised each time the MS
+//!     hands it out again: in its meta word (under the sum), in its own
+//!     tail word (so that the CAS of a commit, which expects the tail word
+//!     with the cursor's GC version, fails on a recycled buffer: no ABA),
+//!     and in every link to it (so that a hop knows what to expect). The
+//!     header word has room: offset / 8 in 36 bits, node in 6, kind in 2,
+//!     GC version in 8, a 12-bit check;
+//!   - a cursor holds the GC version it expects; a read or a CAS that
+//!     finds another one (or a word of another key: its check fails) drops
+//!     the cursor and starts again from the MS's head;
+//!   - the writer of version N+1 retires N, piggybacked on its next ALLOC
+//!     request; the MS frees retired versions in chain order only,
+//!     advancing the key's head past each (a walk from the head must never
+//!     meet a recycled buffer), and hands a freed buffer out again only
+//!     after a delay of a few roundtrips (the paper's 2-roundtrip read
+//!     time-out: a read that takes longer aborts and starts again);
+//!   - **epochs** when the 8-bit GC version wraps: the buffer waits on an
+//!     overflow list, and clients drop cursors idle that long;
+//!   - a mutant that skips the reader's GC version check
+//!     (`clover-no-gcver`), caught by a campaign with small buffer pools
+//!     so that buffers are recycled within a run.
 //! - **All-way chaining** across replicas (every copy of version N linked
 //!   to every copy of N+1, the paper's 3-roundtrip replicated write), so
 //!   that reads survive the primary's loss and can spread over replicas.
 //! - **Shortcuts**: the per-key best-effort pointer to the latest version,
-//!   raced against the chain walk; and the MS refreshing a key's head.
+//!   raced against the chain walk; and the MS refreshing a key's head
+//!   (the paper's retire messages carry the new pointer): a client that
+//!   never saw a key walks its chain from the first version, a roundtrip
+//!   per version.
 //! - **Size classes**: every buffer has room for the largest value.
 //! - **Backup metadata servers**: the MS's state is the index on node 0
 //!   (a standby takes over from it, as pDPM-Central's coordinator).
