@@ -46,9 +46,11 @@ use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
 
 /// Free buffers a client keeps per data node.
 pub const BATCH: usize = 16;
-/// Below this many free buffers on a node, a write fetches a batch beside
-/// its WRITE.
-pub const LOW: usize = BATCH / 2;
+/// Below this many free buffers on a node, a write fetches more beside
+/// its WRITE (up to a batch per node): early, so that a burst of writes
+/// never waits for allocation (a refill costs the MS a request, and the
+/// writer no roundtrip).
+pub const LOW: usize = BATCH * 3 / 4;
 /// Writes without a background refill after one failed (the MS down: each
 /// try waits for the call's time-out).
 const QUIET_AFTER_FAILURE: u32 = 8;
