@@ -27,6 +27,7 @@ MUTANTS=(
   "help-own-value|--cfg loom|every replica ends with the winner|cargo test -p swarm-loom-tests --release --test snapshot"
   "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
   "central-no-rdlock||read a reused copy|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_slow_reader"
+  "clover-stale-cursor||the tail, not the cursor's version|cargo test -p swarm-core --release --lib systems::clover::tests::a_cursor_behind"
   "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
 )
 

@@ -396,8 +396,8 @@ fn explain(e: KvError) -> String {
     match e {
         KvError::Down(m) if m.node == INDEX_NODE => {
             format!(
-                "{e}: it holds the store's index, which every operation needs (RAW, pDPM-Direct and pDPM-Central keep \
-                 one copy of it)"
+                "{e}: it holds the store's index, which every operation needs (RAW, pDPM-Direct, pDPM-Central and \
+                 Clover keep one copy of it)"
             )
         }
         KvError::NodeFull { .. } => {

@@ -107,8 +107,16 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     let (out, j, files) = bench(&args);
     assert!(out.contains("rtt p50") && out.contains("vs raw"), "{out}");
     // pDPM Table 1: pDPM-Direct 1 / 4; pDPM-Central an RPC and a READ, or
-    // an RPC and the coordinator's WRITE to the data nodes.
-    let table = [("raw", 1, 1), ("dm-abd", 2, 2), ("swarm-kv", 1, 1), ("pdpm-direct", 1, 4), ("pdpm-central", 2, 2)];
+    // an RPC and the coordinator's WRITE to the data nodes; Clover a READ
+    // of the cursor, and a WRITE and a CAS.
+    let table = [
+        ("raw", 1, 1),
+        ("dm-abd", 2, 2),
+        ("swarm-kv", 1, 1),
+        ("pdpm-direct", 1, 4),
+        ("pdpm-central", 2, 2),
+        ("clover", 1, 2),
+    ];
     for (name, get, update) in table {
         let s = system(&j, name);
         assert!(s["throughput_ops"].as_f64().unwrap() > 0.0);

@@ -378,6 +378,26 @@ where
     tally
 }
 
+/// Runs `op(i)` for every `i` in `0..n` at once, and answers once `need`
+/// of them succeeded, or so many failed that they cannot: whether `need`
+/// did, and which succeeded by then (bit `i` for `op(i)`). The others are
+/// left to land (an operation posted is applied even if nobody waits for
+/// it). The substrate's majority-first quorum ([`quorum_first`]) with every
+/// replica started at once, which keeps the first futures inline and boxes
+/// the others: a round's future stays small.
+pub async fn to_all<F: Future<Output = Result<(), crate::MemError>>>(
+    n: usize,
+    need: usize,
+    op: impl FnMut(usize) -> F,
+) -> (bool, u16) {
+    let all = mask(n, |_| true);
+    let plan = Plan { first: all, probe: all, watch: None };
+    let mut ok = 0;
+    let tally =
+        quorum_first(n, need, plan, op, |i, r: Result<(), crate::MemError>| ok |= (r.is_ok() as u16) << i).await;
+    (tally.reached(need), ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

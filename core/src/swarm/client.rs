@@ -103,6 +103,15 @@ paths! {
     /// client that took a lock over, or the next holder after a writer
     /// gave up between its rounds).
     redo_replays,
+    /// Clover: hops along a key's chain of versions, past a cursor that
+    /// was not the tail (another client wrote since).
+    chain_hops,
+    /// Clover: CASes of a tail's header that lost to another client's
+    /// (the writer follows the chain and tries again at the new tail).
+    cas_retries,
+    /// Clover: batches of free buffers fetched from the metadata server
+    /// beside a write (in the background: no roundtrip of their own).
+    refills,
 }
 
 /// One client's state.

@@ -8,6 +8,7 @@
 //! | `swarm-kv` | [`swarm_kv`] | Safe-Guess per key over 2f+1 nodes (SWARM §5) |
 //! | `pdpm-direct` | [`pdpm_direct`] | committed and redo spaces over 2f+1 nodes, a leased lock on the primary (pDPM §4.1) |
 //! | `pdpm-central` | [`pdpm_central`] | a coordinator beside node 0 orders every access (pDPM §4.2) |
+//! | `clover` | [`clover`] | per-key chains of out-of-place versions committed by CAS, a metadata server beside node 0 (pDPM §5) |
 //!
 //! # Adding a system
 //!
@@ -37,6 +38,7 @@ use crate::substrate::space::{Region, roots};
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
+pub mod clover;
 pub mod dm_abd;
 pub mod pdpm_central;
 pub mod pdpm_direct;
@@ -65,7 +67,14 @@ macro_rules! registry {
     };
 }
 
-registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv, pdpm_direct::PdpmDirect, pdpm_central::PdpmCentral];
+registry![
+    raw::Raw,
+    dm_abd::DmAbd,
+    swarm_kv::SwarmKv,
+    pdpm_direct::PdpmDirect,
+    pdpm_central::PdpmCentral,
+    clover::Clover
+];
 
 /// The system called `name`.
 pub fn from_name(name: &str) -> Option<System> {

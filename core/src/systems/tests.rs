@@ -325,6 +325,16 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("reads from another copy", p.read_restarts, 1),
             ("calls that met a crashed coordinator", s.excused as u64, per(100)),
         ],
+        // Reads and writes that found their cursor behind the tail, CASes
+        // that lost to another writer, and batches of buffers fetched
+        // beside a write; operations that failed as declared (a key's
+        // primary down, a call to a crashed metadata server).
+        "clover" => &[
+            ("chain hops", p.chain_hops, per(1_000)),
+            ("CAS retries", p.cas_retries, per(300)),
+            ("background refills", p.refills, per(100)),
+            ("operations failed as declared", s.excused as u64, per(100)),
+        ],
         _ => &[],
     };
     for &(path, ran, min) in least {
@@ -371,6 +381,16 @@ fn pdpm_central_campaign_3_replicas() {
 #[test]
 fn pdpm_central_campaign_5_replicas() {
     campaign("pdpm-central", 5, 3_000, 2_000);
+}
+
+#[test]
+fn clover_campaign_3_replicas() {
+    campaign("clover", 3, 0, 3_000);
+}
+
+#[test]
+fn clover_campaign_5_replicas() {
+    campaign("clover", 5, 3_000, 2_000);
 }
 
 /// RAW promises nothing under concurrency: each key has one client.

@@ -36,7 +36,7 @@ use crate::substrate::msg::MsgError;
 use crate::substrate::msg::rpc::{Channel, Status};
 use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 use crate::substrate::value::Value;
-use crate::{MemError, MemErrorKind, Memory};
+use crate::{MemError, MemErrorKind, Memory, NodeId};
 
 use super::wire::{self, Answer, Mode, value_sum};
 use super::{COORDINATOR, PdpmCentral};
@@ -87,21 +87,65 @@ pub struct CentralClient<M, C> {
     paths: Paths,
 }
 
-fn down(kind: MemErrorKind) -> KvError {
-    KvError::Down(MemError::new(COORDINATOR, kind))
-}
-
-/// A failed call as the key-value interface says it.
-fn call_error(e: MsgError) -> KvError {
+/// A failed call to the server beside `server` as the key-value interface
+/// says it (a server that is gone as that node down).
+pub fn call_error(e: MsgError, server: NodeId) -> KvError {
+    let down = |kind| KvError::Down(MemError::new(server, kind));
     match e {
         MsgError::Mem(e) => KvError::Down(e),
         MsgError::TimedOut => down(MemErrorKind::TimedOut),
         MsgError::NoServer { .. } | MsgError::Superseded => down(MemErrorKind::Unreachable),
         MsgError::Refused(Status::Failed) => KvError::Unavailable,
-        MsgError::Refused(_) => KvError::Bug("the coordinator refused a well-formed request"),
-        MsgError::TooLarge { .. } => KvError::BadConfig("the coordinator's rings are too small for this value"),
+        MsgError::Refused(_) => KvError::Bug("the server refused a well-formed request"),
+        MsgError::TooLarge { .. } => KvError::BadConfig("the server's rings are too small for this value"),
         MsgError::Corrupt { .. } => KvError::Corrupt,
         MsgError::Full | MsgError::Region(_) | MsgError::BadConfig(_) => KvError::Unavailable,
+    }
+}
+
+/// What a client of a store with a server (pDPM-Central's coordinator,
+/// Clover's metadata server) does first: checks its id, checks that the
+/// store is there, and connects its channel (its id's) to the server
+/// beside `server`, waiting for it to start (up to
+/// [`CONNECT_TIMEOUT_NS`]). Its id, its lease (if it has one) and the
+/// channel; a leased id is given back if this fails.
+pub async fn open_channel<M: Memory, C: Clock>(
+    mem: &M,
+    cfg: &StoreConfig,
+    who: Who,
+    clock: &C,
+    server: NodeId,
+) -> Result<(u8, Option<Held>, Channel), KvError> {
+    let id = who.id();
+    if id == 0 || id > cfg.writers {
+        return Err(KvError::BadConfig("client id outside 1..=writers"));
+    }
+    let lease = match who {
+        Who::Id(_) => None,
+        Who::Lease(h) => Some(h),
+    };
+    let give_back = async |lease: Option<Held>, mem: &M| {
+        if let Some(h) = lease {
+            let _ = h.release(mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None)).await;
+        }
+    };
+    if let Err(e) = crate::systems::open(mem).await {
+        give_back(lease, mem).await;
+        return Err(e);
+    }
+    let start = clock.now();
+    let limit = CONNECT_TIMEOUT_NS / clock.tick_ns().max(1);
+    loop {
+        match Channel::connect(mem, server, id as u16).await {
+            Ok(c) => return Ok((id, lease, c)),
+            Err(MsgError::NoServer { .. }) if clock.now().wrapping_sub(start) <= limit => {
+                crate::substrate::exec::yield_now().await
+            }
+            Err(e) => {
+                give_back(lease, mem).await;
+                return Err(call_error(e, server));
+            }
+        }
     }
 }
 
@@ -109,37 +153,7 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
     /// Connects a client to the coordinator, waiting for it to start (up
     /// to [`CONNECT_TIMEOUT_NS`]).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
-        let id = who.id();
-        if id == 0 || id > cfg.writers {
-            return Err(KvError::BadConfig("client id outside 1..=writers"));
-        }
-        let lease = match who {
-            Who::Id(_) => None,
-            Who::Lease(h) => Some(h),
-        };
-        let give_back = async |lease: Option<Held>, mem: &M| {
-            if let Some(h) = lease {
-                let _ = h.release(mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None)).await;
-            }
-        };
-        if let Err(e) = crate::systems::open(&mem).await {
-            give_back(lease, &mem).await;
-            return Err(e);
-        }
-        let start = clock.now();
-        let limit = CONNECT_TIMEOUT_NS / clock.tick_ns().max(1);
-        let channel = loop {
-            match Channel::connect(&mem, COORDINATOR, id as u16).await {
-                Ok(c) => break c,
-                Err(MsgError::NoServer { .. }) if clock.now().wrapping_sub(start) <= limit => {
-                    crate::substrate::exec::yield_now().await
-                }
-                Err(e) => {
-                    give_back(lease, &mem).await;
-                    return Err(call_error(e));
-                }
-            }
-        };
+        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, COORDINATOR).await?;
         let call_timeout_ns = call_timeout_ns(&mem, super::geometry(cfg).channels);
         Ok(CentralClient {
             mem,
@@ -172,13 +186,13 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
             Ok(r) => r,
             Err(e) => {
                 self.paths.failed_calls += 1;
-                return Err(call_error(e));
+                return Err(call_error(e, COORDINATOR));
             }
         };
         let body = match reply.status {
             Status::Ok => reply.body,
             Status::Failed => return Err(wire::decode_failure(&reply.body)),
-            s => return Err(call_error(MsgError::Refused(s))),
+            s => return Err(call_error(MsgError::Refused(s), COORDINATOR)),
         };
         let (answer, rounds, deferred) =
             Answer::decode(&body, self.mem.node_count(), self.limits.max_value).ok_or(KvError::Corrupt)?;

@@ -18,9 +18,8 @@ use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, Store
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
-use crate::substrate::late::Plan;
 use crate::substrate::memory::{pause, word_at};
-use crate::substrate::quorum::{MAX_REPLICAS, majority, mask, quorum_first};
+use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::space::{AllocError, RegionError};
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
@@ -633,25 +632,6 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         }
         Ok(place)
     }
-}
-
-/// Runs `op(i)` for every `i` in `0..n` at once, and answers once `need`
-/// of them succeeded, or so many failed that they cannot: whether `need`
-/// did, and which succeeded by then (bit `i` for `op(i)`). The others are
-/// left to land (an operation posted is applied even if nobody waits for
-/// it). The substrate's majority-first quorum ([`quorum_first`]) with every
-/// replica started at once, which keeps the first futures inline and boxes
-/// the others: a round's future stays small.
-async fn to_all<F: Future<Output = Result<(), MemError>>>(
-    n: usize,
-    need: usize,
-    op: impl FnMut(usize) -> F,
-) -> (bool, u16) {
-    let all = mask(n, |_| true);
-    let plan = Plan { first: all, probe: all, watch: None };
-    let mut ok = 0;
-    let tally = quorum_first(n, need, plan, op, |i, r: Result<(), MemError>| ok |= (r.is_ok() as u16) << i).await;
-    (tally.reached(need), ok)
 }
 
 /// Writes a fresh object at `r`: its header `head`, word 0 of its

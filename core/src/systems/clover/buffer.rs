@@ -1,0 +1,124 @@
+//! A Clover data buffer (pDPM §5): one version of one key, written once,
+//! out of place, before it is linked into the key's chain; never written
+//! again after (its header word aside, [`super::header`]).
+//!
+//! ```text
+//! word 0   header: what comes next in the chain (changed by CAS only)
+//! word 1   magic (16) | key length (8) | 0 (8) | value length (32)
+//! word 2   sum: xxh3 of word 1, the key and the value, seeded by the key
+//! key | value, padded to a word
+//! ```
+//!
+//! The sum is seeded with the key's hash and covers the key's bytes, so a
+//! buffer of another key (a garbled pointer, or later a recycled buffer)
+//! never passes for this key's: a read of key 18 never returns key 19's
+//! value. Every length is checked against the read and the store's limits
+//! before it is used: garbage decodes to `None`, never a panic.
+
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use super::header::{self, Next};
+use crate::substrate::memory::word_at;
+
+const MAGIC: u64 = 0xC10E;
+/// Bytes before the key.
+pub const HEAD: usize = 24;
+const SALT: u64 = 0x436c_6f76_6572_4246;
+
+/// Bytes of a buffer that holds a key of `max_key` bytes and a value of
+/// `max_value` bytes: every buffer of a store has this size, so that any
+/// free buffer fits any write.
+pub fn size(max_key: usize, max_value: usize) -> usize {
+    (HEAD + max_key + max_value).next_multiple_of(8)
+}
+
+fn sum(meta: u64, key: &[u8], value: &[u8], tag: u64) -> u64 {
+    let mut b = Vec::with_capacity(8 + key.len() + value.len());
+    b.extend_from_slice(&meta.to_le_bytes());
+    b.extend_from_slice(key);
+    b.extend_from_slice(value);
+    xxh3_64_with_seed(&b, tag ^ SALT)
+}
+
+/// The bytes of a fresh version of `key` (hash `tag`) holding `value`: the
+/// chain's tail (its header the key's tail word).
+pub fn encode(key: &[u8], value: &[u8], tag: u64) -> Vec<u8> {
+    let meta = MAGIC | (key.len() as u64) << 16 | (value.len() as u64) << 32;
+    let mut b = Vec::with_capacity(size(key.len(), value.len()));
+    b.extend_from_slice(&header::tail(tag).to_le_bytes());
+    b.extend_from_slice(&meta.to_le_bytes());
+    b.extend_from_slice(&sum(meta, key, value, tag).to_le_bytes());
+    b.extend_from_slice(key);
+    b.extend_from_slice(value);
+    b.resize(b.len().next_multiple_of(8), 0);
+    b
+}
+
+/// A version as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// What comes after it in the chain, when it was read.
+    pub next: Next,
+    /// Where its value is in the bytes read.
+    pub value: Range<usize>,
+}
+
+/// Reads a buffer of `key` (hash `tag`) from bytes `b` read at its start,
+/// on a cluster of `nodes` nodes, with values of at most `max_value`
+/// bytes; `None` if it is not a whole version of this key.
+pub fn decode(b: &[u8], key: &[u8], tag: u64, nodes: usize, max_value: usize) -> Option<Version> {
+    let next = header::decode(word_at(b, 0)?, tag, nodes)?;
+    let meta = word_at(b, 8)?;
+    let (klen, vlen) = ((meta >> 16) as u8 as usize, (meta >> 32) as usize);
+    if meta & 0xffff != MAGIC || (meta >> 24) as u8 != 0 || klen != key.len() || vlen > max_value {
+        return None;
+    }
+    let value = HEAD + klen..HEAD + klen + vlen;
+    if b.get(HEAD..HEAD + klen)? != key || word_at(b, 16)? != sum(meta, key, b.get(value.clone())?, tag) {
+        return None;
+    }
+    Some(Version { next, value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::place::key_hash;
+    use crate::{NodeId, RemoteAddr};
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_buffer_reads_back_for_its_key_only() {
+        let (k, v) = (&b"key18"[..], &b"value of 18"[..]);
+        let b = encode(k, v, key_hash(k));
+        let got = decode(&b, k, key_hash(k), 3, 64).unwrap();
+        assert_eq!((got.next, &b[got.value]), (Next::Tail, v));
+        assert_eq!(decode(&b, b"key19", key_hash(b"key19"), 3, 64), None, "another key's buffer");
+        assert_eq!(decode(&b, k, key_hash(k), 3, 4), None, "longer than values may be");
+        assert_eq!(decode(&b[..b.len() - 8], k, key_hash(k), 3, 64), None, "cut short");
+        for i in 0..b.len() * 8 {
+            let mut g = b.clone();
+            g[i / 8] ^= 1 << (i % 8);
+            if i / 8 < HEAD + k.len() + v.len() {
+                assert_eq!(decode(&g, k, key_hash(k), 3, 64), None, "bit {i}");
+            }
+        }
+        let mut linked = b.clone();
+        let next = Next::Link(RemoteAddr::new(NodeId(2), 640));
+        linked[..8].copy_from_slice(&next.word(key_hash(k)).to_le_bytes());
+        assert_eq!(decode(&linked, k, key_hash(k), 3, 64).map(|v| v.next), Some(next));
+        assert!(size(16, 256) >= encode(&[1; 16], &[2; 256], 5).len());
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..120), max in 0usize..100) {
+            if let Some(v) = decode(&b, b"k", 9, 4, max) {
+                prop_assert!(v.value.end <= b.len() && v.value.len() <= max);
+            }
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Clover (pDPM, Tsai, Shan, Zhang, ATC'20, §5): a key-value store on
+//! passive memory whose data path is one-sided and lock-free, and whose
+//! metadata (which key exists, where its chain starts, which buffers are
+//! free) is kept by a *metadata server* (MS) beside node 0.
+//!
+//! - [`header`]: a buffer's header word, the pointer to the next version
+//!   (or the tail, or the tail of a deleted key), self-checked and seeded
+//!   by the key;
+//! - [`buffer`]: a data buffer, one version of one key, checksummed with
+//!   the key;
+//! - [`wire`]: what clients and the MS exchange;
+//! - [`ms`]: the metadata server, a `Service` on the server layer
+//!   (`crate::substrate::msg::server`), as pDPM-Central's coordinator;
+//! - [`client`]: the clients: cursors, chain walks, out-of-place writes
+//!   committed by a CAS of the tail's header, background ALLOC refills.
+//!
+//! # The protocol (§5, Figure 4)
+//!
+//! Each version of a key is a buffer written once, out of place, to free
+//! buffers on the key's R nodes (`crate::kv::place::node_of`), then
+//! linked by a CAS of the previous version's header word on the key's
+//! *primary* (its first node, where the chain lives) from "tail" to a link
+//! to the new version's primary copy: the commit point. A client keeps a
+//! *cursor* per key, the last version it knows; a get READs it (1
+//! roundtrip) and returns it if its header says tail, else hops along the
+//! links; an update is the WRITE and the CAS (2 roundtrips), and a CAS
+//! that lost hops to the version that won and tries again there. Clients
+//! get free buffers from the MS in batches, on every node at once, fetched
+//! beside a write's WRITE when they run low: allocation adds no roundtrip
+//! to a write. Table 1's figures without replication of the chain: get 1,
+//! update 2 (the paper's 3 with replication is its all-way chaining, not
+//! done here).
+//!
+//! # Choices the paper leaves open, and why
+//!
+//! - **Deletes** swing the tail's header from "tail" to "deleted" (one
+//!   CAS, 1 roundtrip): a get that finds it answers deleted, an update and
+//!   a delete answer not found, and an insert swings it on to a new
+//!   version. So a key has one chain for ever and the MS only creates a
+//!   chain for a key that never had one; no version of a key is ever
+//!   unlinked from its chain, and any buffer of it is a valid cursor.
+//! - **Creates** go through the MS (§5): it writes the first version to
+//!   the key's R nodes itself and maps the key to it in the store's index
+//!   on node 0 (`RaceIndex`): insert of a new key = the RPC and the MS's
+//!   WRITE, 2 roundtrips (as pDPM-Central's write).
+//! - **Cursors and lookups.** The cursor is the key's entry in the
+//!   client's location cache; on a miss, the MS answers the chain's head
+//!   (1 roundtrip more) and the client walks from there (no shortcuts: a
+//!   chain is walked from its head by a client that never saw the key).
+//! - **Replication.** A version is written to its R nodes, and the write
+//!   waits for the primary and a majority of the R copies; the chain's
+//!   links exist on the primary only, and reads and CASes go there. So,
+//!   as pDPM-Direct, each key is served by its primary
+//!   ([`Guarantee::LinearizablePrimary`]): while it is down the key's
+//!   operations fail naming it, and the crash of other nodes costs
+//!   nothing. The other copies are for durability and never read (a key
+//!   whose primary is lost for good is not rebuilt from them).
+//! - **Untrusted memory.** Header words carry a check seeded by the key,
+//!   buffers a sum seeded by the key over its key and value; every pointer
+//!   and length is checked before it is used: a garbled word gives a
+//!   retry, then [`KvError::Corrupt`], never a panic nor another key's
+//!   value.
+//!
+//! # Guarantee: linearizable, each key by its primary
+//!
+//! A key's versions form one chain on its primary, extended only by a CAS
+//! that expects the tail word of the version it links from: each CAS that
+//! succeeds makes its version the latest, so the chain is the key's
+//! history in commit order, and a version is whole (all its bytes written)
+//! before it can be linked. A get returns the version whose header it read
+//! as the tail (or deleted): at that instant it was the latest, so the get
+//! takes effect at its READ of that word (header words are read
+//! atomically: one aligned word). An update or delete takes effect at its
+//! CAS; one that answers not found at the CAS that found "deleted". The
+//! campaigns (`systems::tests`, [`tests`]) check the histories.
+//!
+//! # Not done (pDPM §5 has them; they stay open)
+//!
+//! - **Garbage collection**: versions are never freed, so memory grows
+//!   with writes (`Clover::node_bytes` counts them) and a store does not
+//!   run for ever. The paper's design, and how it would fit here:
+//!   - a buffer carries an 8-bit *GC version*, raised each time the MS
+//!     hands it out again: in its meta word (under the sum), in its own
+//!     tail word (so that the CAS of a commit, which expects the tail word
+//!     with the cursor's GC version, fails on a recycled buffer: no ABA),
+//!     and in every link to it (so that a hop knows what to expect). The
+//!     header word has room: offset / 8 in 36 bits, node in 6, kind in 2,
+//!     GC version in 8, a 12-bit check;
+//!   - a cursor holds the GC version it expects; a read or a CAS that
+//!     finds another one (or a word of another key: its check fails) drops
+//!     the cursor and starts again from the MS's head;
+//!   - the writer of version N+1 retires N, piggybacked on its next ALLOC
+//!     request; the MS frees retired versions in chain order only,
+//!     advancing the key's head past each (a walk from the head must never
+//!     meet a recycled buffer), and hands a freed buffer out again only
+//!     after a delay of a few roundtrips (the paper's 2-roundtrip read
+//!     time-out: a read that takes longer aborts and starts again);
+//!   - **epochs** when the 8-bit GC version wraps: the buffer waits on an
+//!     overflow list, and clients drop cursors idle that long;
+//!   - a mutant that skips the reader's GC version check
+//!     (`clover-no-gcver`), caught by a campaign with small buffer pools
+//!     so that buffers are recycled within a run.
+//! - **All-way chaining** across replicas (every copy of version N linked
+//!   to every copy of N+1, the paper's 3-roundtrip replicated write), so
+//!   that reads survive the primary's loss and can spread over replicas.
+//! - **Shortcuts**: the per-key best-effort pointer to the latest version,
+//!   raced against the chain walk; and the MS refreshing a key's head
+//!   (the paper's retire messages carry the new pointer): a client that
+//!   never saw a key walks its chain from the first version, a roundtrip
+//!   per version.
+//! - **Size classes**: every buffer has room for the largest value.
+//! - **Backup metadata servers**: the MS's state is the index on node 0
+//!   (a standby takes over from it, as pDPM-Central's coordinator).
+
+pub mod buffer;
+pub mod client;
+pub mod header;
+pub mod ms;
+pub mod wire;
+
+#[cfg(all(test, feature = "sim"))]
+mod tests;
+
+use alloc::boxed::Box;
+
+use crate::index::RaceIndex;
+use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
+use crate::substrate::clock::Clock;
+use crate::substrate::msg::MsgError;
+use crate::substrate::msg::area::Geometry;
+use crate::substrate::msg::rpc::{REQUEST_HEADER, RESPONSE_HEADER};
+use crate::substrate::msg::server::{self, Bare, Shell, Stats};
+use crate::substrate::space::region::HEADER_SIZE;
+use crate::substrate::space::slab::{MAX_NODES, class_of};
+use crate::{Memory, NodeId};
+
+pub use client::CloverClient;
+pub use ms::MetadataServer;
+
+/// The node the metadata server runs beside (its index is there).
+pub const MS: NodeId = NodeId(0);
+
+/// Clover.
+pub struct Clover;
+
+/// The metadata server's area for `cfg`: a channel per client id, rings
+/// that carry a create of the largest value and a batch of buffers for
+/// every node.
+pub fn geometry(cfg: &StoreConfig) -> Geometry {
+    let create = (REQUEST_HEADER + 1 + cfg.max_key + cfg.max_value) as u64;
+    let batch = (RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + 8 * client::BATCH)) as u64;
+    let mut geo = Geometry { channels: cfg.writers as u16 + 1, ring_bytes: 4096 };
+    while geo.max_message() < create.max(batch) {
+        geo.ring_bytes *= 2;
+    }
+    geo
+}
+
+fn object(size: u64) -> u64 {
+    class_of(size.max(1)).map_or(size, |(_, c)| c)
+}
+
+impl KvSystem for Clover {
+    const INFO: &'static SystemInfo = &SystemInfo {
+        name: "clover",
+        about: "a chain of out-of-place versions per key, committed by a CAS of the tail's header; lock-free \
+                one-sided reads, a metadata server beside node 0 for creates and allocation (pDPM §5)",
+        replicated: true,
+        replicated_index: false,
+        floor: false,
+        guarantee: Guarantee::LinearizablePrimary,
+        roundtrips: Roundtrips { get: 1, update: 2, insert: 2, delete: 1 },
+        options: &[],
+    };
+
+    const SERVER: Option<NodeId> = Some(MS);
+
+    /// Boxed: a client holds its cache and its pools of buffers.
+    type Client<M: Memory, C: Clock> = Box<CloverClient<M, C>>;
+
+    fn check(cfg: &StoreConfig, _: usize) -> Result<(), KvError> {
+        if geometry(cfg).check().is_err() {
+            return Err(KvError::BadConfig("values too large for the metadata server's rings"));
+        }
+        Ok(())
+    }
+
+    /// Every version ever written (no garbage collection) and the clients'
+    /// free buffers, spread over the nodes; on node 0 also the index and
+    /// the server area.
+    fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
+        let buffer = object(buffer::size(cfg.max_key, cfg.max_value) as u64);
+        let copies = (cfg.keys + writes) * cfg.replicas as u64;
+        let values = copies.div_ceil(nodes.max(1) as u64) * buffer;
+        let pools = (cfg.writers as u64 + 1) * client::BATCH as u64 * buffer;
+        let slack = 4 * StoreConfig::CHUNK;
+        let total = values + pools + cfg.index_bytes() + geometry(cfg).bytes() + slack;
+        (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
+    }
+
+    /// The MS's chunks (clients allocate nothing themselves): on every
+    /// node a chunk of buffers; on node 0 also its server area and a chunk
+    /// of index key blocks.
+    fn node_chunks(cfg: &StoreConfig, _: usize, node: NodeId, shape: &NodeShape) -> Result<NodeChunks, KvError> {
+        if object(buffer::size(cfg.max_key, cfg.max_value) as u64) > shape.chunk {
+            return Err(KvError::BadConfig("a buffer does not fit in a chunk (use bigger chunks or smaller values)"));
+        }
+        let own = match node == MS {
+            true => 2 + geometry(cfg).bytes().div_ceil(shape.chunk),
+            false => 1,
+        };
+        Ok(NodeChunks { own, per_client: 0 })
+    }
+
+    async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
+        RaceIndex::open_or_create(mem, MS, cfg.index()).await?;
+        Ok(())
+    }
+
+    async fn connect<M: Memory, C: Clock>(
+        mem: M,
+        cfg: &StoreConfig,
+        who: Who,
+        clock: C,
+    ) -> Result<Box<CloverClient<M, C>>, KvError> {
+        Ok(Box::new(CloverClient::open(mem, cfg, who, clock).await?))
+    }
+
+    /// The metadata server beside node 0; the bare server beside the others.
+    async fn serve<M: Memory, H: Shell>(mem: M, node: NodeId, cfg: &StoreConfig, shell: &H) -> Result<Stats, MsgError> {
+        if node != MS {
+            return server::serve(mem, node, Geometry::default(), Bare, shell).await;
+        }
+        let index = RaceIndex::open(&mem, node)
+            .await
+            .map_err(|_| MsgError::BadConfig("no Clover index on node 0 (set the store up first)"))?;
+        server::serve(mem, node, geometry(cfg), MetadataServer::new(ms::Shape::of(cfg), index), shell).await
+    }
+}

@@ -1,0 +1,337 @@
+//! Clover in the simulator, beyond the registry's tests (`systems::tests`:
+//! the table and its roundtrips, corrupt memory, the campaigns with
+//! crashing clients, data nodes and metadata servers): cursors behind the
+//! tail, CASes that lose, concurrent writers on one key, background
+//! refills, a crashed data node, and a model-checked property.
+
+use alloc::boxed::Box;
+use alloc::rc::Rc;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::check::clock;
+use crate::check::kv::{CHUNK, NODE_SIZE, start_server};
+use crate::kv::place::node_of;
+use crate::kv::{Got, KvClient, Missing, Written};
+use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::Region;
+use crate::systems::from_name;
+
+fn config() -> StoreConfig {
+    let mut cfg = StoreConfig::new(from_name("clover").unwrap(), 64);
+    cfg.replicas = 3;
+    cfg.max_key = 16;
+    cfg.max_value = 256;
+    cfg.writers = 8;
+    cfg
+}
+
+/// `nodes` formatted nodes with the store, and its metadata server running.
+fn setup(cfg: &StoreConfig, nodes: usize, seed: u64) -> (Sim, ServerShell) {
+    let sc = SimConfig { seed, nodes, node_size: NODE_SIZE, ..SimConfig::default() };
+    let mut sim = Sim::new(sc.fixed_latency(2_000));
+    let admin = sim.client();
+    let c = cfg.clone();
+    sim.block_on(async move {
+        for n in 0..nodes {
+            Region::format(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.unwrap();
+        }
+        crate::systems::format(&admin, &c, 1).await.unwrap();
+    })
+    .unwrap();
+    let shell = start_server(&mut sim, cfg).unwrap();
+    (sim, shell)
+}
+
+type Client<M> = Box<CloverClient<M, crate::check::SimClock>>;
+
+async fn connect<M: Memory>(mem: M, clock_of: &SimMemory, cfg: &StoreConfig, id: u8) -> Client<M> {
+    Clover::connect(mem, cfg, Who::Id(id), clock(clock_of, 0)).await.unwrap()
+}
+
+fn value<B: core::ops::Deref<Target = [u8]>>(g: Result<Got<B>, KvError>) -> Option<Vec<u8>> {
+    match g {
+        Ok(Got::Found(v)) => Some(v.to_vec()),
+        _ => None,
+    }
+}
+
+/// The interface's table on one key, and a client's first batch of free
+/// buffers on every node.
+#[test]
+fn gets_updates_deletes_and_inserts() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg, 3, 1);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = connect(mem.clone(), &mem, &cfg, 1).await;
+        for n in 0..3 {
+            assert_eq!(a.free_buffers(NodeId(n)), client::BATCH, "node {n}");
+        }
+        assert_eq!(value(a.get(b"k").await), None);
+        assert_eq!(a.update(b"k", b"x").await, Ok(Err(Missing::NotFound)));
+        assert_eq!(a.delete(b"k").await, Ok(Err(Missing::NotFound)));
+        a.insert(b"k", b"v1").await.unwrap();
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v1"[..]));
+        assert_eq!(a.update(b"k", b"v2").await, Ok(Ok(Written)));
+        assert_eq!(a.insert(b"k", b"v3").await, Ok(Written));
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v3"[..]));
+        assert_eq!(a.delete(b"k").await, Ok(Ok(Written)));
+        assert_eq!(a.get(b"k").await.map(|g| matches!(g, Got::Deleted)), Ok(true));
+        assert_eq!(a.delete(b"k").await, Ok(Err(Missing::NotFound)));
+        assert_eq!(a.update(b"k", b"no").await, Ok(Err(Missing::NotFound)));
+        assert_eq!(a.insert(b"k", b"v4").await, Ok(Written));
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v4"[..]));
+        // An empty value and a largest one.
+        a.insert(b"e", b"").await.unwrap();
+        assert_eq!(value(a.get(b"e").await).as_deref(), Some(&b""[..]));
+        a.update(b"e", &[7; 256]).await.unwrap().unwrap();
+        assert_eq!(value(a.get(b"e").await), Some(alloc::vec![7; 256]));
+        // Another client finds all of it through the metadata server.
+        let mut b = connect(mem.clone(), &mem, &cfg, 2).await;
+        assert_eq!(value(b.get(b"k").await).as_deref(), Some(&b"v4"[..]));
+        assert_eq!(value(b.get(b"e").await), Some(alloc::vec![7; 256]));
+        assert_eq!(value(b.get(b"none").await), None);
+    })
+    .unwrap();
+}
+
+/// A client's cursor left behind by another client's writes: its get
+/// hops along the chain to the tail (a roundtrip per version), and then
+/// reads the tail in one roundtrip (mutant `clover-stale-cursor` returns
+/// the old version instead). Its update's CAS loses at the old tail,
+/// follows the chain and commits at the new one, and a delete does the
+/// same.
+#[test]
+fn a_cursor_behind_the_tail_follows_the_chain() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg, 3, 2);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = connect(mem.clone(), &mem, &cfg, 1).await;
+        let counted = Counted::new(mem.clone());
+        let mut b = connect(&counted, &mem, &cfg, 2).await;
+        a.insert(b"k", b"v0").await.unwrap();
+        assert_eq!(value(b.get(b"k").await).as_deref(), Some(&b"v0"[..]));
+        for i in 1..=5u8 {
+            a.update(b"k", &[b'v', b'0' + i]).await.unwrap().unwrap();
+        }
+        counted.reset();
+        assert_eq!(value(b.get(b"k").await).as_deref(), Some(&b"v5"[..]), "the tail, not the cursor's version");
+        assert_eq!((b.paths().chain_hops, counted.roundtrips()), (5, 6), "five hops after the cursor's READ");
+        counted.reset();
+        assert_eq!(value(b.get(b"k").await).as_deref(), Some(&b"v5"[..]));
+        assert_eq!(counted.roundtrips(), 1, "the cursor is the tail now");
+        // b's update from a stale cursor: the CAS loses to a's writes.
+        a.update(b"k", b"a6").await.unwrap().unwrap();
+        a.update(b"k", b"a7").await.unwrap().unwrap();
+        counted.reset();
+        assert_eq!(b.update(b"k", b"b8").await, Ok(Ok(Written)));
+        assert_eq!(b.paths().cas_retries, 2, "two CASes lost, at v5 and a6");
+        assert_eq!(counted.roundtrips(), 4, "the WRITE, then a CAS per version");
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"b8"[..]));
+        // a deletes from its cursor (a7), behind b8: one hop.
+        assert_eq!(a.delete(b"k").await, Ok(Ok(Written)));
+        assert_eq!(b.get(b"k").await.map(|g| matches!(g, Got::Deleted)), Ok(true));
+        // b's update meets the deletion at its CAS: not found.
+        assert_eq!(b.update(b"k", b"no").await, Ok(Err(Missing::NotFound)));
+        // An insert from a's cursor revives the key past the deletion.
+        assert_eq!(a.insert(b"k", b"a9").await, Ok(Written));
+        assert_eq!(value(b.get(b"k").await).as_deref(), Some(&b"a9"[..]));
+    })
+    .unwrap();
+}
+
+/// Writers race on one key: every update commits (a CAS that lost
+/// follows the chain), the chain holds every version once, and a fresh
+/// client walks it from the head to the last one.
+#[test]
+fn concurrent_writers_on_one_key_all_commit() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg, 3, 3);
+    let m = sim.client();
+    let c = cfg.clone();
+    sim.block_on(async move { connect(m.clone(), &m, &c, 1).await.insert(b"k", b"first").await.unwrap() }).unwrap();
+    let retries: Rc<RefCell<u64>> = Rc::default();
+    let done: Rc<RefCell<u32>> = Rc::default();
+    const WRITERS: u8 = 4;
+    const EACH: u32 = 10;
+    for id in 2..2 + WRITERS {
+        let m = sim.client();
+        let (mm, c, retries, done, shell) = (m.clone(), cfg.clone(), retries.clone(), done.clone(), shell.clone());
+        sim.spawn(&m, async move {
+            let mut w = connect(mm.clone(), &mm, &c, id).await;
+            for i in 0..EACH {
+                assert_eq!(w.update(b"k", &[id, i as u8]).await, Ok(Ok(Written)));
+            }
+            *retries.borrow_mut() += w.paths().cas_retries;
+            *done.borrow_mut() += 1;
+            if *done.borrow() == WRITERS as u32 {
+                shell.stop();
+            }
+        });
+    }
+    sim.run().unwrap();
+    assert!(*retries.borrow() > 0, "no CAS lost: the writers did not race");
+    let _again = start_server(&mut sim, &cfg);
+    let m = sim.client();
+    let (hops, last) = sim
+        .block_on(async move {
+            let mut r = connect(m.clone(), &m, &cfg, 7).await;
+            let v = value(r.get(b"k").await).unwrap();
+            (r.paths().chain_hops, v)
+        })
+        .unwrap();
+    assert_eq!(hops, (WRITERS as u64) * EACH as u64, "one version per update after the first");
+    assert_eq!(last[1], EACH as u8 - 1, "the last version is some writer's last update");
+}
+
+/// Writes fetch batches of buffers beside their WRITE once the pool runs
+/// low, so that every update takes two roundtrips and none waits for
+/// allocation.
+#[test]
+fn writes_refill_their_buffers_in_the_background() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg, 3, 4);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let counted = Counted::new(mem.clone());
+        let mut a = connect(&counted, &mem, &cfg, 1).await;
+        a.insert(b"k", b"v").await.unwrap();
+        for i in 0..5 * client::BATCH {
+            counted.reset();
+            assert_eq!(a.update(b"k", &i.to_le_bytes()).await, Ok(Ok(Written)));
+            assert_eq!(counted.roundtrips(), 2, "update {i}");
+            assert!(a.free_buffers(NodeId(0)) > 0);
+        }
+        assert!(a.paths().refills >= 4, "{:?}", a.paths());
+        assert_eq!(value(a.get(b"k").await), Some((5 * client::BATCH - 1).to_le_bytes().to_vec()));
+    })
+    .unwrap();
+}
+
+/// A data node crashes: keys whose primary it is fail naming it; the
+/// others, replicated on it, go on with the majority left.
+#[test]
+fn a_crashed_data_node_fails_only_the_keys_it_is_primary_of() {
+    for mode in [CrashMode::FailFast, CrashMode::Hang] {
+        let cfg = config();
+        let (mut sim, _shell) = setup(&cfg, 3, 5);
+        let keys: Vec<Vec<u8>> = (0..12u8).map(|i| alloc::vec![b'k', i]).collect();
+        let (m, c, ks) = (sim.client(), cfg.clone(), keys.clone());
+        sim.block_on(async move {
+            let mut a = connect(m.clone(), &m, &c, 1).await;
+            for k in &ks {
+                a.insert(k, k).await.unwrap();
+            }
+        })
+        .unwrap();
+        let now = sim.now();
+        sim.crash_node_at(2, now, mode);
+        let m = sim.client();
+        let (lost, kept) = sim
+            .block_on(async move {
+                let mut b = connect(m.clone(), &m, &cfg, 2).await;
+                let (mut lost, mut kept) = (0, 0);
+                for k in &keys {
+                    if node_of(k, 0, 3) == NodeId(2) {
+                        match b.get(k).await {
+                            Err(KvError::Down(e)) if e.node == NodeId(2) => lost += 1,
+                            r => panic!("{mode:?}: {:?}", r.map(|g| matches!(g, Got::Found(_)))),
+                        }
+                        assert!(matches!(b.update(k, b"x").await, Err(KvError::Down(e)) if e.node == NodeId(2)));
+                    } else {
+                        assert_eq!(value(b.get(k).await).as_deref(), Some(&k[..]), "{mode:?}");
+                        assert_eq!(b.update(k, b"after").await, Ok(Ok(Written)), "{mode:?}");
+                        assert_eq!(value(b.get(k).await).as_deref(), Some(&b"after"[..]), "{mode:?}");
+                        kept += 1;
+                    }
+                }
+                (lost, kept)
+            })
+            .unwrap();
+        assert!(lost > 0 && kept > 0, "{mode:?}: {lost} lost, {kept} kept");
+    }
+}
+
+/// An operation of the property below.
+#[derive(Clone, Debug)]
+enum Op {
+    Get(u8),
+    Insert(u8, u8),
+    Update(u8, u8),
+    Delete(u8),
+}
+
+fn op() -> impl Strategy<Value = (u8, Op)> {
+    let key = 0u8..3;
+    let op = prop_oneof![
+        key.clone().prop_map(Op::Get),
+        (key.clone(), any::<u8>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        (key.clone(), any::<u8>()).prop_map(|(k, v)| Op::Update(k, v)),
+        key.prop_map(Op::Delete),
+    ];
+    (0u8..3, op)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Three clients, each with its own cursors, take turns on three keys:
+    /// every answer is the model's (a map), whoever wrote last.
+    #[test]
+    fn clients_taking_turns_agree_with_a_map(ops in proptest::collection::vec(op(), 1..40)) {
+        let cfg = config();
+        let (mut sim, _shell) = setup(&cfg, 3, 6);
+        let mem = sim.client();
+        let out = sim.block_on(async move {
+            let mut cs = Vec::new();
+            for id in 1..=3 {
+                cs.push(connect(mem.clone(), &mem, &cfg, id).await);
+            }
+            let mut model: hashbrown::HashMap<u8, Option<u8>> = hashbrown::HashMap::new();
+            for (who, op) in ops {
+                let c = &mut cs[who as usize];
+                let key = |k: u8| [b'k', k];
+                let ok = match op {
+                    Op::Get(k) => {
+                        let got = c.get(&key(k)).await.unwrap();
+                        let want = model.get(&k).copied().flatten();
+                        match got {
+                            Got::Found(v) => want == Some(v[0]) && v.len() == 1,
+                            Got::Deleted => want.is_none() && model.contains_key(&k),
+                            Got::NotFound => !model.contains_key(&k),
+                        }
+                    }
+                    Op::Insert(k, v) => {
+                        model.insert(k, Some(v));
+                        c.insert(&key(k), &[v]).await == Ok(Written)
+                    }
+                    Op::Update(k, v) => {
+                        let live = matches!(model.get(&k), Some(Some(_)));
+                        if live {
+                            model.insert(k, Some(v));
+                        }
+                        c.update(&key(k), &[v]).await == Ok(if live { Ok(Written) } else { Err(Missing::NotFound) })
+                    }
+                    Op::Delete(k) => {
+                        let live = matches!(model.get(&k), Some(Some(_)));
+                        if live {
+                            model.insert(k, None);
+                        }
+                        c.delete(&key(k)).await == Ok(if live { Ok(Written) } else { Err(Missing::NotFound) })
+                    }
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            true
+        }).unwrap();
+        prop_assert!(out);
+    }
+}
