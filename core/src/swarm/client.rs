@@ -65,6 +65,20 @@ pub struct Paths {
     /// client that took a lock over, or the next holder after a writer
     /// gave up between its rounds).
     pub redo_replays: u64,
+    /// FUSEE: gets answered from the cached entry, its slot found unchanged
+    /// in the same roundtrip (FUSEE §4.6).
+    pub cache_hits: u64,
+    /// FUSEE: gets whose cached entry was stale (the slot changed), so
+    /// that they looked the key up in the index again.
+    pub stale_caches: u64,
+    /// FUSEE: changes of a key's slot that found another client's change
+    /// there first (a lost SNAPSHOT round, or a stale cached entry) and
+    /// were tried again from the slot's current word.
+    pub lost_changes: u64,
+    /// FUSEE: updates that lost their SNAPSHOT round to a change that took
+    /// effect inside their own interval, and returned done, ordered just
+    /// before it (FUSEE's losing writer, §4.3).
+    pub overwritten: u64,
 }
 
 impl Paths {
@@ -83,6 +97,10 @@ impl Paths {
         self.index_views += o.index_views;
         self.lock_takeovers += o.lock_takeovers;
         self.redo_replays += o.redo_replays;
+        self.cache_hits += o.cache_hits;
+        self.stale_caches += o.stale_caches;
+        self.lost_changes += o.lost_changes;
+        self.overwritten += o.overwritten;
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `swarm-kv` | [`swarm_kv`] | Safe-Guess per key over 2f+1 nodes (SWARM §5) |
 //! | `pdpm-direct` | [`pdpm_direct`] | committed and redo spaces over 2f+1 nodes, a leased lock on the primary (pDPM §4.1) |
 //! | `pdpm-central` | [`pdpm_central`] | a coordinator beside node 0 orders every access (pDPM §4.2) |
+//! | `fusee` | [`fusee`] | immutable objects out of place, a SNAPSHOT-replicated index, cached entries (FUSEE §4) |
 //!
 //! # Adding a system
 //!
@@ -38,6 +39,7 @@ use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
 pub mod dm_abd;
+pub mod fusee;
 pub mod pdpm_central;
 pub mod pdpm_direct;
 pub mod raw;
@@ -65,7 +67,7 @@ macro_rules! registry {
     };
 }
 
-registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv, pdpm_direct::PdpmDirect, pdpm_central::PdpmCentral];
+registry![raw::Raw, dm_abd::DmAbd, swarm_kv::SwarmKv, pdpm_direct::PdpmDirect, pdpm_central::PdpmCentral, fusee::Fusee];
 
 /// The system called `name`.
 pub fn from_name(name: &str) -> Option<System> {
