@@ -28,6 +28,8 @@ MUTANTS=(
   "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
   "central-no-rdlock||read a reused copy|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_slow_reader"
   "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
+  "fusee-stale-cache||a stale cached entry answered|cargo test -p swarm-core --release --lib systems::fusee::tests::a_stale"
+  "fusee-cached-loser||not linearizable|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign"
 )
 
 only=${1:-}

@@ -16,6 +16,7 @@ use crate::kv::seat::Seat;
 use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, Who, Written};
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join2;
+use crate::substrate::memory::pause_jittered;
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
 
@@ -30,7 +31,18 @@ pub struct FuseeClient<M, C> {
     cache: LocationCache<Entry>,
     limits: Limits,
     paths: Paths,
+    /// State of the jitter of a losing delete's waits (xorshift).
+    rng: u64,
 }
+
+/// The most rounds a delete tries before it gives up
+/// ([`KvError::Contended`]): it may not return as a losing update does
+/// (see [`super`], "Losers"), so it waits and tries again.
+const DELETE_TRIES: u32 = 64;
+/// A losing delete's first wait, ns (about a roundtrip); each loss doubles
+/// it, up to [`MAX_WAIT_NS`].
+const FIRST_WAIT_NS: u64 = 2_000;
+const MAX_WAIT_NS: u64 = 100_000;
 
 impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// Connects a client (the index opened; nothing allocated; see
@@ -42,7 +54,8 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             max_key: cfg.max_key,
             eviction: Eviction::Lru,
         });
-        Ok(FuseeClient { mem, seat, cache, limits: cfg.limits(), paths: Paths::default() })
+        let rng = 0x9E37_79B9_7F4A_7C15 ^ seat.id as u64;
+        Ok(FuseeClient { mem, seat, cache, limits: cfg.limits(), paths: Paths::default(), rng })
     }
 
     /// Room in the arena for the object of `key` and `value`, and its
@@ -201,20 +214,28 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
     }
 
     /// The slot changed to a tombstone from the entry (two roundtrips with
-    /// the entry cached): as every change, it starts again from the word
-    /// it finds if another client changed the slot first.
+    /// the entry cached). A delete that finds another client's change
+    /// there first may not return (see [`super`], "Losers"): it waits a
+    /// little (doubling, jittered, so that it does not lose to the same
+    /// writers again and again) and tries again from the word it found.
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
         self.seat.keep(&self.mem).await?;
         let Some(mut entry) = self.find(key).await? else { return Ok(Err(Missing::NotFound)) };
         self.cache.remove(key);
-        for _ in 0..RETRIES {
+        let mut wait = FIRST_WAIT_NS;
+        for tried in 0..DELETE_TRIES {
             match Box::pin(self.seat.index.remove(&self.mem, key, Expect::Entry(entry))).await? {
                 Change::Done { .. } => return Ok(Ok(Written)),
                 Change::NotFound => return Ok(Err(Missing::NotFound)),
                 Change::Mismatch { current } => {
                     self.paths.lost_changes += 1;
                     entry = current;
+                    // (The first loss may be a stale cached entry's.)
+                    if tried > 0 {
+                        pause_jittered(&self.mem, wait, &mut self.rng).await;
+                        wait = (wait * 2).min(MAX_WAIT_NS);
+                    }
                 }
             }
         }
