@@ -175,7 +175,7 @@ pub struct Fusee;
 /// are never freed, so a store whose keys change more often than this
 /// runs out of arena ([`KvError::IndexSpace`]) until garbage collection
 /// is done.
-const CHANGES: u64 = 4;
+pub const CHANGES: u64 = 4;
 
 /// Bytes of the arena a client claims at a time, at least (and room for
 /// four of the largest objects).
