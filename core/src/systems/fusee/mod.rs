@@ -139,7 +139,15 @@
 //!   node, blocks, size classes, free bitmaps (§4.4); objects come from
 //!   the index arena (above) and are never freed.
 //! - Garbage collection of superseded objects and of the index's blocks
-//!   (and with it the reuse checks a get would need, above).
+//!   (and with it the reuse checks a get would need, above). Until then
+//!   the arena holds [`CHANGES`] changes per key of the store's `keys` on
+//!   average, and a workload that changes few keys many times runs it out
+//!   ([`KvError::IndexSpace`]): the shared in-process key-value suite
+//!   (`backend-shm`'s `registry_walk`, 4,000 operations on 16 keys) does,
+//!   and fails for FUSEE. Sizing the arena from the nodes' free memory
+//!   at set-up would fix that run, but made the registry's test that
+//!   garbles every word of the nodes (`corrupt_locations_give_errors`)
+//!   run past its time limit; this is open.
 //! - The adaptive index cache's bypass (§4.6: skipping the cache for keys
 //!   whose cached entries keep going stale); every key is cached (LRU).
 //! - Doorbell batching and selective signalling of each phase's verbs.
