@@ -108,14 +108,20 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
     assert!(out.contains("rtt p50") && out.contains("vs raw"), "{out}");
     // pDPM Table 1: pDPM-Direct 1 / 4; pDPM-Central an RPC and a READ, or
     // an RPC and the coordinator's WRITE to the data nodes; Clover a READ
-    // of the cursor, and a WRITE and a CAS.
+    // of the cursor, and a WRITE and a CAS. FUSEE: a get
+    // reads the object and the slot, an update writes the object, then
+    // SNAPSHOT's two phases; in this run each takes one roundtrip more at
+    // p99 (a renewal of the index's view lease takes one, as do
+    // SNAPSHOT's Rule 2 and a get whose cached entry went stale, more).
+    // (name, [get p50, p99], [update p50, p99])
     let table = [
-        ("raw", 1, 1),
-        ("dm-abd", 2, 2),
-        ("swarm-kv", 1, 1),
-        ("pdpm-direct", 1, 4),
-        ("pdpm-central", 2, 2),
-        ("clover", 1, 2),
+        ("raw", [1, 1], [1, 1]),
+        ("dm-abd", [2, 2], [2, 2]),
+        ("swarm-kv", [1, 1], [1, 1]),
+        ("pdpm-direct", [1, 1], [4, 4]),
+        ("pdpm-central", [2, 2], [2, 2]),
+        ("clover", [1, 1], [2, 2]),
+        ("fusee", [1, 2], [3, 4]),
     ];
     for (name, get, update) in table {
         let s = system(&j, name);
@@ -126,7 +132,7 @@ fn sim_gives_table_2_in_the_fixed_json_shape() {
             assert!(
                 o["p50_us"].as_f64().unwrap() > 0.0 && o["p99_us"].as_f64().unwrap() >= o["p50_us"].as_f64().unwrap()
             );
-            assert_eq!((o["rtt_p50"].as_u64(), o["rtt_p99"].as_u64()), (Some(rtt), Some(rtt)), "{name} {op}");
+            assert_eq!((o["rtt_p50"].as_u64(), o["rtt_p99"].as_u64()), (Some(rtt[0]), Some(rtt[1])), "{name} {op}");
         }
         let ops = s["ops"].as_object().unwrap();
         assert_eq!(ops.keys().collect::<Vec<_>>(), ["get", "update"], "YCSB-B has gets and updates only");

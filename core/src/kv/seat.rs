@@ -1,19 +1,70 @@
 //! What a client of a store that keeps each key's values in objects of its
-//! own, found through the index (RAW, pDPM-Direct), holds beside its
-//! protocol: its id (leased from the store's table, or given), the slab
-//! allocator it carves its objects from, and the index on
-//! [`INDEX_NODE`]. The one place for how such a client opens (the index
-//! found; the chunks a released id's last holder left taken over), renews
-//! its lease as it works, and gives its id back with its partly used
-//! chunks for the next holder.
+//! own, found through the index (RAW, pDPM-Direct: the one-copy index on
+//! [`INDEX_NODE`]; FUSEE: the replicated [`SnapshotIndex`]), holds beside
+//! its protocol: its id (leased from the store's table, or given), the
+//! slab allocator it carves its objects from, and the index. The one place
+//! for how such a client opens (the index found; the chunks a released
+//! id's last holder left taken over), renews its lease as it works, and
+//! gives its id back with its partly used chunks for the next holder.
 
-use super::place::INDEX_NODE;
+use core::future::Future;
+
+use super::place::{INDEX_NODE, index_nodes};
 use super::{KvError, StoreConfig, Who};
 use crate::Memory;
-use crate::index::RaceIndex;
+use crate::index::{RaceIndex, SnapshotIndex};
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Held, Resumed};
-use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
+use crate::substrate::space::slab::{ARENA_CLASS, CLASSES, Carry, HEAD_WORDS, SlabAllocator};
+
+/// The index a [`Seat`] opens: how a client of the store finds it, and the
+/// partly used chunk of its own that it hands over with its id (its first
+/// replica's is on [`INDEX_NODE`] for both).
+pub trait SeatIndex: Sized {
+    /// The class its carried chunk is handed over as
+    /// ([`SlabAllocator::take_extra_of`]).
+    const CARRY_CLASS: u8;
+    /// Opens the store's index for client `id`.
+    fn open_for<M: Memory>(mem: &M, cfg: &StoreConfig, id: u8) -> impl Future<Output = Result<Self, KvError>>;
+    /// The free part of the chunk this client carves the index's blocks
+    /// from, for its id's next holder.
+    fn carried(&self) -> Option<Carry>;
+    /// Goes on carving blocks from `c`, the id's previous holder's.
+    fn adopt(&mut self, c: Carry);
+}
+
+impl SeatIndex for RaceIndex {
+    const CARRY_CLASS: u8 = CLASSES as u8;
+
+    async fn open_for<M: Memory>(mem: &M, _: &StoreConfig, _: u8) -> Result<Self, KvError> {
+        Ok(RaceIndex::open(mem, INDEX_NODE).await?)
+    }
+
+    fn carried(&self) -> Option<Carry> {
+        RaceIndex::carried(self)
+    }
+
+    fn adopt(&mut self, c: Carry) {
+        RaceIndex::adopt(self, c)
+    }
+}
+
+/// On [`index_nodes`]; its first replica is node 0.
+impl SeatIndex for SnapshotIndex {
+    const CARRY_CLASS: u8 = ARENA_CLASS;
+
+    async fn open_for<M: Memory>(mem: &M, cfg: &StoreConfig, id: u8) -> Result<Self, KvError> {
+        Ok(SnapshotIndex::open(mem, &index_nodes(cfg, mem.node_count()), id as u32).await?)
+    }
+
+    fn carried(&self) -> Option<Carry> {
+        SnapshotIndex::carried(self)
+    }
+
+    fn adopt(&mut self, c: Carry) {
+        SnapshotIndex::adopt(self, c);
+    }
+}
 
 /// Sets up the one-copy index of such a store on [`INDEX_NODE`] (nothing
 /// changes where it exists).
@@ -23,7 +74,7 @@ pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError
 }
 
 /// A client's id, allocator and index handle.
-pub struct Seat<C> {
+pub struct Seat<C, I = RaceIndex> {
     /// The client's id, `1..=writers`.
     pub id: u8,
     /// Its lease on the id, renewed as it works (`None`: a given id).
@@ -33,10 +84,10 @@ pub struct Seat<C> {
     /// Where it carves its objects from.
     pub slab: SlabAllocator,
     /// The store's index.
-    pub index: RaceIndex,
+    pub index: I,
 }
 
-impl<C: Clock> Seat<C> {
+impl<C: Clock, I: SeatIndex> Seat<C, I> {
     /// Opens the index for client `who` of the store `cfg` (nothing is
     /// allocated). If the index cannot be opened, a leased id is given back
     /// at once, with what its previous holder handed over, rather than held
@@ -46,7 +97,7 @@ impl<C: Clock> Seat<C> {
         if id == 0 || id > cfg.writers {
             return Err(KvError::BadConfig("client id outside 1..=writers"));
         }
-        let mut index = match RaceIndex::open(mem, INDEX_NODE).await {
+        let mut index = match I::open_for(mem, cfg, id).await {
             Ok(index) => index,
             Err(e) => {
                 if let Who::Lease(h) = who {
@@ -58,7 +109,7 @@ impl<C: Clock> Seat<C> {
                     };
                     let _ = h.release(mem, &payload).await;
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         let mut slab = SlabAllocator::new();
@@ -68,7 +119,7 @@ impl<C: Clock> Seat<C> {
                 // Go on carving the chunks a released id's last holder left.
                 if h.resume().state == Resumed::Released {
                     slab.take_over(&h.resume().payload);
-                    if let Some(c) = slab.take_extra(INDEX_NODE) {
+                    if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS) {
                         index.adopt(c);
                     }
                 }

@@ -286,6 +286,16 @@ pub async fn pause<M: Memory>(mem: &M, ns: u64) {
     core::future::poll_fn(|cx| mem.poll_alarm(cx, at)).await
 }
 
+/// Waits between `ns / 2` and `ns` of the memory's time, the part chosen
+/// by `rng` (xorshift64 state, stepped; never 0): clients that retry
+/// against each other try again at different times.
+pub async fn pause_jittered<M: Memory>(mem: &M, ns: u64, rng: &mut u64) {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    pause(mem, ns / 2 + *rng % (ns / 2 + 1)).await
+}
+
 /// The little-endian word at byte `at` of `bytes`, or `None` past the end.
 /// Use it to decode words from remote buffers without panicking.
 pub fn word_at(bytes: &[u8], at: usize) -> Option<u64> {

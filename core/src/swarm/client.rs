@@ -112,6 +112,20 @@ paths! {
     /// Clover: batches of free buffers fetched from the metadata server
     /// beside a write (in the background: no roundtrip of their own).
     refills,
+    /// FUSEE: gets answered from the cached entry, its slot found unchanged
+    /// in the same roundtrip (FUSEE §4.6).
+    cache_hits,
+    /// FUSEE: gets whose cached entry was stale (the slot changed), so
+    /// that they looked the key up in the index again.
+    stale_caches,
+    /// FUSEE: changes of a key's slot that found another client's change
+    /// there first (a lost SNAPSHOT round, or a stale cached entry) and
+    /// were tried again from the slot's current word.
+    lost_changes,
+    /// FUSEE: updates that lost their SNAPSHOT round to a change that took
+    /// effect inside their own interval, and returned done, ordered just
+    /// before it (FUSEE's losing writer, §4.3).
+    overwritten,
 }
 
 /// One client's state.

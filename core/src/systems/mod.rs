@@ -9,6 +9,7 @@
 //! | `pdpm-direct` | [`pdpm_direct`] | committed and redo spaces over 2f+1 nodes, a leased lock on the primary (pDPM §4.1) |
 //! | `pdpm-central` | [`pdpm_central`] | a coordinator beside node 0 orders every access (pDPM §4.2) |
 //! | `clover` | [`clover`] | per-key chains of out-of-place versions committed by CAS, a metadata server beside node 0 (pDPM §5) |
+//! | `fusee` | [`fusee`] | immutable objects out of place, a SNAPSHOT-replicated index, cached entries (FUSEE §4) |
 //!
 //! # Adding a system
 //!
@@ -40,6 +41,7 @@ use crate::{Memory, NodeId};
 
 pub mod clover;
 pub mod dm_abd;
+pub mod fusee;
 pub mod pdpm_central;
 pub mod pdpm_direct;
 pub mod raw;
@@ -73,7 +75,8 @@ registry![
     swarm_kv::SwarmKv,
     pdpm_direct::PdpmDirect,
     pdpm_central::PdpmCentral,
-    clover::Clover
+    clover::Clover,
+    fusee::Fusee
 ];
 
 /// The system called `name`.

@@ -95,6 +95,19 @@ impl Records {
         len: usize,
         accept: impl Fn(&[u8]) -> Option<T>,
     ) -> Result<T, IndexError> {
+        self.read_buf(mem, off, len, accept).await.map(|(_, t)| t)
+    }
+
+    /// [`read`](Self::read), answering the buffer the accepted copy was
+    /// read into with what `accept` made of it (FUSEE's objects are
+    /// records: their values are answered in place).
+    pub async fn read_buf<M: Memory, T>(
+        &self,
+        mem: &M,
+        off: u64,
+        len: usize,
+        accept: impl Fn(&[u8]) -> Option<T>,
+    ) -> Result<(M::Buf, T), IndexError> {
         let corrupt = |node| IndexError::Corrupt { node, what: "an index entry names a record no replica holds" };
         let mut order = self.order(off);
         let first = order.next().unwrap_or(0);
@@ -104,7 +117,7 @@ impl Records {
         match mem.read(at(first)?, len).await {
             Ok(buf) => {
                 if let Some(t) = accept(&buf) {
-                    return Ok(t);
+                    return Ok((buf, t));
                 }
             }
             Err(e) => {
@@ -119,15 +132,18 @@ impl Records {
                 let _ = futs.push(mem.read(at(i)?, len));
             }
             let replies = join_all(futs).await;
-            for (_, buf) in replies.oks() {
-                if let Some(t) = accept(buf) {
-                    return Ok(t);
-                }
-            }
-            for (k, r) in replies.results.iter().enumerate() {
-                if let Some(Err(e)) = r {
-                    let _ = failed.push(batch[k]);
-                    error = error.or(Some(*e));
+            for (k, r) in replies.results.into_iter().enumerate() {
+                match r {
+                    Some(Ok(buf)) => {
+                        if let Some(t) = accept(&buf) {
+                            return Ok((buf, t));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let _ = failed.push(batch[k]);
+                        error = error.or(Some(e));
+                    }
+                    None => {}
                 }
             }
             if round == 0 {

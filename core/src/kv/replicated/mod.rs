@@ -95,7 +95,7 @@ use known::{Cached, Known};
 
 pub(crate) mod descriptor;
 mod known;
-mod sizing;
+pub(crate) mod sizing;
 
 use sizing::node_bytes;
 

@@ -39,12 +39,28 @@ const INDEX_CHUNK: u64 = 16 << 10;
 /// changing [`INDEX_CHANGES`] times with a descriptor each time, and for
 /// two partly used chunks of each client id.
 pub(crate) fn index_config(cfg: &StoreConfig, timeout_ns: u64) -> SnapshotConfig {
-    let mut c = SnapshotConfig::for_keys(cfg.keys.max(1), cfg.max_key, INDEX_CHANGES);
-    let per_change = block::alloc_len(cfg.max_key) + DESCRIPTOR_BYTES;
-    let changes = cfg.keys.max(1).saturating_mul(INDEX_CHANGES).saturating_mul(per_change);
-    let chunks = 2 * cfg.writers as u64 * INDEX_CHUNK;
-    c.chunk = INDEX_CHUNK;
-    c.arena = changes.saturating_add(chunks).saturating_add(INDEX_CHUNK).next_multiple_of(INDEX_CHUNK);
+    snapshot_config(cfg, timeout_ns, DESCRIPTOR_BYTES, INDEX_CHANGES, INDEX_CHUNK)
+}
+
+/// The replicated index of a store of `cfg` on memory whose operations
+/// time out after `timeout_ns`, whose every change of a key's mapping
+/// takes a key block and a record of `record` bytes in the arena
+/// (SWARM-KV's descriptors, FUSEE's objects): room for
+/// [`StoreConfig::keys`] keys changing `changes` times each, and for two
+/// partly used arena chunks of `chunk` bytes per client id.
+pub(crate) fn snapshot_config(
+    cfg: &StoreConfig,
+    timeout_ns: u64,
+    record: u64,
+    changes: u64,
+    chunk: u64,
+) -> SnapshotConfig {
+    let mut c = SnapshotConfig::for_keys(cfg.keys.max(1), cfg.max_key, changes);
+    let per_change = block::alloc_len(cfg.max_key) + record;
+    let changes = cfg.keys.max(1).saturating_mul(changes).saturating_mul(per_change);
+    let chunks = 2 * cfg.writers as u64 * chunk;
+    c.chunk = chunk;
+    c.arena = changes.saturating_add(chunks).saturating_add(chunk).next_multiple_of(chunk);
     c.timing = Timing::for_timeout(timeout_ns);
     c
 }
@@ -52,10 +68,19 @@ pub(crate) fn index_config(cfg: &StoreConfig, timeout_ns: u64) -> SnapshotConfig
 /// Bytes of one replica of the index of a store of `cfg`: header,
 /// buckets and arena, each in whole `chunk`s.
 fn index_replica_bytes(cfg: &StoreConfig, chunk: u64) -> u64 {
-    let c = index_config(cfg, DEFAULT_TIMEOUT_NS);
+    replica_bytes(&index_config(cfg, DEFAULT_TIMEOUT_NS), chunk)
+}
+
+/// Bytes of one replica of an index of shape `c` on nodes of `chunk`-byte
+/// chunks: header, buckets and arena, each in whole chunks.
+pub(crate) fn replica_bytes(c: &SnapshotConfig, chunk: u64) -> u64 {
     let chunk = chunk.max(1);
-    let buckets = Geometry::bytes(c.index.groups).unwrap_or(u64::MAX / 4) - 64 + header::BYTES;
-    buckets.next_multiple_of(chunk).saturating_add(c.arena.next_multiple_of(chunk))
+    buckets_bytes(c).next_multiple_of(chunk).saturating_add(c.arena.next_multiple_of(chunk))
+}
+
+/// Bytes of the header and buckets of one replica of an index of shape `c`.
+pub(crate) fn buckets_bytes(c: &SnapshotConfig) -> u64 {
+    Geometry::bytes(c.index.groups).unwrap_or(u64::MAX / 4) - 64 + header::BYTES
 }
 
 /// The writer logs of a node of `size` bytes in `chunk`-byte chunks: as

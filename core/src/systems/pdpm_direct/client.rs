@@ -18,7 +18,7 @@ use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, Store
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
-use crate::substrate::memory::{pause, word_at};
+use crate::substrate::memory::{pause, pause_jittered, word_at};
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::space::{AllocError, RegionError};
 use crate::substrate::value::Value;
@@ -248,11 +248,8 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         let until_ns = takeover.saturating_sub(now).saturating_add(1).saturating_mul(t.tick_ns);
         let ns = w.backoff_ns.min(until_ns);
         w.backoff_ns = w.backoff_ns.saturating_mul(2);
-        // xorshift64: waiters of one lock look again at different times.
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        pause(&self.mem, ns / 2 + self.rng % (ns / 2 + 1)).await;
+        // Waiters of one lock look again at different times.
+        pause_jittered(&self.mem, ns, &mut self.rng).await;
         Ok(())
     }
 

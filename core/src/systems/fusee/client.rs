@@ -1,0 +1,323 @@
+//! One FUSEE client (`papers/fusee.txt` §4.3, §4.6): gets from the cached
+//! entry checked against the key's slot in the same roundtrip, updates
+//! that write a new object and then change the slot with SNAPSHOT from
+//! the cached entry, inserts and deletes (see [`super`] for the protocol
+//! and why it is linearizable).
+
+use alloc::boxed::Box;
+
+use super::object;
+use crate::Memory;
+use crate::index::cache::{CacheConfig, Eviction, LocationCache};
+use crate::index::snapshot::records::Records;
+use crate::index::{Change, Entry, Expect, Index, Insert, SnapshotIndex};
+use crate::kv::place::RETRIES;
+use crate::kv::seat::Seat;
+use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, Who, Written};
+use crate::substrate::clock::Clock;
+use crate::substrate::join::join2;
+use crate::substrate::memory::pause_jittered;
+use crate::substrate::value::Value;
+use crate::swarm::client::Paths;
+
+/// One FUSEE client.
+pub struct FuseeClient<M, C> {
+    mem: M,
+    /// Its id, lease and the replicated index (whose arena holds the
+    /// objects).
+    seat: Seat<C, SnapshotIndex>,
+    /// Key -> its entry as this client last saw it (FUSEE's index cache,
+    /// §4.6, without its bypass).
+    cache: LocationCache<Entry>,
+    limits: Limits,
+    paths: Paths,
+    /// State of the jitter of a losing delete's waits (xorshift).
+    rng: u64,
+}
+
+/// The most rounds a delete tries before it gives up
+/// ([`KvError::Contended`]): it may not return as a losing update does
+/// (see [`super`], "Losers"), so it waits and tries again.
+const DELETE_TRIES: u32 = 64;
+/// A losing delete's first wait, ns (about a roundtrip); each loss doubles
+/// it, up to [`MAX_WAIT_NS`].
+const FIRST_WAIT_NS: u64 = 2_000;
+const MAX_WAIT_NS: u64 = 100_000;
+
+impl<M: Memory, C: Clock> FuseeClient<M, C> {
+    /// Connects a client (the index opened; nothing allocated; see
+    /// [`Seat::open`]).
+    pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
+        let seat = Seat::open(&mem, cfg, who, clock).await?;
+        let cache = LocationCache::new(CacheConfig {
+            capacity: cfg.cache_capacity,
+            max_key: cfg.max_key,
+            eviction: Eviction::Lru,
+        });
+        let rng = 0x9E37_79B9_7F4A_7C15 ^ seat.id as u64;
+        Ok(FuseeClient { mem, seat, cache, limits: cfg.limits(), paths: Paths::default(), rng })
+    }
+
+    /// Room in the arena for the object of `key` and `value`, and its
+    /// location (no roundtrip unless this client's arena chunk is used up).
+    async fn alloc(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64), KvError> {
+        let len = object::alloc_len(key.len(), value.len());
+        let offset = Box::pin(self.seat.index.alloc_record(&self.mem, len)).await?;
+        let location = object::location(offset, len).ok_or(KvError::Bug("an object's location does not fit"))?;
+        Ok((offset, location))
+    }
+
+    /// Writes a new object of `key` and `value` to every index replica,
+    /// until a majority has it (one roundtrip): its location.
+    async fn write_object(&mut self, key: &[u8], value: &[u8]) -> Result<u64, KvError> {
+        let (offset, w) = self.alloc(key, value).await?;
+        Box::pin(self.seat.index.records().write(&self.mem, offset, &object::encode(key, value))).await?;
+        Ok(w)
+    }
+
+    /// Points `key`'s slot at the object at `location` (written already),
+    /// starting from `entry`: SNAPSHOT's two phases from the entry's word
+    /// (two roundtrips). `seen` says whether this operation saw the slot
+    /// hold the entry's word (a lookup or an insert's read of the buckets
+    /// during it), rather than taking it from the cache.
+    ///
+    /// A change that finds another client's change there first: if this
+    /// operation saw the slot hold the word it started from, that change
+    /// took effect inside this operation's interval, and the update is
+    /// done, ordered just before it and overwritten by it (FUSEE's losing
+    /// writer, §4.3; see [`super`], "Losers"); otherwise (a stale cached
+    /// entry) it starts again from the word the index found, which this
+    /// operation now saw. The key's new entry (`None` for a loser), or
+    /// [`Missing::NotFound`] if the key is not mapped (deleted).
+    async fn swing(
+        &mut self,
+        key: &[u8],
+        mut entry: Entry,
+        location: u64,
+        mut seen: bool,
+    ) -> Result<Result<Option<Entry>, Missing>, KvError> {
+        for _ in 0..RETRIES {
+            let changed = Box::pin(self.seat.index.update(&self.mem, key, Expect::Entry(entry), location)).await?;
+            match changed {
+                Change::Done { now: Some(now), .. } => {
+                    self.cache.insert(key, now.location, now);
+                    return Ok(Ok(Some(now)));
+                }
+                Change::Done { now: None, .. } => return Err(KvError::Bug("an update of the index removed the key")),
+                Change::NotFound => {
+                    self.cache.remove(key);
+                    return Ok(Err(Missing::NotFound));
+                }
+                Change::Mismatch { current } if seen || cfg!(swarm_mutant = "fusee-cached-loser") => {
+                    self.paths.overwritten += 1;
+                    self.cache.insert(key, current.location, current);
+                    return Ok(Ok(None));
+                }
+                Change::Mismatch { current } => {
+                    self.paths.lost_changes += 1;
+                    (entry, seen) = (current, true);
+                }
+            }
+        }
+        Err(KvError::Contended)
+    }
+
+    /// The key's entry: cached (no roundtrip), or from the index (two
+    /// roundtrips). `None` if the key is not mapped.
+    async fn find(&mut self, key: &[u8]) -> Result<Option<Entry>, KvError> {
+        if let Some((_, e)) = self.cache.get(key) {
+            return Ok(Some(*e));
+        }
+        Ok(Box::pin(self.seat.index.lookup(&self.mem, key)).await?)
+    }
+}
+
+/// Reads the object at `location`, which must be `key`'s and whole: its
+/// value, in the buffer read. One roundtrip (more if the first replica
+/// read lacks a whole copy: [`Records::read_buf`]).
+async fn read_object<M: Memory>(
+    records: &Records,
+    mem: &M,
+    key: &[u8],
+    location: u64,
+) -> Result<Value<M::Buf>, KvError> {
+    let (offset, len) = object::place(location).ok_or(KvError::Corrupt)?;
+    let (buf, range) = Box::pin(records.read_buf(mem, offset, len, |b| object::decode(b, key))).await?;
+    Ok(Value::in_buf(buf, range))
+}
+
+impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
+    type Value = Value<M::Buf>;
+
+    fn name(&self) -> &'static str {
+        super::Fusee::INFO.name
+    }
+
+    fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// With the key's entry cached: the object it names and the key's slot
+    /// on the index primary, read at once (one roundtrip); the value if the
+    /// slot still holds the cached word. Otherwise (or stale): the index,
+    /// then the object (three roundtrips).
+    async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
+        self.limits.check_key(key)?;
+        if let Some((_, e)) = self.cache.get(key) {
+            let e = *e;
+            let records = self.seat.index.records();
+            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let (value, still) =
+                join2(read_object(&records, mem, key, e.location), Box::pin(index.still(mem, key, &e))).await;
+            // The mutant answers the cached object without looking at the
+            // slot: stale after another client's update or delete.
+            let still = if cfg!(swarm_mutant = "fusee-stale-cache") { Ok(true) } else { still };
+            if still? {
+                self.paths.cache_hits += 1;
+                return value.map(Got::Found);
+            }
+            self.paths.stale_caches += 1;
+            self.cache.remove(key);
+        }
+        let Some(entry) = Box::pin(self.seat.index.lookup(&self.mem, key)).await? else {
+            return Ok(Got::NotFound);
+        };
+        let value = read_object(&self.seat.index.records(), &self.mem, key, entry.location).await?;
+        self.cache.insert(key, entry.location, entry);
+        Ok(Got::Found(value))
+    }
+
+    /// The new object (one roundtrip; in parallel with the index lookup if
+    /// the entry is not cached), then the slot changed from the entry
+    /// (SNAPSHOT's two phases).
+    async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check(key, value)?;
+        self.seat.keep(&self.mem).await?;
+        let (entry, w, seen) = if let Some((_, e)) = self.cache.get(key) {
+            let e = *e;
+            (Some(e), self.write_object(key, value).await?, false)
+        } else {
+            let (offset, w) = self.alloc(key, value).await?;
+            let records = self.seat.index.records();
+            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let bytes = object::encode(key, value);
+            let (wrote, found) =
+                join2(Box::pin(records.write(mem, offset, &bytes)), Box::pin(index.lookup(mem, key))).await;
+            let found = found?;
+            if found.is_some() {
+                wrote?;
+            }
+            (found, w, true)
+        };
+        let Some(entry) = entry else { return Ok(Err(Missing::NotFound)) };
+        Ok(self.swing(key, entry, w, seen).await?.map(|_| Written))
+    }
+
+    /// The slot changed to a tombstone from the entry (two roundtrips with
+    /// the entry cached). A delete that finds another client's change
+    /// there first may not return (see [`super`], "Losers"): it waits a
+    /// little (doubling, jittered, so that it does not lose to the same
+    /// writers again and again) and tries again from the word it found.
+    async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
+        self.limits.check_key(key)?;
+        self.seat.keep(&self.mem).await?;
+        let Some(mut entry) = self.find(key).await? else { return Ok(Err(Missing::NotFound)) };
+        self.cache.remove(key);
+        let mut wait = FIRST_WAIT_NS;
+        for tried in 0..DELETE_TRIES {
+            match Box::pin(self.seat.index.remove(&self.mem, key, Expect::Entry(entry))).await? {
+                Change::Done { .. } => return Ok(Ok(Written)),
+                Change::NotFound => return Ok(Err(Missing::NotFound)),
+                Change::Mismatch { current } => {
+                    self.paths.lost_changes += 1;
+                    entry = current;
+                    // (The first loss may be a stale cached entry's.)
+                    if tried > 0 {
+                        pause_jittered(&self.mem, wait, &mut self.rng).await;
+                        wait = (wait * 2).min(MAX_WAIT_NS);
+                    }
+                }
+            }
+        }
+        Err(KvError::Contended)
+    }
+
+    /// The new object written while the index reads the key's buckets
+    /// (one roundtrip), then published in a free slot (two); a key that is
+    /// mapped (cached, or found by the index) is updated instead, with the
+    /// same object.
+    async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+        self.limits.check(key, value)?;
+        self.seat.keep(&self.mem).await?;
+        let (offset, w) = self.alloc(key, value).await?;
+        let bytes = object::encode(key, value);
+        let mut written = false;
+        if let Some((_, e)) = self.cache.get(key) {
+            let e = *e;
+            Box::pin(self.seat.index.records().write(&self.mem, offset, &bytes)).await?;
+            written = true;
+            if self.swing(key, e, w, false).await?.is_ok() {
+                return Ok(Written);
+            }
+        }
+        for _ in 0..RETRIES {
+            let records = self.seat.index.records();
+            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let mut failed = None;
+            let inserted = if written {
+                Box::pin(index.insert(mem, key, w)).await.map(Some)
+            } else {
+                let ready = async {
+                    match Box::pin(records.write(mem, offset, &bytes)).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
+                    }
+                };
+                Box::pin(index.insert_after(mem, key, w, ready)).await
+            };
+            let entry = match inserted? {
+                None => return Err(failed.map_or(KvError::Unavailable, KvError::from)),
+                Some(Insert::New(e)) => {
+                    self.cache.insert(key, e.location, e);
+                    return Ok(Written);
+                }
+                Some(Insert::Exists(e)) => e,
+            };
+            written = true;
+            if self.swing(key, entry, w, true).await?.is_ok() {
+                return Ok(Written);
+            }
+            // Deleted meanwhile: insert it again.
+        }
+        Err(KvError::Contended)
+    }
+
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.seat.keep(&self.mem).await
+    }
+
+    async fn close(&mut self) -> Result<(), KvError> {
+        self.seat.close(&self.mem).await
+    }
+
+    fn paths(&self) -> Paths {
+        let mut p = self.paths;
+        p.index_views = self.seat.index.master_paths().views;
+        p
+    }
+}
+
+impl<M: Memory, C> Handle for FuseeClient<M, C> {
+    type Mem = M;
+
+    fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    fn id(&self) -> u8 {
+        self.seat.id
+    }
+}

@@ -1,0 +1,336 @@
+//! FUSEE in the simulator, on purpose where the campaigns
+//! (`systems::tests`) go by chance: the roundtrips of each operation, a
+//! cached entry gone stale after another client's update or delete
+//! (detected in the get's one roundtrip and refreshed: the mutant
+//! `fusee-stale-cache` fails here), writers racing on one key, node 0 (an
+//! index replica, the first primary) crashed under cached clients, and
+//! garbled objects; and a property of the objects' encoding.
+
+use alloc::rc::Rc;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+
+use proptest::prelude::*;
+
+use super::object;
+use super::{Fusee, FuseeClient};
+use crate::check::kv::{CHUNK, NODE_SIZE};
+use crate::check::{SimClock, clock};
+use crate::index::snapshot::arena::ALIGN;
+use crate::index::{Index, SnapshotIndex};
+use crate::kv::place::index_nodes;
+use crate::kv::{Got, KvClient, KvError, KvSystem, Missing, StoreConfig, Who, Written};
+use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::Region;
+use crate::systems::{format, from_name};
+use crate::{Memory, NodeId, RemoteAddr};
+
+fn config(writers: u8) -> StoreConfig {
+    let mut cfg = StoreConfig::new(from_name("fusee").unwrap(), 64);
+    cfg.max_key = 16;
+    cfg.max_value = 256;
+    cfg.writers = writers;
+    cfg.cache_capacity = 64;
+    cfg
+}
+
+/// `nodes` nodes (as many replicas), 2 µs roundtrips, the store set up.
+fn setup(cfg: &mut StoreConfig, nodes: usize) -> Sim {
+    cfg.replicas = nodes;
+    let mut sim = Sim::new(SimConfig { nodes, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
+    let admin = sim.client();
+    let cfg = cfg.clone();
+    sim.block_on(async move {
+        for n in 0..nodes {
+            Region::format(&admin, NodeId(n as u16), NODE_SIZE, CHUNK).await.unwrap();
+        }
+        format(&admin, &cfg, 1).await.unwrap();
+    })
+    .unwrap();
+    sim
+}
+
+async fn client<M: Memory>(mem: M, sim: &SimMemory, cfg: &StoreConfig, id: u8) -> FuseeClient<M, SimClock> {
+    *Fusee::connect(mem, cfg, Who::Id(id), clock(sim, 0)).await.unwrap()
+}
+
+fn found<V: core::ops::Deref<Target = [u8]>>(g: Result<Got<V>, KvError>) -> Result<Option<Vec<u8>>, KvError> {
+    g.map(|g| match g {
+        Got::Found(v) => Some(v.to_vec()),
+        _ => None,
+    })
+}
+
+/// Runs `op` and answers its result with its roundtrips on `mem`.
+async fn counted<T>(mem: &Counted<SimMemory>, op: impl AsyncFnOnce() -> T) -> (T, u32) {
+    mem.reset();
+    let out = op().await;
+    (out, mem.roundtrips())
+}
+
+/// Each operation's roundtrips, cached and not (module table of
+/// [`super`]), and what it answers.
+#[test]
+fn operations_take_the_roundtrips_the_module_says() {
+    let mut cfg = config(2);
+    let mut sim = setup(&mut cfg, 3);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let (ma, mb) = (Counted::new(mem.clone()), Counted::new(mem.clone()));
+        let mut a = client(&ma, &mem, &cfg, 1).await;
+        let mut b = client(&mb, &mem, &cfg, 2).await;
+        // The first insert claims an arena chunk.
+        a.insert(b"w", b"warm").await.unwrap();
+        // b's first operation takes its lease on the index's view.
+        assert_eq!(found(b.get(b"w").await), Ok(Some(b"warm".to_vec())));
+        let (r, n) = counted(&ma, async || a.insert(b"k", b"v1").await).await;
+        assert_eq!((r, n), (Ok(Written), 3), "insert of a new key");
+        let (g, n) = counted(&ma, async || found(a.get(b"k").await)).await;
+        assert_eq!((g, n), (Ok(Some(b"v1".to_vec())), 1), "get, cached");
+        let (r, n) = counted(&ma, async || a.update(b"k", b"v2").await).await;
+        assert_eq!((r, n), (Ok(Ok(Written)), 3), "update, cached");
+        let (g, n) = counted(&mb, async || found(b.get(b"k").await)).await;
+        assert_eq!((g, n), (Ok(Some(b"v2".to_vec())), 3), "get, not cached");
+        let (g, n) = counted(&mb, async || found(b.get(b"absent").await)).await;
+        assert_eq!((g, n), (Ok(None), 1), "get of an absent key");
+        let (r, n) = counted(&ma, async || a.delete(b"k").await).await;
+        assert_eq!((r, n), (Ok(Ok(Written)), 2), "delete, cached");
+        assert_eq!(a.delete(b"k").await, Ok(Err(Missing::NotFound)));
+        assert_eq!(a.update(b"k", b"x").await, Ok(Err(Missing::NotFound)));
+        assert_eq!(found(a.get(b"k").await), Ok(None));
+        // Inserted again (its slot's tombstone taken back), then an insert
+        // of a present key is an update.
+        assert_eq!(a.insert(b"k", b"v3").await, Ok(Written));
+        assert_eq!(b.insert(b"k", b"v4").await, Ok(Written));
+        assert_eq!(found(a.get(b"k").await), Ok(Some(b"v4".to_vec())));
+        // Values of every size up to the largest, and the empty one.
+        for len in [0, 1, 47, 48, 49, 255, 256] {
+            let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            a.update(b"k", &v).await.unwrap().unwrap();
+            assert_eq!(found(b.get(b"k").await), Ok(Some(v)));
+        }
+    })
+    .unwrap();
+}
+
+/// A client that cached a key's entry finds, in its get's one roundtrip,
+/// that another client's update changed the slot: it looks the key up
+/// again and answers the new value (never the cached object's), and
+/// caches the new entry; after a delete, it answers not found.
+#[test]
+fn a_stale_cached_entry_is_detected_and_refreshed() {
+    let mut cfg = config(2);
+    let mut sim = setup(&mut cfg, 3);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mb = Counted::new(mem.clone());
+        let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+        let mut b = client(&mb, &mem, &cfg, 2).await;
+        a.insert(b"k", b"old").await.unwrap();
+        assert_eq!(found(b.get(b"k").await), Ok(Some(b"old".to_vec())));
+        a.update(b"k", b"new").await.unwrap().unwrap();
+        let (g, n) = counted(&mb, async || found(b.get(b"k").await)).await;
+        assert_eq!(g, Ok(Some(b"new".to_vec())), "a stale cached entry answered the old value");
+        // The cached try (1), the lookup (2) and the object (1).
+        assert_eq!(n, 4);
+        assert_eq!(b.paths().stale_caches, 1);
+        let (g, n) = counted(&mb, async || found(b.get(b"k").await)).await;
+        assert_eq!((g, n), (Ok(Some(b"new".to_vec())), 1), "the new entry is cached");
+        a.delete(b"k").await.unwrap().unwrap();
+        assert_eq!(found(b.get(b"k").await), Ok(None), "a stale cached entry answered a deleted key");
+        assert_eq!(b.paths().stale_caches, 2);
+        // b's update from its (stale) entry finds the key gone.
+        a.insert(b"k", b"again").await.unwrap();
+        assert_eq!(found(b.get(b"k").await), Ok(Some(b"again".to_vec())));
+        a.update(b"k", b"later").await.unwrap().unwrap();
+        // b's cached entry is stale: its change loses and goes again.
+        b.update(b"k", b"b's").await.unwrap().unwrap();
+        assert!(b.paths().lost_changes >= 1);
+        assert_eq!(found(a.get(b"k").await), Ok(Some(b"b's".to_vec())));
+        assert_eq!(a.paths().stale_caches, 1);
+    })
+    .unwrap();
+}
+
+/// Clients update one key at once, over and over: every update succeeds
+/// (a loser of a SNAPSHOT round whose own operation saw the word it
+/// started from returns, overwritten by the winner), some lose rounds,
+/// and the key ends with the last value of one of them (each client's
+/// updates are in order, so the last one to take effect is some client's
+/// last).
+#[test]
+fn concurrent_writers_on_one_key_all_take_effect() {
+    const CLIENTS: u8 = 4;
+    const WRITES: u8 = 12;
+    let mut cfg = config(CLIENTS + 1);
+    let mut sim = setup(&mut cfg, 3);
+    let mem = sim.client();
+    let c = cfg.clone();
+    sim.block_on(async move {
+        let mut a = client(mem.clone(), &mem, &c, 1).await;
+        a.insert(b"k", b"first").await.unwrap();
+    })
+    .unwrap();
+    let lost = Rc::new(RefCell::new(0u64));
+    let done = Rc::new(RefCell::new(0u8));
+    for id in 1..=CLIENTS {
+        let m = sim.client();
+        let (c, lost, done, mm) = (cfg.clone(), lost.clone(), done.clone(), m.clone());
+        sim.spawn(&m, async move {
+            let mut w = client(mm.clone(), &mm, &c, id).await;
+            for i in 0..WRITES {
+                assert_eq!(w.update(b"k", &[id, i]).await, Ok(Ok(Written)));
+            }
+            *lost.borrow_mut() += w.paths().overwritten;
+            *done.borrow_mut() += 1;
+        });
+    }
+    sim.run().unwrap();
+    assert_eq!(*done.borrow(), CLIENTS);
+    assert!(*lost.borrow() > 0, "no writer lost a round and returned overwritten");
+    let mem = sim.client();
+    let c = cfg.clone();
+    let last = sim
+        .block_on(async move { found(client(mem.clone(), &mem, &c, 5).await.get(b"k").await) })
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(last.len() == 2 && (1..=CLIENTS).contains(&last[0]) && last[1] == WRITES - 1, "{last:?}");
+}
+
+/// Node 0 (an index replica, and the first one's primary slots) crashes
+/// under clients that cached their keys: the index changes its view
+/// without it, and every operation goes on, for those clients and a new
+/// one.
+#[test]
+fn node_0_down_costs_a_view_change_and_nothing_else() {
+    let mut cfg = config(3);
+    let mut sim = setup(&mut cfg, 3);
+    let keys: Vec<Vec<u8>> = (0..8).map(|i| alloc::format!("key{i}").into_bytes()).collect();
+    let mem = sim.client();
+    let (c, ks) = (cfg.clone(), keys.clone());
+    sim.block_on(async move {
+        let mut a = client(mem.clone(), &mem, &c, 1).await;
+        for k in &ks {
+            a.insert(k, k).await.unwrap();
+        }
+    })
+    .unwrap();
+    let now = sim.now();
+    sim.crash_node_at(0, now, CrashMode::FailFast);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+        for k in &keys {
+            assert_eq!(found(a.get(k).await), Ok(Some(k.clone())));
+            a.update(k, b"after").await.unwrap().unwrap();
+        }
+        let mut b = client(mem.clone(), &mem, &cfg, 2).await;
+        for k in &keys {
+            assert_eq!(found(b.get(k).await), Ok(Some(b"after".to_vec())));
+            assert_eq!(found(b.get(k).await), Ok(Some(b"after".to_vec())));
+            b.delete(k).await.unwrap().unwrap();
+            assert_eq!(found(a.get(k).await), Ok(None));
+            a.insert(k, b"back").await.unwrap();
+            assert_eq!(found(b.get(k).await), Ok(Some(b"back".to_vec())));
+        }
+        assert!(a.paths().index_views + b.paths().index_views >= 1, "no view change");
+        assert!(b.paths().cache_hits >= keys.len() as u64);
+    })
+    .unwrap();
+}
+
+/// An object garbled on one replica is read from another; garbled on
+/// every replica, a get is an error, never another value.
+#[test]
+fn garbled_objects_are_read_elsewhere_or_refused() {
+    let mut cfg = config(2);
+    let mut sim = setup(&mut cfg, 3);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+        a.insert(b"k", b"value").await.unwrap();
+        let nodes = index_nodes(&cfg, 3);
+        let mut index = SnapshotIndex::open(&mem, &nodes, 9).await.unwrap();
+        let entry = index.lookup(&mem, b"k").await.unwrap().unwrap();
+        let (offset, _) = object::place(entry.location).unwrap();
+        let sites = index.header().sites();
+        // The value's first byte, on each replica in turn.
+        let at = |i: usize| RemoteAddr::new(sites[i].node, sites[i].base + offset + object::HEADER as u64 + 1);
+        for i in 0..sites.len() {
+            let old = mem.read(at(i), 1).await.unwrap();
+            mem.write(at(i), &[old[0] ^ 0x20]).await.unwrap();
+            let mut b = client(mem.clone(), &mem, &cfg, 2).await;
+            let got = found(b.get(b"k").await);
+            if i + 1 < sites.len() {
+                assert_eq!(got, Ok(Some(b"value".to_vec())), "garbled on {} replicas", i + 1);
+            } else {
+                assert_eq!(got, Err(KvError::Corrupt), "garbled on every replica");
+            }
+        }
+    })
+    .unwrap();
+}
+
+/// Operations keep their futures small (the index's futures are boxed).
+#[test]
+fn operation_futures_are_small() {
+    let mut cfg = config(2);
+    let mut sim = setup(&mut cfg, 3);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+        let g = size_of_val(&a.get(b"k"));
+        let i = size_of_val(&a.insert(b"k", b"v"));
+        let u = size_of_val(&a.update(b"k", b"v"));
+        let d = size_of_val(&a.delete(b"k"));
+        let sizes = [g, i, u, d];
+        std::println!("get, insert, update, delete: {sizes:?} bytes");
+        assert!(sizes.iter().all(|&s| s <= 4096), "{sizes:?}");
+    })
+    .unwrap();
+}
+
+proptest! {
+    /// An object decodes to its value, padded to whole arena units; any
+    /// flipped bit, a cut, or another key is refused; and its location
+    /// names its offset and length.
+    #[test]
+    fn objects_decode_whole_and_refuse_anything_else(
+        key in proptest::collection::vec(any::<u8>(), 1..40),
+        value in proptest::collection::vec(any::<u8>(), 0..300),
+        flip in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+        units in 1u64..1000,
+    ) {
+        let b = object::encode(&key, &value);
+        prop_assert_eq!(b.len() as u64, object::alloc_len(key.len(), value.len()));
+        prop_assert_eq!(b.len() as u64 % ALIGN, 0);
+        let range = object::decode(&b, &key).unwrap();
+        prop_assert_eq!(&b[range], &value[..]);
+        let used = object::HEADER + key.len() + value.len();
+        let mut g = b.clone();
+        g[flip.index(used)] ^= 1 << bit;
+        prop_assert_eq!(object::decode(&g, &key), None);
+        prop_assert_eq!(object::decode(&b[..used - 1], &key), None);
+        let mut other = key.clone();
+        other[0] ^= 1;
+        prop_assert_eq!(object::decode(&b, &other), None);
+        let loc = object::location(units * ALIGN, b.len() as u64).unwrap();
+        prop_assert_ne!(loc, 0);
+        prop_assert_eq!(object::place(loc), Some((units * ALIGN, b.len())));
+    }
+
+    /// Random bytes never panic the decoder, nor decode as a value that
+    /// they do not hold whole.
+    #[test]
+    fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200), loc in any::<u64>()) {
+        if let Some(r) = object::decode(&b, b"k") {
+            prop_assert!(r.end <= b.len());
+        }
+        if let Some((off, len)) = object::place(loc) {
+            prop_assert!(len > 0 && off % ALIGN == 0);
+        }
+    }
+}
