@@ -172,7 +172,7 @@ use crate::kv::replicated::sizing::{self, DEFAULT_TIMEOUT_NS};
 use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
 use crate::substrate::clock::Clock;
 use crate::substrate::lease;
-use crate::substrate::space::region::HEADER_SIZE;
+use crate::substrate::space::region::{HEADER_SIZE, Region};
 use crate::{Memory, NodeId};
 
 /// FUSEE.
@@ -205,6 +205,15 @@ impl Fusee {
     fn index_config(cfg: &StoreConfig, timeout_ns: u64) -> SnapshotConfig {
         sizing::snapshot_config(cfg, timeout_ns, Self::largest(cfg), CHANGES, Self::chunk(cfg))
     }
+}
+
+/// The chunk of the regions of `nodes` (the largest, for rounding).
+async fn region_chunk<M: Memory>(mem: &M, nodes: &[NodeId]) -> Result<u64, KvError> {
+    let mut chunk = 0;
+    for &node in nodes {
+        chunk = chunk.max(Region::open(mem, node).await?.chunk);
+    }
+    Ok(chunk)
 }
 
 impl KvSystem for Fusee {
@@ -254,11 +263,29 @@ impl KvSystem for Fusee {
         Ok(NodeChunks { own, per_client: 0 })
     }
 
-    /// The replicated index on the first 2f+1 nodes, its arena sized for
-    /// [`CHANGES`] objects per key. Nothing changes where it exists.
+    /// The replicated index on the first 2f+1 nodes, its arena at least
+    /// [`CHANGES`] objects per key and otherwise every byte the index
+    /// nodes can spare (objects are the store's values: they get the
+    /// memory other stores carve their values from). Nothing changes
+    /// where it exists.
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
-        let c = Self::index_config(cfg, mem.timeout_ns().unwrap_or(DEFAULT_TIMEOUT_NS));
-        SnapshotIndex::open_or_create(mem, &index_nodes(cfg, mem.node_count()), c).await?;
+        let mut c = Self::index_config(cfg, mem.timeout_ns().unwrap_or(DEFAULT_TIMEOUT_NS));
+        let nodes = index_nodes(cfg, mem.node_count());
+        if SnapshotIndex::open(mem, &nodes, 0).await.is_err() {
+            let mut spare = u64::MAX;
+            for &node in &nodes {
+                let region = Region::open(mem, node).await?;
+                spare = spare.min(region.size.saturating_sub(region.cursor));
+            }
+            // What else the store puts there: the buckets, the lease
+            // table, and a chunk or two of rounding.
+            let reserve = sizing::replica_bytes(&SnapshotConfig { arena: 0, ..c }, region_chunk(mem, &nodes).await?)
+                + lease::table_bytes(cfg.writers)
+                + 2 * region_chunk(mem, &nodes).await?;
+            let room = spare.saturating_sub(reserve) / c.chunk * c.chunk;
+            c.arena = c.arena.max(room.min(arena::MAX_SIZE / c.chunk * c.chunk));
+        }
+        SnapshotIndex::open_or_create(mem, &nodes, c).await?;
         Ok(())
     }
 
