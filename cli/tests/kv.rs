@@ -74,7 +74,7 @@ fn a_person_at_a_terminal() {
 fn bad_input_and_missing_clusters() {
     let (missing, _) = ShmDir::named("nokv");
     assert!(fails(&["kv", "--dir", missing.arg(), "get", "k"], 1).contains("swarm memnode create"));
-    assert!(fails(&["kv", "--dir", "x", "init", "--system", "fusee"], 2).contains("'fusee' is not a system"));
+    assert!(fails(&["kv", "--dir", "x", "init", "--system", "nosuch"], 2).contains("'nosuch' is not a system"));
     assert!(fails(&["kv", "--dir", "x", "--id", "0", "get", "k"], 2).contains("client ids go from 1 to 126"));
     let dir = cluster("kvbad");
     let d = dir.arg();

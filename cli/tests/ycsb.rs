@@ -34,7 +34,7 @@ fn bad_flags_are_one_line_errors() {
     let cases: &[(&[&str], &str)] = &[
         (&["bench", "--workload", "e"], "'e' is not a workload"),
         (&["bench", "--distribution", "latest"], "not a distribution"),
-        (&["bench", "--systems", "raw,fusee"], "'fusee' is not a system"),
+        (&["bench", "--systems", "raw,nosuch"], "'nosuch' is not a system"),
         (&["bench", "--inflight", "1,0"], "operations in flight must be between 1 and 126"),
         (&["bench", "--inflight", "two"], "not a whole number"),
         (&["bench", "--key-size", "300"], "keys may have 1 to 255 bytes"),
