@@ -80,7 +80,7 @@ fn impossible_runs_are_one_line_errors() {
         (&["bench", "--fault-node", "3:stall@1s"], "there is no node 3 (the cluster has nodes 0 to 2)"),
         (
             &["bench", "--fault-node", "0:fail@1s"],
-            "node 0 holds the one copy of the index of raw, pdpm-direct, pdpm-central;",
+            "node 0 holds the one copy of the index of raw, pdpm-direct, pdpm-central",
         ),
         (
             &["bench", "--fault-node", "0:stall@1s", "--systems", "swarm-kv,raw"],
