@@ -36,9 +36,9 @@
 //! consequences, and why: the objects of every key go on the store's
 //! first 2f+1 nodes rather than on the key's own nodes
 //! ([`crate::kv::place::node_of`]; with as many nodes as replicas, the
-//! usual setup, they are the same nodes), and the arena, sized when the
-//! store is set up, holds [`CHANGES`] objects per key on average, since
-//! objects are never freed. FUSEE's own allocation (a block ALLOC
+//! usual setup, they are the same nodes), and the arena is sized when the
+//! store is set up: every byte its nodes can spare then, and at least
+//! [`CHANGES`] objects per key, since objects are never freed. FUSEE's own allocation (a block ALLOC
 //! server per memory node, per-client slabs of size classes, §4.4) and
 //! spreading objects over all nodes by consistent hashing are not done.
 //!
@@ -140,14 +140,9 @@
 //!   the index arena (above) and are never freed.
 //! - Garbage collection of superseded objects and of the index's blocks
 //!   (and with it the reuse checks a get would need, above). Until then
-//!   the arena holds [`CHANGES`] changes per key of the store's `keys` on
-//!   average, and a workload that changes few keys many times runs it out
-//!   ([`KvError::IndexSpace`]): the shared in-process key-value suite
-//!   (`backend-shm`'s `registry_walk`, 4,000 operations on 16 keys) does,
-//!   and fails for FUSEE. Sizing the arena from the nodes' free memory
-//!   at set-up would fix that run, but made the registry's test that
-//!   garbles every word of the nodes (`corrupt_locations_give_errors`)
-//!   run past its time limit; this is open.
+//!   the arena, every byte the index nodes could spare at set-up, fills
+//!   with every change and then answers [`KvError::IndexSpace`] with its
+//!   numbers.
 //! - The adaptive index cache's bypass (§4.6: skipping the cache for keys
 //!   whose cached entries keep going stale); every key is cached (LRU).
 //! - Doorbell batching and selective signalling of each phase's verbs.
