@@ -72,7 +72,7 @@
 //! takes effect at its READ of that word (header words are read
 //! atomically: one aligned word). An update or delete takes effect at its
 //! CAS; one that answers not found at the CAS that found "deleted". The
-//! campaigns (`systems::tests`, [`tests`]) check the histories.
+//! campaigns (`systems::tests`, `clover::tests`) check the histories.
 //!
 //! # Not done (pDPM §5 has them; they stay open)
 //!
