@@ -12,6 +12,7 @@ use super::KvError;
 use super::place::{INDEX_NODE, lease_nodes};
 use super::system::System;
 use crate::NodeId;
+use crate::index::cache::{CacheConfig, Eviction};
 use crate::index::{BLOCK_ALIGN, Geometry, IndexConfig, MAX_KEY, block_len};
 use crate::substrate::lease;
 use crate::substrate::quorum::MAX_REPLICAS;
@@ -237,6 +238,12 @@ impl StoreConfig {
     /// The limits clients enforce.
     pub fn limits(&self) -> super::Limits {
         super::Limits { max_key: self.max_key, max_value: self.max_value }
+    }
+
+    /// The location cache of each client: [`StoreConfig::cache_capacity`]
+    /// keys, least recently used out first.
+    pub fn cache(&self) -> CacheConfig {
+        CacheConfig { capacity: self.cache_capacity, max_key: self.max_key, eviction: Eviction::Lru }
     }
 
     /// The index every store keeps its keys in (on [`super::place::INDEX_NODE`]).

@@ -17,6 +17,32 @@ use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Held, Resumed};
 use crate::substrate::space::slab::{ARENA_CLASS, CLASSES, Carry, HEAD_WORDS, SlabAllocator};
 
+/// The id of client `who` of the store `cfg`, checked: ids run from 1 to
+/// the store's writers.
+pub fn check_id(who: &Who, cfg: &StoreConfig) -> Result<u8, KvError> {
+    match who.id() {
+        id @ 1.. if id <= cfg.writers => Ok(id),
+        _ => Err(KvError::BadConfig("client id outside 1..=writers")),
+    }
+}
+
+/// Renews `lease`, if the client has one, when half of it has passed.
+pub async fn keep_lease<M: Memory>(lease: &mut Option<Held>, mem: &M, now: u64) -> Result<(), KvError> {
+    match lease {
+        Some(h) => h.keep(mem, now).await.map_err(KvError::Lease),
+        None => Ok(()),
+    }
+}
+
+/// Gives `lease`'s id back, if the client has one, with no chunks for its
+/// next holder (a client that carves nothing from its own chunks).
+pub async fn give_back<M: Memory>(lease: Option<Held>, mem: &M) -> Result<(), KvError> {
+    match lease {
+        Some(h) => h.release(mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None)).await.map_err(KvError::Lease),
+        None => Ok(()),
+    }
+}
+
 /// The index a [`Seat`] opens: how a client of the store finds it, and the
 /// partly used chunk of its own that it hands over with its id (its first
 /// replica's is on [`INDEX_NODE`] for both).
@@ -93,10 +119,7 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
     /// at once, with what its previous holder handed over, rather than held
     /// until its lease ends.
     pub async fn open<M: Memory>(mem: &M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
-        let id = who.id();
-        if id == 0 || id > cfg.writers {
-            return Err(KvError::BadConfig("client id outside 1..=writers"));
-        }
+        let id = check_id(&who, cfg)?;
         let mut index = match I::open_for(mem, cfg, id).await {
             Ok(index) => index,
             Err(e) => {
@@ -132,10 +155,7 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
     /// Renews the lease when half of it has passed (before each change: a
     /// get uses nothing the id names).
     pub async fn keep<M: Memory>(&mut self, mem: &M) -> Result<(), KvError> {
-        match &mut self.lease {
-            Some(h) => h.keep(mem, self.clock.now()).await.map_err(KvError::Lease),
-            None => Ok(()),
-        }
+        keep_lease(&mut self.lease, mem, self.clock.now()).await
     }
 
     /// Gives the leased id back, with the partly used chunks for its next

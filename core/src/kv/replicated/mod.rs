@@ -66,7 +66,7 @@
 use alloc::boxed::Box;
 use core::future::Future;
 
-use crate::index::cache::{CacheConfig, Eviction, LocationCache};
+use crate::index::cache::LocationCache;
 use crate::index::snapshot::SnapshotIndex;
 use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::substrate::clock::Clock;
@@ -241,10 +241,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
     /// connection fails, a leased id is given back at once, with what its
     /// previous holder handed over, rather than held until its lease ends.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Box<Self>, KvError> {
-        let id = who.id();
-        if id == 0 || id > cfg.writers {
-            return Err(KvError::BadConfig("client id outside 1..=writers"));
-        }
+        let id = crate::kv::seat::check_id(&who, cfg)?;
         let ctx = match who {
             Who::Id(id) => ClientCtx::new(id, clock),
             Who::Lease(held) => ClientCtx::leased(held, clock),
@@ -267,11 +264,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         if let Some(c) = ctx.slab.take_extra_of(index.header().replicas[0].node, ARENA_CLASS) {
             index.adopt(c);
         }
-        let cache = LocationCache::new(CacheConfig {
-            capacity: cfg.cache_capacity,
-            max_key: cfg.max_key,
-            eviction: Eviction::Lru,
-        });
+        let cache = LocationCache::new(cfg.cache());
         let nodes = mem.node_count();
         let layout = P::layout(cfg)?;
         Ok(Box::new(Replicated {

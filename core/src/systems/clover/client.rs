@@ -29,8 +29,9 @@ use super::buffer;
 use super::header::{self, Next};
 use super::wire::{self, Answer};
 use super::{Clover, MS};
-use crate::index::cache::{CacheConfig, Eviction, LocationCache};
+use crate::index::cache::LocationCache;
 use crate::kv::place::{RETRIES, addr_of, key_hash, location_of, node_of};
+use crate::kv::seat::{give_back, keep_lease};
 use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, Who, Written};
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join2;
@@ -38,7 +39,6 @@ use crate::substrate::lease::Held;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::rpc::{Channel, Status};
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
-use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
 use crate::systems::pdpm_central::client::{call_error, call_timeout_ns, open_channel};
@@ -104,11 +104,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             limits: cfg.limits(),
             replicas: cfg.replicas.clamp(1, nodes.min(MAX_REPLICAS)),
             buffer: buffer::size(cfg.max_key, cfg.max_value),
-            cache: LocationCache::new(CacheConfig {
-                capacity: cfg.cache_capacity,
-                max_key: cfg.max_key,
-                eviction: Eviction::Lru,
-            }),
+            cache: LocationCache::new(cfg.cache()),
             pool: (0..nodes).map(|_| Vec::new()).collect(),
             dry: alloc::vec![false; nodes],
             quiet: 0,
@@ -125,10 +121,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     }
 
     async fn keep_lease(&mut self) -> Result<(), KvError> {
-        match &mut self.lease {
-            Some(h) => h.keep(&self.mem, self.clock.now()).await.map_err(KvError::Lease),
-            None => Ok(()),
-        }
+        keep_lease(&mut self.lease, &self.mem, self.clock.now()).await
     }
 
     /// Calls the metadata server: its answer (its roundtrips to data
@@ -454,13 +447,7 @@ impl<M: Memory, C: Clock> KvClient for CloverClient<M, C> {
     /// Gives the leased id back. Its free buffers are lost (garbage
     /// collection is not done).
     async fn close(&mut self) -> Result<(), KvError> {
-        match self.lease.take() {
-            Some(h) => h
-                .release(&self.mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None))
-                .await
-                .map_err(KvError::Lease),
-            None => Ok(()),
-        }
+        give_back(self.lease.take(), &self.mem).await
     }
 }
 

@@ -124,7 +124,7 @@ mod tests;
 use alloc::boxed::Box;
 
 use crate::index::RaceIndex;
-use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who};
+use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who, seat};
 use crate::substrate::clock::Clock;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::area::Geometry;
@@ -138,7 +138,7 @@ pub use client::CloverClient;
 pub use ms::MetadataServer;
 
 /// The node the metadata server runs beside (its index is there).
-pub const MS: NodeId = NodeId(0);
+pub const MS: NodeId = crate::kv::place::INDEX_NODE;
 
 /// Clover.
 pub struct Clover;
@@ -213,8 +213,7 @@ impl KvSystem for Clover {
     }
 
     async fn format<M: Memory>(mem: &M, cfg: &StoreConfig) -> Result<(), KvError> {
-        RaceIndex::open_or_create(mem, MS, cfg.index()).await?;
-        Ok(())
+        seat::format(mem, cfg).await
     }
 
     async fn connect<M: Memory, C: Clock>(

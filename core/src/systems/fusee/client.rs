@@ -8,7 +8,7 @@ use alloc::boxed::Box;
 
 use super::object;
 use crate::Memory;
-use crate::index::cache::{CacheConfig, Eviction, LocationCache};
+use crate::index::cache::LocationCache;
 use crate::index::snapshot::records::Records;
 use crate::index::{Change, Entry, Expect, Index, Insert, SnapshotIndex};
 use crate::kv::place::RETRIES;
@@ -49,11 +49,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// [`Seat::open`]).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let seat = Seat::open(&mem, cfg, who, clock).await?;
-        let cache = LocationCache::new(CacheConfig {
-            capacity: cfg.cache_capacity,
-            max_key: cfg.max_key,
-            eviction: Eviction::Lru,
-        });
+        let cache = LocationCache::new(cfg.cache());
         let rng = 0x9E37_79B9_7F4A_7C15 ^ seat.id as u64;
         Ok(FuseeClient { mem, seat, cache, limits: cfg.limits(), paths: Paths::default(), rng })
     }

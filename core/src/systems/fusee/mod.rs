@@ -202,15 +202,6 @@ impl Fusee {
     }
 }
 
-/// The chunk of the regions of `nodes` (the largest, for rounding).
-async fn region_chunk<M: Memory>(mem: &M, nodes: &[NodeId]) -> Result<u64, KvError> {
-    let mut chunk = 0;
-    for &node in nodes {
-        chunk = chunk.max(Region::open(mem, node).await?.chunk);
-    }
-    Ok(chunk)
-}
-
 impl KvSystem for Fusee {
     const INFO: &'static SystemInfo = &SystemInfo {
         name: "fusee",
@@ -267,16 +258,18 @@ impl KvSystem for Fusee {
         let mut c = Self::index_config(cfg, mem.timeout_ns().unwrap_or(DEFAULT_TIMEOUT_NS));
         let nodes = index_nodes(cfg, mem.node_count());
         if SnapshotIndex::open(mem, &nodes, 0).await.is_err() {
-            let mut spare = u64::MAX;
+            // The least room left on an index node, in its regions' chunks.
+            let (mut spare, mut chunk) = (u64::MAX, 0);
             for &node in &nodes {
                 let region = Region::open(mem, node).await?;
                 spare = spare.min(region.size.saturating_sub(region.cursor));
+                chunk = chunk.max(region.chunk);
             }
             // What else the store puts there: the buckets, the lease
             // table, and a chunk or two of rounding.
-            let reserve = sizing::replica_bytes(&SnapshotConfig { arena: 0, ..c }, region_chunk(mem, &nodes).await?)
+            let reserve = sizing::replica_bytes(&SnapshotConfig { arena: 0, ..c }, chunk)
                 + lease::table_bytes(cfg.writers)
-                + 2 * region_chunk(mem, &nodes).await?;
+                + 2 * chunk;
             let room = spare.saturating_sub(reserve) / c.chunk * c.chunk;
             c.arena = c.arena.max(room.min(arena::MAX_SIZE / c.chunk * c.chunk));
         }

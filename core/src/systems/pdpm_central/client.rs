@@ -29,12 +29,12 @@
 //! as this client's ([`Memory::note_server_roundtrips`]): 2, as pDPM
 //! Table 1. A delete is one RPC.
 
+use crate::kv::seat::{check_id, give_back, keep_lease};
 use crate::kv::{Got, Handle, KvClient, KvError, Limits, Missing, StoreConfig, Who, Written};
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::Held;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::rpc::{Channel, Status};
-use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
 use crate::substrate::value::Value;
 use crate::{MemError, MemErrorKind, Memory, NodeId};
 
@@ -116,21 +116,13 @@ pub async fn open_channel<M: Memory, C: Clock>(
     clock: &C,
     server: NodeId,
 ) -> Result<(u8, Option<Held>, Channel), KvError> {
-    let id = who.id();
-    if id == 0 || id > cfg.writers {
-        return Err(KvError::BadConfig("client id outside 1..=writers"));
-    }
+    let id = check_id(&who, cfg)?;
     let lease = match who {
         Who::Id(_) => None,
         Who::Lease(h) => Some(h),
     };
-    let give_back = async |lease: Option<Held>, mem: &M| {
-        if let Some(h) = lease {
-            let _ = h.release(mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None)).await;
-        }
-    };
     if let Err(e) = crate::systems::open(mem).await {
-        give_back(lease, mem).await;
+        let _ = give_back(lease, mem).await;
         return Err(e);
     }
     let start = clock.now();
@@ -142,7 +134,7 @@ pub async fn open_channel<M: Memory, C: Clock>(
                 crate::substrate::exec::yield_now().await
             }
             Err(e) => {
-                give_back(lease, mem).await;
+                let _ = give_back(lease, mem).await;
                 return Err(call_error(e, server));
             }
         }
@@ -173,10 +165,7 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
     }
 
     async fn keep_lease(&mut self) -> Result<(), KvError> {
-        match &mut self.lease {
-            Some(h) => h.keep(&self.mem, self.clock.now()).await.map_err(KvError::Lease),
-            None => Ok(()),
-        }
+        keep_lease(&mut self.lease, &self.mem, self.clock.now()).await
     }
 
     /// Calls the coordinator: its answer (its own roundtrips to data nodes
@@ -292,13 +281,7 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
     /// Gives the leased id back. The read lock of its last get, if any, is
     /// released by the id's next holder's first request.
     async fn close(&mut self) -> Result<(), KvError> {
-        match self.lease.take() {
-            Some(h) => h
-                .release(&self.mem, &SlabAllocator::new().hand_over([0; HEAD_WORDS], None))
-                .await
-                .map_err(KvError::Lease),
-            None => Ok(()),
-        }
+        give_back(self.lease.take(), &self.mem).await
     }
 }
 

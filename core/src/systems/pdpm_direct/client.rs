@@ -10,7 +10,7 @@ use core::future::Future;
 
 use super::entry::{self, NO_REPLICA, PAYLOAD_AT, Payload, Place, Shape};
 use super::lock::{self, Seen, Timing};
-use crate::index::cache::{CacheConfig, Eviction, LocationCache, key_hash};
+use crate::index::cache::{LocationCache, key_hash};
 use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::kv::place::{RETRIES, addr_of, location_of, node_of};
 use crate::kv::seat::Seat;
@@ -128,11 +128,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
     /// Connects a client (the index opened; nothing allocated).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let seat = Seat::open(&mem, cfg, who, clock).await?;
-        let cache = LocationCache::new(CacheConfig {
-            capacity: cfg.cache_capacity,
-            max_key: cfg.max_key,
-            eviction: Eviction::Lru,
-        });
+        let cache = LocationCache::new(cfg.cache());
         let nodes = mem.node_count();
         let timing = Timing::of(&seat.clock);
         let rng = 0x9E37_79B9_7F4A_7C15 ^ seat.id as u64;

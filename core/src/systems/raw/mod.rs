@@ -25,7 +25,7 @@ use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::class_of;
 
 use crate::baselines::raw::{RawError, RawRegister};
-use crate::index::cache::{CacheConfig, Eviction, LocationCache, key_hash};
+use crate::index::cache::{LocationCache, key_hash};
 use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
@@ -102,11 +102,7 @@ impl<M: Memory, C: Clock> RawClient<M, C> {
     /// [`Seat::open`]).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let seat = Seat::open(&mem, cfg, who, clock).await?;
-        let cache = LocationCache::new(CacheConfig {
-            capacity: cfg.cache_capacity,
-            max_key: cfg.max_key,
-            eviction: Eviction::Lru,
-        });
+        let cache = LocationCache::new(cfg.cache());
         let nodes = mem.node_count();
         Ok(RawClient { mem, seat, cache, limits: cfg.limits(), nodes })
     }
