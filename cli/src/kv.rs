@@ -96,7 +96,8 @@ pub enum KvCommand {
 /// `swarm kv init`.
 #[derive(Args, Debug)]
 pub struct InitArgs {
-    /// The store (one of `swarm bench --systems`' names: raw, dm-abd, swarm-kv, ...).
+    /// The store (one of `swarm bench --systems`' names: raw, dm-abd, swarm-kv,
+    /// pdpm-direct, pdpm-central, clover, fusee).
     #[arg(long, value_name = "SYSTEM", default_value = "swarm-kv", value_parser = parse_system)]
     pub system: System,
     /// A system's own option, NAME=VALUE (e.g. swarm-kv's in-place=every); repeatable.

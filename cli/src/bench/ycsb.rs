@@ -103,8 +103,9 @@ pub struct YcsbArgs {
     /// (workload d always favours recent keys).
     #[arg(long, value_name = "D", default_value = "zipf", value_parser = parse_distribution)]
     pub distribution: Distribution,
-    /// Systems to compare, comma-separated (raw, dm-abd, swarm-kv)
-    /// [default: every system of this build].
+    /// Systems to compare, comma-separated (raw, dm-abd, swarm-kv,
+    /// pdpm-direct, pdpm-central, clover, fusee) [default: every system of
+    /// this build].
     #[arg(long, value_name = "LIST", value_parser = parse_systems)]
     pub systems: Option<Systems>,
     /// Client threads (with --processes: in all processes together).
@@ -156,7 +157,7 @@ pub struct YcsbArgs {
     /// measured phase's start (1500ms, 2s); without +DURATION to the end of
     /// the run (the node is healthy again before the next system or round).
     /// Repeat for several. Node 0 only for runs whose systems all
-    /// replicate their index (--systems swarm-kv,dm-abd): it holds the one
+    /// replicate their index (--systems swarm-kv,dm-abd,fusee): it holds the one
     /// copy of the others'. On shm (threads or --processes) and cxl; in the
     /// simulator a failure is a crash that lasts (no +DURATION); not rdma.
     /// Implies a timed run (--duration).
