@@ -17,6 +17,7 @@
 //! its incarnation, so that clients are told the server stopped instead of
 //! timing out.
 
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use swarm_backend_cxl::{CxlCluster, CxlConfig};
 use swarm_backend_shm::ShmCluster;
-use swarm_core::kv::KvError;
+use swarm_core::kv::{KvError, StoreConfig};
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::msg::MsgError;
@@ -174,34 +175,76 @@ fn place_name(p: &Place) -> String {
 }
 
 /// Serves `node` of `mem` until `shell` says stop, as the store's server
-/// if there is a store, else bare.
+/// if there is a store, else bare until one is set up (`swarm kv init`
+/// after `swarm serve`), then as its server.
 fn serve_on<M: Memory>(mem: M, node: NodeId, place: &str, shell: &ThreadShell) -> Result<(), String> {
     if node.index() >= mem.node_count() {
         return Err(format!("{place} has {} node(s); there is no {node}", mem.node_count()));
     }
     let start = Instant::now();
-    let store = match block_on(systems::open(&mem)) {
-        Ok(r) => Some(r.config),
-        Err(KvError::NoStore) => None,
+    let store = match store_config(&mem) {
+        Ok(store) => store,
         Err(e) => return Err(format!("{place}: cannot read the store's configuration: {e}")),
     };
-    let role = store.as_ref().map_or_else(|| "bare (ping, stats)".to_string(), |c| format!("{}'s server", c.system));
-    let shell =
-        Announcing { inner: shell, line: format!("serving {node} of {place} as {role}; SIGINT or SIGTERM stops it") };
-    let served = match &store {
-        Some(cfg) => block_on(systems::serve(mem, node, cfg, &shell)),
-        None => block_on(server::serve(mem, node, Geometry::default(), Bare, &shell)),
+    let served = match store {
+        Some(cfg) => serve_store(&mem, node, place, &cfg, shell),
+        None => {
+            let line = format!(
+                "serving {node} of {place} as bare (ping, stats) until a store is set up; SIGINT or SIGTERM stops it"
+            );
+            let until = UntilStore {
+                inner: shell,
+                mem: &mem,
+                line,
+                next_check: Cell::new(Instant::now()),
+                found: RefCell::new(None),
+            };
+            let bare = block_on(server::serve(&mem, node, Geometry::default(), Bare, &until));
+            let bare = bare.map_err(|e| format!("the server beside {node} stopped: {e}"))?;
+            match until.found.take() {
+                Some(cfg) => {
+                    print_stats("a store was set up: bare", start, &bare);
+                    serve_store(&mem, node, place, &cfg, shell)
+                }
+                None => Ok(bare),
+            }
+        }
     };
-    let stats = served.map_err(|e| format!("the server beside {node} stopped: {e}"))?;
+    print_stats("stopped", start, &served?);
+    Ok(())
+}
+
+/// The store's configuration, if a store was set up.
+fn store_config<M: Memory>(mem: &M) -> Result<Option<StoreConfig>, KvError> {
+    match block_on(systems::open(mem)) {
+        Ok(r) => Ok(Some(r.config)),
+        Err(KvError::NoStore) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Serves the server role of the store of `cfg`.
+fn serve_store<M: Memory>(
+    mem: &M,
+    node: NodeId,
+    place: &str,
+    cfg: &StoreConfig,
+    shell: &ThreadShell,
+) -> Result<Stats, String> {
+    let line = format!("serving {node} of {place} as {}'s server; SIGINT or SIGTERM stops it", cfg.system);
+    let shell = Announcing { inner: shell, line };
+    block_on(systems::serve(mem, node, cfg, &shell)).map_err(|e| format!("the server beside {node} stopped: {e}"))
+}
+
+fn print_stats(what: &str, start: Instant, stats: &Stats) {
     println!(
-        "stopped after {:.1} s: {} request(s) served ({} refused), {} answer(s) dropped, {} connection(s)",
+        "{what} after {:.1} s: {} request(s) served ({} refused), {} answer(s) dropped, {} connection(s)",
         start.elapsed().as_secs_f64(),
         stats.served,
         stats.refused,
         stats.dropped,
         stats.resets
     );
-    Ok(())
 }
 
 /// A thread's shell that prints its line once the server can be called
@@ -217,6 +260,42 @@ impl Shell for Announcing<'_> {
     }
 
     async fn idle(&self, idle: u32) {
+        self.inner.idle(idle).await
+    }
+
+    fn started(&self) {
+        println!("{}", self.line);
+    }
+}
+
+/// How often a bare server looks for a store set up since it started.
+const STORE_CHECK: Duration = Duration::from_millis(200);
+
+/// The shell of a bare server on a cluster with no store yet: it stops
+/// serving bare once a store is set up, so that the server takes the
+/// store's role (a new incarnation: clients that called it bare are told
+/// to reconnect).
+struct UntilStore<'a, M> {
+    inner: &'a ThreadShell,
+    mem: &'a M,
+    line: String,
+    next_check: Cell<Instant>,
+    found: RefCell<Option<StoreConfig>>,
+}
+
+impl<M: Memory> Shell for UntilStore<'_, M> {
+    fn stopped(&self) -> bool {
+        self.inner.stopped() || self.found.borrow().is_some()
+    }
+
+    async fn idle(&self, idle: u32) {
+        if Instant::now() >= self.next_check.get() {
+            self.next_check.set(Instant::now() + STORE_CHECK);
+            if let Ok(Some(cfg)) = systems::open(self.mem).await.map(|r| Some(r.config)) {
+                *self.found.borrow_mut() = Some(cfg);
+                return;
+            }
+        }
         self.inner.idle(idle).await
     }
 

@@ -2,7 +2,8 @@
 //! processes on one shm cluster: pings from several processes at once, its
 //! counters, a clean stop on SIGTERM (clients are told), and a server
 //! killed with SIGKILL and started again (clients time out, then reach the
-//! new incarnation).
+//! new incarnation); a server started before the store was set up takes
+//! the store's role.
 
 mod common;
 
@@ -57,4 +58,23 @@ fn a_server_process_serves_client_processes_and_stops_cleanly() {
     assert!(fails(&["rpc", "--dir", &d, "--node", "9", "ping"], 1).contains("there is no node 9"));
     signal(&server, "TERM");
     assert!(server.wait().unwrap().success());
+}
+
+#[test]
+fn a_server_started_before_the_store_takes_its_role() {
+    let (dir, _) = ShmDir::named("serve-first");
+    let d = dir.arg().to_string();
+    ok(&["memnode", "create", "--dir", &d, "--nodes", "3", "--size", "64M"]);
+    let (server, first) = start_server(&d, "0");
+    assert!(first.contains("as bare (ping, stats) until a store is set up"), "{first}");
+    ok(&["kv", "--dir", &d, "init", "--system", "pdpm-central"]);
+    // The first client may meet the bare server: it waits for the role.
+    ok(&["kv", "--dir", &d, "put", "k", "v"]);
+    assert_eq!(ok(&["kv", "--dir", &d, "get", "k"]).trim_end(), "v");
+    signal(&server, "TERM");
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success(), "the server's exit: {:?}", out.status);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("a store was set up: bare after"), "{said}");
+    assert!(said.contains("as pdpm-central's server"), "{said}");
 }

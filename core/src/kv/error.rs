@@ -72,6 +72,10 @@ pub enum KvError {
     Client(ClientError),
     /// The client's id could not be claimed or kept (the reason is given).
     Lease(LeaseError),
+    /// The server beside this node does not serve the store's role (it
+    /// serves another store, or none: it started before the store was set
+    /// up and has not taken the role yet).
+    NotServed(NodeId),
     /// A protocol broke a bound its proof gives: a bug, never expected.
     Bug(&'static str),
 }
@@ -101,6 +105,10 @@ impl fmt::Display for KvError {
             KvError::BadConfig(why) => write!(f, "bad store configuration: {why}"),
             KvError::Client(e) => write!(f, "{e}"),
             KvError::Lease(e) => write!(f, "{e}"),
+            KvError::NotServed(node) => write!(
+                f,
+                "the server beside {node} does not serve this store (it serves none or another one; a bare server takes the store's role within a second of `swarm kv init`)"
+            ),
             KvError::Bug(what) => write!(f, "a bug: {what} (please report it)"),
         }
     }

@@ -49,6 +49,10 @@ pub mod method {
     pub const PING: u16 = 0;
     /// The server's counters ([`crate::substrate::msg::server::Stats`]).
     pub const STATS: u16 = 1;
+    /// The name of the service the server serves (`Service::name`): a
+    /// client checks it is talking to the role it needs, not a bare server
+    /// or another store's.
+    pub const SERVICE: u16 = 2;
     /// The first method a service may define.
     pub const FIRST_SERVICE: u16 = 16;
 }

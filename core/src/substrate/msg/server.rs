@@ -47,7 +47,8 @@ pub struct Request<'a> {
     pub body: &'a [u8],
 }
 
-/// What a server serves, beyond [`method::PING`] and [`method::STATS`]:
+/// What a server serves, beyond [`method::PING`], [`method::STATS`] and
+/// [`method::SERVICE`]:
 /// a system's server role (an allocator, a coordinator, a metadata server).
 pub trait Service {
     /// What it is, for reports.
@@ -226,6 +227,10 @@ impl<M: Memory, S: Service> Server<M, S> {
             Some((method::PING, _)) => Status::BadRequest,
             Some((method::STATS, _)) => {
                 self.out.extend_from_slice(&self.stats.encode());
+                Status::Ok
+            }
+            Some((method::SERVICE, _)) => {
+                self.out.extend_from_slice(self.service.name().as_bytes());
                 Status::Ok
             }
             Some((m, _)) if m < method::FIRST_SERVICE => Status::NoSuchMethod,

@@ -92,7 +92,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// Connects a client to the metadata server (waiting for it to start),
     /// and fetches its first batch of free buffers.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
-        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS).await?;
+        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS, super::ms::NAME).await?;
         let nodes = mem.node_count();
         let mut c = CloverClient {
             call_timeout_ns: call_timeout_ns(&mem, super::geometry(cfg).channels),

@@ -42,6 +42,9 @@ use crate::substrate::rtt::Counted;
 use crate::substrate::space::slab::SlabAllocator;
 use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
 
+/// The metadata server's service name, which clients check they connect to.
+pub const NAME: &str = "clover metadata server";
+
 /// Requests a node whose allocation failed is skipped for.
 pub const RETRY_AFTER: u32 = 16;
 
@@ -237,7 +240,7 @@ impl MetadataServer {
 
 impl Service for MetadataServer {
     fn name(&self) -> &'static str {
-        "clover metadata server"
+        NAME
     }
 
     async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {

@@ -68,6 +68,9 @@ use crate::{MemErrorKind, Memory, NodeId, Op, RemoteAddr};
 /// A cell's word for a deleted key.
 pub const TOMB: u64 = 1;
 
+/// The coordinator's service name, which clients check they connect to.
+pub const NAME: &str = "pdpm-central coordinator";
+
 /// What the coordinator did, over its life: what campaigns assert ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Paths {
@@ -451,7 +454,7 @@ fn version_of(s: &State) -> Version {
 
 impl Service for Coordinator {
     fn name(&self) -> &'static str {
-        "pdpm-central coordinator"
+        NAME
     }
 
     async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {
