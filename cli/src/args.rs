@@ -144,6 +144,8 @@ pub enum Memnode {
     List(ListArgs),
     /// Remove a cluster (shm: its node files and directory; cxl: its files, or a device's header).
     Remove(RemoveArgs),
+    /// Fail, stall or heal a node of a running shm cluster, for every process using it (experiments).
+    Fault(FaultArgs),
 }
 
 /// Where `swarm memnode` lays out nodes.
@@ -208,6 +210,32 @@ pub struct RemoveArgs {
     /// Where.
     #[command(flatten)]
     pub place: Place,
+}
+
+/// `swarm memnode fault`.
+#[derive(Args, Debug)]
+pub struct FaultArgs {
+    /// Where (shm only: its control file is shared by every process).
+    #[command(flatten)]
+    pub place: Place,
+    /// The node.
+    #[arg(long, value_name = "N")]
+    pub node: u16,
+    /// fail (operations fail at once), stall (they wait, unapplied, until
+    /// the node heals or their client's timeout) or heal.
+    #[arg(value_enum)]
+    pub state: FaultState,
+}
+
+/// What `swarm memnode fault` makes of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FaultState {
+    /// Operations on the node fail at once (unreachable).
+    Fail,
+    /// Operations on the node wait, unapplied.
+    Stall,
+    /// The node serves again.
+    Heal,
 }
 
 /// Which memory `swarm bench` runs on.

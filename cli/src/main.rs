@@ -45,6 +45,7 @@ fn main() -> ExitCode {
             Some(Memnode::Create(a)) => memnode::create(&a),
             Some(Memnode::List(a)) => memnode::list(&a),
             Some(Memnode::Remove(a)) => memnode::remove(&a),
+            Some(Memnode::Fault(a)) => memnode::fault(&a),
             None => rdma::serve(&m.serve),
         },
         Command::Bench(a) => bench::ycsb::run(&a),

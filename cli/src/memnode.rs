@@ -19,7 +19,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use swarm_backend_cxl::{CxlCluster, CxlConfig};
-use swarm_backend_shm::ShmCluster;
+use swarm_backend_shm::{Fault, ShmCluster};
 use swarm_core::kv::{KvError, MinNode, NodeShape, StoreConfig, System};
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::space::region::{HEADER_SIZE, Region, RegionError};
@@ -27,7 +27,9 @@ use swarm_core::swarm::writerlog::{self, LogError, LogGeometry, Logs};
 use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
-use crate::args::{CreateArgs, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, format_size};
+use crate::args::{
+    CreateArgs, FaultArgs, FaultState, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, format_size,
+};
 
 /// The control file every cluster directory holds.
 const CONTROL: &str = "control";
@@ -401,6 +403,27 @@ pub fn remove(a: &RemoveArgs) -> Result<(), String> {
     }
     ShmCluster::remove(dir).map_err(|e| e.to_string())?;
     println!("removed {}", dir.display());
+    Ok(())
+}
+
+/// `swarm memnode fault`.
+pub fn fault(a: &FaultArgs) -> Result<(), String> {
+    if a.place.backend == NodeBackend::Cxl {
+        return Err("faults are for shm clusters (a cxl cluster's fault states are each process's own)".into());
+    }
+    let dir = shm_dir(&a.place)?;
+    let cluster = ShmCluster::open(dir).map_err(|e| e.to_string())?;
+    let node = NodeId(a.node);
+    if node.index() >= cluster.node_count() {
+        return Err(format!("{} has {} node(s); there is no {node}", dir.display(), cluster.node_count()));
+    }
+    let (state, said) = match a.state {
+        FaultState::Fail => (Fault::Failed, "failed: its operations fail at once"),
+        FaultState::Stall => (Fault::Stalled, "stalled: its operations wait, unapplied"),
+        FaultState::Heal => (Fault::Healthy, "healthy"),
+    };
+    cluster.set_fault(node, state).map_err(|e| e.to_string())?;
+    println!("{node} of {} is {said}", dir.display());
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! `swarm memnode create/list/remove` round trips in /dev/shm, and a
-//! benchmark on a created cluster.
+//! `swarm memnode create/list/remove` round trips in /dev/shm, a
+//! benchmark on a created cluster, and faults set on a running cluster.
 
 mod common;
 
@@ -100,4 +100,23 @@ fn cxl_create_list_bench_remove() {
         assert!(out.contains(&format!("flush {mode}")), "{out}");
         assert!(!std::path::Path::new(own).exists(), "the bench's own nodes are removed");
     }
+}
+
+#[test]
+fn a_fault_set_by_one_process_is_seen_by_the_others() {
+    let (dir, _) = ShmDir::named("fault");
+    let d = dir.arg();
+    ok(&["memnode", "create", "--dir", d, "--nodes", "3", "--size", "32M"]);
+    ok(&["kv", "--dir", d, "init", "--system", "raw"]);
+    ok(&["kv", "--dir", d, "put", "k", "v"]);
+    let out = ok(&["memnode", "fault", "--dir", d, "--node", "0", "fail"]);
+    assert!(out.contains("node 0 of ") && out.contains("is failed"), "{out}");
+    let e = fails(&["kv", "--dir", d, "get", "k"], 1);
+    assert!(e.contains("node 0 is down (unreachable)"), "{e}");
+    ok(&["memnode", "fault", "--dir", d, "--node", "0", "heal"]);
+    assert_eq!(ok(&["kv", "--dir", d, "get", "k"]).trim_end(), "v");
+    let e = fails(&["memnode", "fault", "--dir", d, "--node", "3", "stall"], 1);
+    assert!(e.contains("has 3 node(s); there is no node 3"), "{e}");
+    let e = fails(&["memnode", "fault", "--dir", d, "--node", "1", "explode"], 2);
+    assert!(e.contains("invalid value 'explode'"), "{e}");
 }
