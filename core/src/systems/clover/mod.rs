@@ -124,12 +124,15 @@ mod tests;
 use alloc::boxed::Box;
 
 use crate::index::RaceIndex;
-use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who, seat};
+use crate::kv::{
+    Choice, Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who, seat,
+};
 use crate::substrate::clock::Clock;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::area::Geometry;
 use crate::substrate::msg::rpc::{REQUEST_HEADER, RESPONSE_HEADER};
 use crate::substrate::msg::server::{self, Bare, Shell, Stats};
+use crate::substrate::quorum::MAX_REPLICAS;
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::{MAX_NODES, class_of};
 use crate::{Memory, NodeId};
@@ -140,21 +143,78 @@ pub use ms::MetadataServer;
 /// The node the metadata server runs beside (its index is there).
 pub const MS: NodeId = crate::kv::place::INDEX_NODE;
 
+/// The read time-out (pDPM §5.2: "we abort a read operation after two
+/// RTTs"), ns, where the memory sets no time-out of its own: a READ of a
+/// chain that takes longer is discarded and the get starts again from the
+/// MS's head. Where the memory has a time-out (`Memory::timeout_ns`: the
+/// longest an operation may stay pending, and land, after its posting),
+/// that is the read time-out, as a READ pending longer fails anyway.
+pub const READ_TIMEOUT_NS: u64 = 1_000_000;
+
+/// The read time-out on `mem`, ns: its own time-out, or
+/// [`READ_TIMEOUT_NS`].
+pub fn read_timeout_ns<M: Memory>(mem: &M) -> u64 {
+    mem.timeout_ns().unwrap_or(READ_TIMEOUT_NS)
+}
+
+/// A freed group is handed out again this many read time-outs after it
+/// was freed: a READ posted before the free and still sampling the buffer
+/// when its new owner WRITEs to it would have taken longer than the read
+/// time-out (discarded), whatever the clocks' offsets (both are durations).
+pub const REUSE_AFTER_TIMEOUTS: u64 = 2;
+
+/// How long a client keeps a cursor that it has not found right since, ns
+/// (the paper's T_e for clients): what makes the 8-bit GC version safe
+/// when it wraps ([`epoch_ns`]).
+pub const CURSOR_LIFETIME_NS: u64 = 100_000_000;
+
+/// How long a group whose GC version wraps (255 to 0) waits before it is
+/// handed out again (the paper's overflow list), ns: longer than a cursor
+/// lives and its last READ or CAS takes. So no cursor taken at GC version
+/// g of a buffer meets the next incarnation with version g (256 hand-outs
+/// later, one of them after this wait): no ABA.
+pub fn epoch_ns<M: Memory>(mem: &M) -> u64 {
+    CURSOR_LIFETIME_NS + 2 * read_timeout_ns(mem)
+}
+
+/// The store's option: free groups a client keeps per node (batches it
+/// fetches from the MS). Small pools recycle buffers sooner.
+const POOL: Choice = Choice {
+    name: "pool",
+    about: "free buffer groups each client keeps per node, fetched from the metadata server in batches",
+    values: &["16", "2"],
+};
+
+/// Free groups a client of `cfg` keeps per node (its `pool` option).
+pub fn pool(cfg: &StoreConfig) -> usize {
+    cfg.option(POOL.name).and_then(|v| v.parse().ok()).unwrap_or(client::BATCH).clamp(1, wire::MAX_BATCH)
+}
+
 /// Clover.
 pub struct Clover;
 
 /// The metadata server's area for `cfg`: a channel per client id, rings
-/// that carry a create of the largest value and a batch of buffers for
-/// every node.
+/// that carry a create of the largest value, an ALLOC with its retires and
+/// groups given back, and a batch of groups for every node (the MS sends
+/// fewer if more do not fit).
 pub fn geometry(cfg: &StoreConfig) -> Geometry {
     let create = (REQUEST_HEADER + 1 + cfg.max_key + cfg.max_value) as u64;
-    let batch = (RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + 8 * client::BATCH)) as u64;
+    let alloc = REQUEST_HEADER + 3 + MAX_NODES + wire::MAX_RETIRES * (17 + cfg.max_key) + 8 * wire::MAX_GIVEN;
+    let group = wire::group_bytes(cfg.replicas.clamp(1, MAX_REPLICAS));
+    let batch = RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + group * client::BATCH);
+    let create = create.max(alloc as u64);
+    let batch = batch as u64;
     let mut geo = Geometry { channels: cfg.writers as u16 + 1, ring_bytes: 4096 };
     while geo.max_message() < create.max(batch) {
         geo.ring_bytes *= 2;
     }
     geo
 }
+
+/// Versions a store is sized to hold beside one per key
+/// ([`KvSystem::node_bytes`]): those written during a reuse delay, freed
+/// and not handed out again yet.
+pub const RECYCLING: u64 = 16_384;
 
 fn object(size: u64) -> u64 {
     class_of(size.max(1)).map_or(size, |(_, c)| c)
@@ -170,7 +230,7 @@ impl KvSystem for Clover {
         floor: false,
         guarantee: Guarantee::LinearizablePrimary,
         roundtrips: Roundtrips { get: 1, update: 2, insert: 2, delete: 1 },
-        options: &[],
+        options: &[POOL],
     };
 
     const SERVER: Option<NodeId> = Some(MS);
@@ -185,14 +245,17 @@ impl KvSystem for Clover {
         Ok(())
     }
 
-    /// Every version ever written (no garbage collection) and the clients'
-    /// free buffers, spread over the nodes; on node 0 also the index and
-    /// the server area.
+    /// A version per key, the clients' free groups, and the versions
+    /// waiting to be recycled (garbage collection: freed versions are
+    /// handed out again after a delay), at most as many as `writes`
+    /// (memory stays flat however long the store runs: a store sized for
+    /// [`RECYCLING`] writes in a delay serves any number), spread over
+    /// the nodes; on node 0 also the index and the server area.
     fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
         let buffer = object(buffer::size(cfg.max_key, cfg.max_value) as u64);
-        let copies = (cfg.keys + writes) * cfg.replicas as u64;
+        let copies = (cfg.keys + writes.min(RECYCLING)) * cfg.replicas as u64;
         let values = copies.div_ceil(nodes.max(1) as u64) * buffer;
-        let pools = (cfg.writers as u64 + 1) * client::BATCH as u64 * buffer;
+        let pools = (cfg.writers as u64 + 1) * (pool(cfg) * nodes.max(1)) as u64 * buffer;
         let slack = 4 * StoreConfig::CHUNK;
         let total = values + pools + cfg.index_bytes() + geometry(cfg).bytes() + slack;
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
