@@ -6,8 +6,9 @@
 //!
 //! - **Index and creates.** A key's chain starts at its first version,
 //!   which the MS writes itself (to the key's R nodes, out of place, as
-//!   any version) before it maps the key to that buffer in the store's
-//!   index (`RaceIndex`) on its node, the paper's "local PM". Creates are
+//!   any version) before it maps the key, in the store's index
+//!   (`RaceIndex`) on its node, the paper's "local PM", to the key's head
+//!   cell there, which holds the head's cursor. Creates are
 //!   serialized by the server loop; a create of a key that has a chain
 //!   answers that chain, on which the client appends its version. So a
 //!   key has one chain for ever, deletes and inserts again included
@@ -34,9 +35,11 @@
 //!   the version linked from it; retires that arrive early wait. So a walk
 //!   from the head never meets a freed buffer, and a version is freed at
 //!   most once (only the head is freed, and the head only moves forward).
-//!   The new head is written to the index (the paper's local PM) before
-//!   anything behind it is handed out again, so that a standby starts
-//!   from a head that is not recycled.
+//!   The new head is written to the key's *head cell* on the MS's node
+//!   (the paper's local PM: the index maps the key to its cell, written
+//!   in place, as the index's out-of-place updates would leak a key block
+//!   per move) before anything behind it is freed, so that a standby
+//!   starts from a head that is not recycled.
 //! - **A retire that never comes** (its client crashed, or its ALLOC met a
 //!   crashed MS) would stop the key's chain for ever: when a key has more
 //!   than [`STUCK_AFTER`] retires waiting, the MS reads its head's header
@@ -72,8 +75,8 @@ use hashbrown::HashMap;
 use super::buffer;
 use super::header::{self, Cursor, Next};
 use super::wire::{self, Alloc, Answer, Group, MAX_BATCH, Retire};
-use crate::index::{Expect, Index, Insert, RaceIndex};
-use crate::kv::place::{key_hash, node_of};
+use crate::index::{Index, Insert, RaceIndex};
+use crate::kv::place::{addr_of, key_hash, location_of, node_of};
 use crate::kv::{KvError, StoreConfig};
 use crate::substrate::join::join2;
 use crate::substrate::memory::read_word;
@@ -146,6 +149,9 @@ impl Shape {
 
 /// A key's chain as the MS keeps it.
 struct Chain {
+    /// The key's head cell on the MS's node (what the index maps the key
+    /// to): the head, written in place as it moves.
+    cell: RemoteAddr,
     /// Its oldest version not freed.
     head: Cursor,
     /// Retires that came before the one of the head: (old, new).
@@ -210,9 +216,12 @@ impl MetadataServer {
             return Ok(Some(c.head));
         }
         let Some(entry) = self.index.lookup(mem, key).await? else { return Ok(None) };
-        let head = Cursor::of_location(entry.location, mem.node_count()).ok_or(KvError::Corrupt)?;
+        let nodes = mem.node_count();
+        let cell = addr_of(entry.location, nodes).filter(|a| a.offset != 0).ok_or(KvError::Corrupt)?;
+        let word = read_word(mem, cell).await.map_err(KvError::Down)?;
+        let head = Cursor::of_location(word, nodes).ok_or(KvError::Corrupt)?;
         self.paths.loaded += 1;
-        self.chains.insert(key.to_vec(), Chain { head, pending: Vec::new() });
+        self.chains.insert(key.to_vec(), Chain { cell, head, pending: Vec::new() });
         Ok(Some(head))
     }
 
@@ -342,17 +351,23 @@ impl MetadataServer {
             p?;
             return Err(KvError::Unavailable);
         }
+        // The key's head cell, written before the index maps the key to it.
+        let cell = self.slab.alloc(mem, self.shape.node, 8).await.map_err(KvError::from)?;
+        counted.write(cell, &g.primary.location().to_le_bytes()).await.map_err(KvError::Down)?;
         let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
-        let head = match self.index.insert(mem, key, g.primary.location()).await? {
+        let head = match self.index.insert(mem, key, location_of(cell)).await? {
             Insert::New(_) => g.primary,
             // Another incarnation created it meanwhile: its chain is the
-            // key's (this group is not linked: freed).
-            Insert::Exists(e) => {
+            // key's (this group is not linked: freed; the cell is lost).
+            Insert::Exists(_) => {
                 self.release(mem, g.primary);
-                Cursor::of_location(e.location, nodes).ok_or(KvError::Corrupt)?
+                return match self.head(mem, key).await? {
+                    Some(h) => Ok((Answer::Head(h), rounds)),
+                    None => Err(KvError::Corrupt),
+                };
             }
         };
-        self.chains.insert(key.to_vec(), Chain { head, pending: Vec::new() });
+        self.chains.insert(key.to_vec(), Chain { cell, head, pending: Vec::new() });
         self.paths.creates += 1;
         Ok((if head == g.primary { Answer::Created(head) } else { Answer::Head(head) }, rounds))
     }
@@ -406,8 +421,9 @@ impl MetadataServer {
         if freed.is_empty() {
             return Ok(());
         }
-        match self.index.update(mem, &r.key, Expect::Any, head.location()).await {
-            Ok(_) => {
+        let cell = chain.cell;
+        match mem.write(cell, &head.location().to_le_bytes()).await {
+            Ok(()) => {
                 if let Some(chain) = self.chains.get_mut(&r.key) {
                     chain.head = head;
                 }
@@ -418,7 +434,7 @@ impl MetadataServer {
             }
             // Not written: nothing is freed (the retires are lost: the
             // head will be read again when they pile up).
-            Err(e) => Err(e.into()),
+            Err(e) => Err(KvError::Down(e)),
         }
     }
 
