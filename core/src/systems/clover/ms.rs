@@ -447,11 +447,10 @@ impl MetadataServer {
             *s = s.saturating_sub(1);
         }
         for r in req.retires {
-            match self.retire(mem, r).await {
-                Err(BAD_REQUEST) => return Err(BAD_REQUEST),
-                // A node down or a garbled word: what it would have freed
-                // waits (or is lost); the batch goes on.
-                _ => {}
+            // A node down or a garbled word: what it would have freed
+            // waits (or is lost); the batch goes on.
+            if let Err(BAD_REQUEST) = self.retire(mem, r).await {
+                return Err(BAD_REQUEST);
             }
         }
         for c in req.given {
