@@ -28,6 +28,7 @@ MUTANTS=(
   "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
   "central-no-rdlock||read a reused copy|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_slow_reader"
   "clover-stale-cursor||the tail, not the cursor's version|cargo test -p swarm-core --release --lib systems::clover::tests::a_cursor_behind"
+  "clover-no-gcver||a recycled buffer's bytes were returned|cargo test -p swarm-core --release --lib systems::clover::tests::a_recycled_buffer"
   "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
   "fusee-stale-cache||a stale cached entry answered|cargo test -p swarm-core --release --lib systems::fusee::tests::a_stale"
   "fusee-cached-loser||not linearizable|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign"

@@ -103,9 +103,23 @@ paths! {
     /// client that took a lock over, or the next holder after a writer
     /// gave up between its rounds).
     redo_replays,
-    /// Clover: hops along a key's chain of versions, past a cursor that
-    /// was not the tail (another client wrote since).
-    chain_hops,
+    /// Clover: hops of gets along a key's chain of versions, past a cursor
+    /// that was not the tail (another client wrote since; pDPM §6 reports
+    /// 0.2-0.3 per read).
+    read_hops,
+    /// Clover: hops of updates and deletes along a key's chain, after a
+    /// CAS that found a link (pDPM §6: 3.7-3.9 per write).
+    write_hops,
+    /// Clover: cursors dropped because their buffer was recycled (another
+    /// GC version, or another key's bytes, found there), and the operation
+    /// started again from the metadata server's head.
+    stale_gc,
+    /// Clover: cursors dropped for their age, and READs discarded for
+    /// taking longer than the read time-out (pDPM §5.2).
+    gc_timeouts,
+    /// Clover: groups of buffers a client was handed that had been freed
+    /// and recycled by the metadata server (garbage collection).
+    recycled,
     /// Clover: CASes of a tail's header that lost to another client's
     /// (the writer follows the chain and tries again at the new tail).
     cas_retries,

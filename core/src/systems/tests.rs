@@ -362,7 +362,9 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
         // beside a write; operations that failed as declared (a key's
         // primary down, a call to a crashed metadata server).
         "clover" => &[
-            ("chain hops", p.chain_hops, per(1_000)),
+            ("read hops", p.read_hops, per(500)),
+            ("write hops", p.write_hops, per(100)),
+            ("groups recycled", p.recycled, per(100)),
             ("CAS retries", p.cas_retries, per(300)),
             ("background refills", p.refills, per(100)),
             ("operations failed as declared", s.excused as u64, per(100)),

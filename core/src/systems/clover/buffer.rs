@@ -4,16 +4,21 @@
 //!
 //! ```text
 //! word 0   header: what comes next in the chain (changed by CAS only)
-//! word 1   magic (16) | key length (8) | 0 (8) | value length (32)
+//! word 1   magic (16) | key length (8) | GC version (8) | value length (32)
 //! word 2   sum: xxh3 of word 1, the key and the value, seeded by the key
 //! key | value, padded to a word
 //! ```
 //!
 //! The sum is seeded with the key's hash and covers the key's bytes, so a
-//! buffer of another key (a garbled pointer, or later a recycled buffer)
-//! never passes for this key's: a read of key 18 never returns key 19's
-//! value. Every length is checked against the read and the store's limits
-//! before it is used: garbage decodes to `None`, never a panic.
+//! buffer of another key (a garbled pointer, or a buffer recycled for
+//! another key) never passes for this key's: a read of key 18 never
+//! returns key 19's value. It covers the GC version too (the metadata
+//! server's count of the buffer's hand-outs, [`super::header`]), and a
+//! tail's header word must carry the same one: a READ torn between two
+//! incarnations of a recycled buffer (the old bytes and the new owner's)
+//! decodes to `None`, and a whole one says which incarnation it is. Every
+//! length is checked against the read and the store's limits before it is
+//! used: garbage decodes to `None`, never a panic.
 
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -43,12 +48,13 @@ fn sum(meta: u64, key: &[u8], value: &[u8], tag: u64) -> u64 {
     xxh3_64_with_seed(&b, tag ^ SALT)
 }
 
-/// The bytes of a fresh version of `key` (hash `tag`) holding `value`: the
-/// chain's tail (its header the key's tail word).
-pub fn encode(key: &[u8], value: &[u8], tag: u64) -> Vec<u8> {
-    let meta = MAGIC | (key.len() as u64) << 16 | (value.len() as u64) << 32;
+/// The bytes of a fresh version of `key` (hash `tag`) holding `value`, in
+/// a buffer of GC version `gc`: the chain's tail (its header the key's
+/// tail word).
+pub fn encode(key: &[u8], value: &[u8], tag: u64, gc: u8) -> Vec<u8> {
+    let meta = MAGIC | (key.len() as u64) << 16 | (gc as u64) << 24 | (value.len() as u64) << 32;
     let mut b = Vec::with_capacity(size(key.len(), value.len()));
-    b.extend_from_slice(&header::tail(tag).to_le_bytes());
+    b.extend_from_slice(&header::tail(tag, gc).to_le_bytes());
     b.extend_from_slice(&meta.to_le_bytes());
     b.extend_from_slice(&sum(meta, key, value, tag).to_le_bytes());
     b.extend_from_slice(key);
@@ -62,29 +68,39 @@ pub fn encode(key: &[u8], value: &[u8], tag: u64) -> Vec<u8> {
 pub struct Version {
     /// What comes after it in the chain, when it was read.
     pub next: Next,
+    /// The buffer's GC version (which incarnation of it was read).
+    pub gc: u8,
     /// Where its value is in the bytes read.
     pub value: Range<usize>,
 }
 
 /// Reads a buffer of `key` (hash `tag`) from bytes `b` read at its start,
 /// on a cluster of `nodes` nodes, with values of at most `max_value`
-/// bytes; `None` if it is not a whole version of this key.
+/// bytes; `None` if it is not a whole version of this key (a tail whose
+/// header word has another GC version than its meta word: a READ torn
+/// between two incarnations).
 pub fn decode(b: &[u8], key: &[u8], tag: u64, nodes: usize, max_value: usize) -> Option<Version> {
     let next = header::decode(word_at(b, 0)?, tag, nodes)?;
     let meta = word_at(b, 8)?;
-    let (klen, vlen) = ((meta >> 16) as u8 as usize, (meta >> 32) as usize);
-    if meta & 0xffff != MAGIC || (meta >> 24) as u8 != 0 || klen != key.len() || vlen > max_value {
+    let (klen, gc, vlen) = ((meta >> 16) as u8 as usize, (meta >> 24) as u8, (meta >> 32) as usize);
+    if meta & 0xffff != MAGIC || klen != key.len() || vlen > max_value {
+        return None;
+    }
+    if let Next::Tail(own) | Next::Deleted(own) = next
+        && own != gc
+    {
         return None;
     }
     let value = HEAD + klen..HEAD + klen + vlen;
     if b.get(HEAD..HEAD + klen)? != key || word_at(b, 16)? != sum(meta, key, b.get(value.clone())?, tag) {
         return None;
     }
-    Some(Version { next, value })
+    Some(Version { next, gc, value })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::header::Cursor;
     use super::*;
     use crate::kv::place::key_hash;
     use crate::{NodeId, RemoteAddr};
@@ -93,9 +109,9 @@ mod tests {
     #[test]
     fn a_buffer_reads_back_for_its_key_only() {
         let (k, v) = (&b"key18"[..], &b"value of 18"[..]);
-        let b = encode(k, v, key_hash(k));
+        let b = encode(k, v, key_hash(k), 4);
         let got = decode(&b, k, key_hash(k), 3, 64).unwrap();
-        assert_eq!((got.next, &b[got.value]), (Next::Tail, v));
+        assert_eq!((got.next, got.gc, &b[got.value]), (Next::Tail(4), 4, v));
         assert_eq!(decode(&b, b"key19", key_hash(b"key19"), 3, 64), None, "another key's buffer");
         assert_eq!(decode(&b, k, key_hash(k), 3, 4), None, "longer than values may be");
         assert_eq!(decode(&b[..b.len() - 8], k, key_hash(k), 3, 64), None, "cut short");
@@ -107,10 +123,14 @@ mod tests {
             }
         }
         let mut linked = b.clone();
-        let next = Next::Link(RemoteAddr::new(NodeId(2), 640));
+        let next = Next::Link(Cursor::new(RemoteAddr::new(NodeId(2), 640), 7));
         linked[..8].copy_from_slice(&next.word(key_hash(k)).to_le_bytes());
-        assert_eq!(decode(&linked, k, key_hash(k), 3, 64).map(|v| v.next), Some(next));
-        assert!(size(16, 256) >= encode(&[1; 16], &[2; 256], 5).len());
+        assert_eq!(decode(&linked, k, key_hash(k), 3, 64).map(|v| (v.next, v.gc)), Some((next, 4)));
+        // Torn between incarnations: the new owner's tail word over the old bytes.
+        let mut torn = b.clone();
+        torn[..8].copy_from_slice(&header::tail(key_hash(k), 5).to_le_bytes());
+        assert_eq!(decode(&torn, k, key_hash(k), 3, 64), None, "a tail word of another GC version");
+        assert!(size(16, 256) >= encode(&[1; 16], &[2; 256], 5, 0).len());
     }
 
     proptest! {

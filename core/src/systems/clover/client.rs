@@ -14,23 +14,32 @@
 //!             else as an update, from tail or deleted
 //! ```
 //!
-//! A *cursor* is the last buffer of the key's chain this client knows (the
-//! key's location in its `LocationCache`; the MS's head on a miss): never
-//! wrong, only old, as the chain only grows. The CAS of a commit expects
-//! the key's tail word ([`super::header`]), so it can only succeed on a
-//! genuine tail of that key. Reads and CASes go to the key's primary (its
-//! first node, where the chain lives); while it is down they fail naming
-//! it. The other copies of a version are written for durability, never
-//! read.
+//! A *cursor* is a buffer of the key's chain this client knows, with the
+//! GC version it had then (the key's location in its `LocationCache`; the
+//! MS's head on a miss). The chain only grows at its tail and is freed
+//! from its head, so a cursor is either old (hops lead to the tail) or
+//! stale: its buffer was recycled, which a read sees as another GC
+//! version (or another key's bytes) and a CAS as another tail word
+//! ([`super::header`]); both drop it and start again from the MS's head.
+//! A cursor is also dropped when it has not been found right for
+//! [`super::CURSOR_LIFETIME_NS`], and a READ that took longer than the
+//! read time-out is discarded ([`super`]: the GC argument). Reads and
+//! CASes go to the key's primary (its first node, where the chain
+//! lives); while it is down they fail naming it. The other copies of a
+//! version are written for durability, never read.
+//!
+//! A write takes a free *group* (the version's R buffers) from its pool;
+//! the writer whose CAS links version N+1 from N *retires* N, sent to the
+//! MS with its next ALLOC (beside a later WRITE: no roundtrip of its own).
 
 use alloc::vec::Vec;
 
 use super::buffer;
-use super::header::{self, Next};
-use super::wire::{self, Answer};
+use super::header::{self, Cursor, Next};
+use super::wire::{self, Alloc, Answer, Group, MAX_GIVEN, MAX_RETIRES, Retire};
 use super::{Clover, MS};
 use crate::index::cache::LocationCache;
-use crate::kv::place::{RETRIES, addr_of, key_hash, location_of, node_of};
+use crate::kv::place::{key_hash, node_of};
 use crate::kv::seat::{give_back, keep_lease};
 use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, Who, Written};
 use crate::substrate::clock::Clock;
@@ -42,18 +51,20 @@ use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
 use crate::systems::pdpm_central::client::{call_error, call_timeout_ns, open_channel};
-use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
+use crate::{MemError, MemErrorKind, Memory, NodeId};
 
-/// Free buffers a client keeps per data node.
+/// Free groups a client keeps per data node, by default (the store's
+/// `pool` option).
 pub const BATCH: usize = 16;
-/// Below this many free buffers on a node, a write fetches more beside
-/// its WRITE (up to a batch per node): early, so that a burst of writes
-/// never waits for allocation (a refill costs the MS a request, and the
-/// writer no roundtrip).
-pub const LOW: usize = BATCH * 3 / 4;
 /// Writes without a background refill after one failed (the MS down: each
 /// try waits for the call's time-out).
 const QUIET_AFTER_FAILURE: u32 = 8;
+/// Retires waiting that make the next write fetch beside its WRITE even
+/// if its pool is not low (so that the MS frees versions as they come).
+pub const RETIRE_SOON: usize = 8;
+/// Times an operation starts again from the MS's head (its cursor met a
+/// recycled buffer, or grew too old) before it gives up.
+const MAX_RESTARTS: usize = 16;
 
 /// What a change does at the key's tail.
 #[derive(Clone, Copy)]
@@ -62,6 +73,16 @@ enum Change<'a> {
     Put { value: &'a [u8], revive: bool },
     /// A deletion.
     Delete,
+}
+
+/// What a client knows of a key beside its cursor.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// The cursor was a deletion's tail.
+    deleted: bool,
+    /// When the cursor was last known right (the client's clock, ticks):
+    /// it is dropped [`super::CURSOR_LIFETIME_NS`] later.
+    since: u64,
 }
 
 /// One Clover client.
@@ -76,17 +97,29 @@ pub struct CloverClient<M, C> {
     replicas: usize,
     /// Bytes of a buffer.
     buffer: usize,
-    /// Key -> cursor (`location_of` its buffer), and whether it was a
-    /// deletion's tail when last seen.
-    cache: LocationCache<bool>,
-    /// Free buffers per node (offsets).
-    pool: Vec<Vec<u64>>,
-    /// Per node: the last batch had no buffer there (the MS could not
+    /// Groups per node it keeps (the `pool` option), and the level below
+    /// which a write fetches more beside its WRITE.
+    batch: usize,
+    low: usize,
+    /// The read time-out and a cursor's lifetime, in clock ticks.
+    read_timeout: u64,
+    lifetime: u64,
+    /// Key -> cursor ([`Cursor::location`]) and what else it knows.
+    cache: LocationCache<Seen>,
+    /// Free groups per primary node.
+    pool: Vec<Vec<Group>>,
+    /// Per node: the last batch had no group there (the MS could not
     /// allocate there): writes go on without it rather than ask again.
     dry: Vec<bool>,
+    /// Versions this client superseded, for its next ALLOC.
+    retired: Vec<Retire>,
     quiet: u32,
     paths: Paths,
 }
+
+/// Where a change or a get starts: a cursor, whether it was a deletion's
+/// tail, and since when it is known right.
+type Start = (Cursor, bool, u64);
 
 impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// Connects a client to the metadata server (waiting for it to start),
@@ -94,8 +127,11 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS, super::ms::NAME).await?;
         let nodes = mem.node_count();
+        let batch = super::pool(cfg);
         let mut c = CloverClient {
             call_timeout_ns: call_timeout_ns(&mem, super::geometry(cfg).channels),
+            read_timeout: clock.ticks(super::read_timeout_ns(&mem)),
+            lifetime: clock.ticks(super::CURSOR_LIFETIME_NS),
             mem,
             id,
             lease,
@@ -104,9 +140,12 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             limits: cfg.limits(),
             replicas: cfg.replicas.clamp(1, nodes.min(MAX_REPLICAS)),
             buffer: buffer::size(cfg.max_key, cfg.max_value),
+            batch,
+            low: batch * 3 / 4,
             cache: LocationCache::new(cfg.cache()),
             pool: (0..nodes).map(|_| Vec::new()).collect(),
             dry: alloc::vec![false; nodes],
+            retired: Vec::new(),
             quiet: 0,
             paths: Paths::default(),
         };
@@ -115,9 +154,20 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         Ok(c)
     }
 
-    /// Free buffers it holds on `node`.
+    /// Free groups it holds whose primary is `node`.
     pub fn free_buffers(&self, node: NodeId) -> usize {
         self.pool.get(node.index()).map_or(0, |p| p.len())
+    }
+
+    /// The key's cursor, if cached: the version it last found or wrote, and
+    /// its GC version.
+    pub fn cursor(&self, key: &[u8]) -> Option<Cursor> {
+        Cursor::of_location(self.cache.peek(key)?.0, self.mem.node_count())
+    }
+
+    /// Versions it retired and has not sent to the MS yet.
+    pub fn retires_waiting(&self) -> usize {
+        self.retired.len()
     }
 
     async fn keep_lease(&mut self) -> Result<(), KvError> {
@@ -131,33 +181,43 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         call(&mut self.channel, mem, clock, self.call_timeout_ns, method, body).await
     }
 
-    /// Fetches buffers for the nodes that are low (a batch's worth each),
+    /// An ALLOC's body: the groups wanted, and the retires waiting (taken:
+    /// if the call fails they are lost, and the MS finds those versions
+    /// by reading the chain).
+    fn alloc_body(&mut self) -> Vec<u8> {
+        let n = self.retired.len().min(MAX_RETIRES);
+        let retires = self.retired.drain(..n).collect();
+        Alloc { want: self.wanted(), retires, given: Vec::new() }.encode()
+    }
+
+    /// Fetches groups for the nodes that are low (a batch's worth each),
     /// in the foreground.
     async fn refill(&mut self) -> Result<(), KvError> {
-        let want = self.wanted();
+        let body = self.alloc_body();
         let (mem, clock) = (&self.mem, &self.clock);
-        let got = call(&mut self.channel, mem, clock, self.call_timeout_ns, wire::ALLOC, &want).await;
+        let got = call(&mut self.channel, mem, clock, self.call_timeout_ns, wire::ALLOC, &body).await;
         self.take(got)
     }
 
-    /// Buffers wanted per node (a request's body).
+    /// Groups wanted per node (a request's body).
     fn wanted(&self) -> Vec<u8> {
-        self.pool.iter().map(|p| BATCH.saturating_sub(p.len()) as u8).collect()
+        self.pool.iter().map(|p| self.batch.saturating_sub(p.len()) as u8).collect()
     }
 
-    /// Whether a node the MS allocates on has few free buffers left.
+    /// Whether a node the MS allocates on has few free groups left.
     fn low(&self) -> bool {
-        self.pool.iter().zip(&self.dry).any(|(p, &dry)| p.len() < LOW && !dry)
+        self.pool.iter().zip(&self.dry).any(|(p, &dry)| p.len() < self.low && !dry)
     }
 
     /// Adds a batch to the pool.
     fn take(&mut self, got: Result<Answer, KvError>) -> Result<(), KvError> {
         match got? {
-            Answer::Buffers(per_node) => {
-                for (n, offs) in per_node.into_iter().enumerate() {
+            Answer::Buffers { groups, recycled } => {
+                self.paths.recycled += recycled as u64;
+                for (n, gs) in groups.into_iter().enumerate() {
                     if let (Some(p), Some(dry)) = (self.pool.get_mut(n), self.dry.get_mut(n)) {
-                        *dry = offs.is_empty() && p.len() < BATCH;
-                        p.extend(offs);
+                        *dry = gs.is_empty() && p.len() < self.batch;
+                        p.extend(gs);
                     }
                 }
                 Ok(())
@@ -166,83 +226,99 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         }
     }
 
-    /// The key's cursor if cached, and whether it was a deletion's tail.
-    fn cached(&mut self, key: &[u8]) -> Option<(RemoteAddr, bool)> {
-        let (loc, &mut deleted) = self.cache.get(key)?;
-        Some((addr_of(loc, self.mem.node_count())?, deleted))
+    /// Whether a cursor known right since `since` is too old to use.
+    fn expired(&self, since: u64) -> bool {
+        self.clock.now().saturating_sub(since) > self.lifetime
     }
 
-    /// The key's cursor: cached (no roundtrip), or the chain's head from
-    /// the MS (one); `None` if the key has no chain.
-    async fn find(&mut self, key: &[u8]) -> Result<Option<(RemoteAddr, bool)>, KvError> {
-        if let Some(c) = self.cached(key) {
-            return Ok(Some(c));
+    /// The key's cursor if cached and not too old.
+    fn cached(&mut self, key: &[u8]) -> Option<Start> {
+        let nodes = self.mem.node_count();
+        let (loc, &mut seen) = self.cache.get(key)?;
+        match Cursor::of_location(loc, nodes) {
+            Some(c) if !self.expired(seen.since) => Some((c, seen.deleted, seen.since)),
+            _ => {
+                self.cache.remove(key);
+                None
+            }
         }
+    }
+
+    /// The chain's head from the MS (one roundtrip); `None` if the key has
+    /// no chain.
+    async fn lookup(&mut self, key: &[u8]) -> Result<Option<Start>, KvError> {
+        let since = self.clock.now();
         match self.call(wire::LOOKUP, key).await? {
             Answer::Absent => Ok(None),
-            Answer::Head(at) => Ok(Some((at, false))),
+            Answer::Head(at) => Ok(Some((at, false, since))),
             _ => Err(KvError::Corrupt),
         }
     }
 
-    fn remember(&mut self, key: &[u8], at: RemoteAddr, deleted: bool) {
-        self.cache.insert(key, location_of(at), deleted);
+    /// The key's cursor: cached (no roundtrip), or the chain's head from
+    /// the MS (one); `None` if the key has no chain.
+    async fn find(&mut self, key: &[u8]) -> Result<Option<Start>, KvError> {
+        match self.cached(key) {
+            Some(c) => Ok(Some(c)),
+            None => self.lookup(key).await,
+        }
     }
 
-    /// Free buffers on the key's R nodes, the primary's first (fetched in
-    /// the foreground if one of them has none): a node the MS could not
-    /// allocate on is left out, except the primary, which a write cannot
-    /// go without.
-    async fn buffers(&mut self, key: &[u8]) -> Result<heapless::Vec<RemoteAddr, MAX_REPLICAS>, KvError> {
-        let nodes = self.mem.node_count();
-        let empty = |i: usize, c: &Self| {
-            let n = node_of(key, i, nodes).index();
-            c.pool[n].is_empty() && (i == 0 || !c.dry[n])
-        };
-        if (0..self.replicas).any(|i| empty(i, self)) {
+    /// Drops the key's cursor and starts again from the MS's head (its
+    /// cursor met a buffer recycled since, or another key's bytes, or grew
+    /// too old): the `restarts`-th time, at most [`MAX_RESTARTS`].
+    async fn restart(&mut self, key: &[u8], restarts: &mut usize) -> Result<Option<Start>, KvError> {
+        self.cache.remove(key);
+        *restarts += 1;
+        if *restarts > MAX_RESTARTS {
+            return Err(KvError::Corrupt);
+        }
+        self.lookup(key).await
+    }
+
+    fn remember(&mut self, key: &[u8], at: Cursor, deleted: bool, since: u64) {
+        self.cache.insert(key, at.location(), Seen { deleted, since });
+    }
+
+    /// A free group whose primary is the key's (fetched in the foreground
+    /// if there is none).
+    async fn group(&mut self, key: &[u8]) -> Result<Group, KvError> {
+        let node = node_of(key, 0, self.mem.node_count());
+        if self.pool[node.index()].is_empty() {
             self.refill().await?;
         }
-        let mut out = heapless::Vec::new();
-        for i in 0..self.replicas {
-            let node = node_of(key, i, nodes);
-            match self.pool[node.index()].pop() {
-                Some(off) => {
-                    let _ = out.push(RemoteAddr::new(node, off));
-                }
-                // The MS could not allocate there: it failed.
-                None if i == 0 => return Err(KvError::Down(MemError::new(node, MemErrorKind::Unreachable))),
-                None => {}
-            }
-        }
-        Ok(out)
+        // None: the MS could not allocate there: it failed.
+        self.pool[node.index()].pop().ok_or(KvError::Down(MemError::new(node, MemErrorKind::Unreachable)))
     }
 
-    /// Puts the primary's copy of an unlinked version back in the pool:
-    /// its WRITE is done. (The other copies' WRITEs may still land, after
-    /// the write went on without them: those buffers are left unused.)
-    fn give_back(&mut self, copies: &[RemoteAddr]) {
-        if let Some(c) = copies.first()
-            && let Some(p) = self.pool.get_mut(c.node.index())
+    /// Puts an unlinked version's group back in the pool: its primary's
+    /// WRITE is done. (Its backups' WRITEs may still land, after the
+    /// write went on without them, over the group's next version there:
+    /// backups are never read.)
+    fn give_back(&mut self, group: Option<Group>) {
+        if let Some(g) = group
+            && let Some(p) = self.pool.get_mut(g.primary.at.node.index())
         {
-            p.push(c.offset);
+            p.push(g);
         }
     }
 
-    /// Writes a new version to `copies` (the primary's first): waits for
-    /// the primary and a majority of the R copies in all; fetches a batch
-    /// of buffers beside it if the pool is low.
-    async fn write_copies(&mut self, copies: &[RemoteAddr], bytes: &[u8]) -> Result<(), KvError> {
-        let background = self.low() && self.quiet == 0;
+    /// Writes a new version to `group`: waits for the primary and a
+    /// majority of the R copies in all; fetches a batch of groups beside
+    /// it (with the retires waiting) if the pool is low or retires pile up.
+    async fn write_copies(&mut self, group: &Group, bytes: &[u8]) -> Result<(), KvError> {
+        let background = (self.low() || self.retired.len() >= RETIRE_SOON) && self.quiet == 0;
         self.quiet = self.quiet.saturating_sub(1);
-        let want = self.wanted();
+        let body = if background { self.alloc_body() } else { Vec::new() };
         let need = majority(self.replicas) - 1;
         let (mem, clock, timeout) = (&self.mem, &self.clock, self.call_timeout_ns);
-        let backups = &copies[1..];
-        let write = join2(mem.write(copies[0], bytes), to_all(backups.len(), need, |i| mem.write(backups[i], bytes)));
+        let backups = &group.backups;
+        let write =
+            join2(mem.write(group.primary.at, bytes), to_all(backups.len(), need, |i| mem.write(backups[i], bytes)));
         let channel = &mut self.channel;
         let refill = async move {
             match background {
-                true => Some(call(channel, mem, clock, timeout, wire::ALLOC, &want).await),
+                true => Some(call(channel, mem, clock, timeout, wire::ALLOC, &body).await),
                 false => None,
             }
         };
@@ -269,63 +345,93 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let found = match (self.cached(key), change) {
             (Some(c), _) => Some(c),
             (None, Change::Put { value, revive: true }) => {
+                let since = self.clock.now();
                 match self.call(wire::CREATE, &wire::create_body(key, value)).await? {
                     Answer::Created(at) => {
-                        self.remember(key, at, false);
+                        self.remember(key, at, false, since);
                         return Ok(Ok(Written));
                     }
-                    Answer::Head(at) => Some((at, false)),
+                    Answer::Head(at) => Some((at, false, since)),
                     _ => return Err(KvError::Corrupt),
                 }
             }
-            (None, _) => match self.find(key).await? {
-                Some(c) => Some(c),
-                None => return Ok(Err(Missing::NotFound)),
-            },
+            (None, _) => self.lookup(key).await?,
         };
-        let Some((mut at, deleted)) = found else { return Err(KvError::Bug("no cursor")) };
+        let Some((mut at, deleted, mut since)) = found else { return Ok(Err(Missing::NotFound)) };
         // The new version, written before any CAS can link it.
-        let (copies, new) = match change {
+        let group = match change {
             Change::Put { value, .. } => {
-                let copies = self.buffers(key).await?;
-                self.write_copies(&copies, &buffer::encode(key, value, tag)).await?;
-                let new = Next::Link(copies[0]).word(tag);
-                (copies, new)
+                let g = self.group(key).await?;
+                if let Err(e) = self.write_copies(&g, &buffer::encode(key, value, tag, g.primary.gc)).await {
+                    // Not linked: its WRITEs are done or failed.
+                    self.give_back(Some(g));
+                    return Err(e);
+                }
+                Some(g)
             }
-            Change::Delete => (heapless::Vec::new(), Next::Deleted.word(tag)),
+            Change::Delete => None,
         };
-        let mut expect =
-            if deleted && matches!(change, Change::Put { revive: true, .. }) { Next::Deleted } else { Next::Tail };
+        let revive = matches!(change, Change::Put { revive: true, .. });
+        let mut on_deleted = deleted && revive;
+        let mut restarts = 0;
         loop {
-            let prev = self.mem.cas(at, expect.word(tag), new).await.map_err(mem_error)?;
-            if prev == expect.word(tag) {
-                let now = match change {
-                    Change::Put { .. } => (copies[0], false),
-                    Change::Delete => (at, true),
-                };
-                self.remember(key, now.0, now.1);
+            if self.expired(since) {
+                self.paths.gc_timeouts += 1;
+                match self.restart(key, &mut restarts).await {
+                    Ok(Some((c, _, s))) => (at, since, on_deleted) = (c, s, false),
+                    r => {
+                        self.give_back(group);
+                        return r.and(Err(KvError::Corrupt));
+                    }
+                }
+                continue;
+            }
+            let expect = if on_deleted { Next::Deleted(at.gc) } else { Next::Tail(at.gc) }.word(tag);
+            let new = match &group {
+                Some(g) => Next::Link(g.primary).word(tag),
+                None => Next::Deleted(at.gc).word(tag),
+            };
+            let sent = self.clock.now();
+            // An error leaves the group out of the pool: the CAS may have
+            // linked it.
+            let prev = self.mem.cas(at.at, expect, new).await.map_err(mem_error)?;
+            if prev == expect {
+                match group {
+                    Some(g) => {
+                        self.retired.push(Retire { key: key.to_vec(), old: at, new: g.primary });
+                        self.remember(key, g.primary, false, sent);
+                    }
+                    None => self.remember(key, at, true, sent),
+                }
                 return Ok(Ok(Written));
             }
             self.paths.cas_retries += 1;
             match header::decode(prev, tag, nodes) {
                 Some(Next::Link(next)) => {
-                    self.paths.chain_hops += 1;
+                    self.paths.write_hops += 1;
                     at = next;
-                    expect = Next::Tail;
+                    on_deleted = false;
                 }
-                Some(Next::Tail) => expect = Next::Tail,
-                Some(Next::Deleted) => match change {
-                    Change::Put { revive: true, .. } => expect = Next::Deleted,
+                Some(Next::Tail(gc)) if gc == at.gc => on_deleted = false,
+                Some(Next::Deleted(gc)) if gc == at.gc => match change {
+                    Change::Put { revive: true, .. } => on_deleted = true,
                     _ => {
-                        self.remember(key, at, true);
-                        self.give_back(&copies);
+                        self.remember(key, at, true, sent);
+                        self.give_back(group);
                         return Ok(Err(Missing::NotFound));
                     }
                 },
-                None => {
-                    self.cache.remove(key);
-                    self.give_back(&copies);
-                    return Err(KvError::Corrupt);
+                // Another GC version (the buffer was recycled) or another
+                // key's word: start again from the head.
+                _ => {
+                    self.paths.stale_gc += 1;
+                    match self.restart(key, &mut restarts).await {
+                        Ok(Some((c, _, s))) => (at, since, on_deleted) = (c, s, false),
+                        r => {
+                            self.give_back(group);
+                            return r.and(Err(KvError::Corrupt));
+                        }
+                    }
                 }
             }
         }
@@ -334,40 +440,79 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     async fn get_value(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         let tag = key_hash(key);
         let nodes = self.mem.node_count();
-        let Some((mut at, _)) = self.find(key).await? else { return Ok(Got::NotFound) };
-        let mut bad = 0;
+        let Some((mut at, _, mut since)) = self.find(key).await? else { return Ok(Got::NotFound) };
+        let mut restarts = 0;
         loop {
-            let b = self.mem.read(at, self.buffer).await.map_err(mem_error)?;
-            let Some(v) = buffer::decode(&b, key, tag, nodes, self.limits.max_value) else {
-                // A torn header word (never: words are atomic) or garbage.
-                bad += 1;
-                if bad > RETRIES {
-                    self.cache.remove(key);
-                    return Err(KvError::Corrupt);
+            let sent = self.clock.now();
+            let fresh = !self.expired(since);
+            let b = match fresh {
+                true => Some(self.mem.read(at.at, self.buffer).await.map_err(mem_error)?),
+                false => None,
+            };
+            // The read time-out (pDPM §5.2): a READ that took longer may
+            // have met a buffer freed and handed out again meanwhile.
+            let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
+            let got = match b {
+                Some(b) if !late => b,
+                _ => {
+                    self.paths.gc_timeouts += 1;
+                    match self.restart(key, &mut restarts).await? {
+                        Some((c, _, s)) => (at, since) = (c, s),
+                        None => return Ok(Got::NotFound),
+                    }
+                    continue;
                 }
-                continue;
+            };
+            let v = match buffer::decode(&got, key, tag, nodes, self.limits.max_value) {
+                // Mutant `clover-no-gcver`: the reader takes whatever
+                // incarnation of the buffer it finds.
+                Some(v) if v.gc == at.gc || cfg!(swarm_mutant = "clover-no-gcver") => v,
+                // A recycled buffer (another GC version, or another key's
+                // bytes: its sum fails), a READ torn between two of its
+                // incarnations, or garbage: start again from the head.
+                _ => {
+                    self.paths.stale_gc += 1;
+                    match self.restart(key, &mut restarts).await? {
+                        Some((c, _, s)) => (at, since) = (c, s),
+                        None => return Ok(Got::NotFound),
+                    }
+                    continue;
+                }
             };
             match v.next {
-                Next::Tail => {
-                    self.remember(key, at, false);
-                    return Ok(Got::Found(Value::in_buf(b, v.value)));
+                Next::Tail(_) => {
+                    self.remember(key, at, false, sent);
+                    return Ok(Got::Found(Value::in_buf(got, v.value)));
                 }
-                Next::Deleted => {
-                    self.remember(key, at, true);
+                Next::Deleted(_) => {
+                    self.remember(key, at, true, sent);
                     return Ok(Got::Deleted);
                 }
                 // Mutant `clover-stale-cursor`: the cursor's version is
                 // returned without checking that it is the tail.
                 Next::Link(_) if cfg!(swarm_mutant = "clover-stale-cursor") => {
-                    return Ok(Got::Found(Value::in_buf(b, v.value)));
+                    return Ok(Got::Found(Value::in_buf(got, v.value)));
                 }
                 Next::Link(next) => {
-                    self.paths.chain_hops += 1;
+                    self.paths.read_hops += 1;
                     at = next;
-                    bad = 0;
                 }
             }
         }
+    }
+
+    /// Sends the retires waiting and gives the pool back (a client that
+    /// closes), in as many ALLOCs as they take.
+    async fn hand_in(&mut self) -> Result<(), KvError> {
+        let mut given: Vec<Cursor> = self.pool.iter_mut().flat_map(|p| p.drain(..)).map(|g| g.primary).collect();
+        while !self.retired.is_empty() || !given.is_empty() {
+            let n = self.retired.len().min(MAX_RETIRES);
+            let retires = self.retired.drain(..n).collect();
+            let g = given.len().min(MAX_GIVEN);
+            let body = Alloc { want: Vec::new(), retires, given: given.drain(..g).collect() }.encode();
+            self.call(wire::ALLOC, &body).await?;
+        }
+        Ok(())
     }
 }
 
@@ -444,9 +589,10 @@ impl<M: Memory, C: Clock> KvClient for CloverClient<M, C> {
         self.paths
     }
 
-    /// Gives the leased id back. Its free buffers are lost (garbage
-    /// collection is not done).
+    /// Sends its retires, gives its free groups back to the MS (if it
+    /// answers: else they are lost, a bounded loss), and the leased id.
     async fn close(&mut self) -> Result<(), KvError> {
+        let _ = self.hand_in().await;
         give_back(self.lease.take(), &self.mem).await
     }
 }

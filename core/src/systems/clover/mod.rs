@@ -12,7 +12,8 @@
 //! - [`ms`]: the metadata server, a `Service` on the server layer
 //!   (`crate::substrate::msg::server`), as pDPM-Central's coordinator;
 //! - [`client`]: the clients: cursors, chain walks, out-of-place writes
-//!   committed by a CAS of the tail's header, background ALLOC refills.
+//!   committed by a CAS of the tail's header, background ALLOC refills
+//!   that carry the versions they retired.
 //!
 //! # The protocol (§5, Figure 4)
 //!
@@ -37,8 +38,9 @@
 //!   CAS, 1 roundtrip): a get that finds it answers deleted, an update and
 //!   a delete answer not found, and an insert swings it on to a new
 //!   version. So a key has one chain for ever and the MS only creates a
-//!   chain for a key that never had one; no version of a key is ever
-//!   unlinked from its chain, and any buffer of it is a valid cursor.
+//!   chain for a key that never had one. A deleted key keeps its deleted
+//!   tail (one group of buffers, as the index keeps its entry); the
+//!   versions before it are retired as any.
 //! - **Creates** go through the MS (§5): it writes the first version to
 //!   the key's R nodes itself and maps the key to it in the store's index
 //!   on node 0 (`RaceIndex`): insert of a new key = the RPC and the MS's
@@ -61,56 +63,102 @@
 //!   retry, then [`KvError::Corrupt`], never a panic nor another key's
 //!   value.
 //!
+//! # Garbage collection (pDPM §5.2)
+//!
+//! - **GC versions.** Every buffer has an 8-bit GC version, raised by the
+//!   MS each time it hands the buffer out again: in the buffer's meta word
+//!   (under its sum, [`buffer`]), in its own tail or deleted word, and in
+//!   every link to it ([`header`]: offset / 8 in 36 bits, node in 6, kind
+//!   in 2, GC version in 8, a 12-bit check). A cursor holds the GC version
+//!   it expects; a READ that finds another one, or bytes whose sum fails
+//!   for the key (a buffer recycled for another key, or torn between two
+//!   incarnations), drops the cursor and starts again from the MS's head
+//!   (`stale_gc` counts it); a CAS that commits expects the tail word with
+//!   the cursor's GC version, so it fails on a recycled buffer (no ABA)
+//!   and its answer, another GC version or another key's word, starts the
+//!   write again from the head too.
+//! - **Retire and free** ([`ms`]). The writer whose CAS links N+1 from N
+//!   retires N, sent with its next ALLOC (beside a later WRITE: no
+//!   roundtrip of its own; a client closing sends what waits, and gives
+//!   its free groups back). The MS frees a key's versions in chain order
+//!   only, moving the key's head past each (written in place to the key's
+//!   head cell before), so a walk from the head never meets a recycled
+//!   buffer; retires that never come (a crashed client) are found by
+//!   reading the head's word when later ones pile up. A version's R
+//!   copies are one *group*, freed and handed out together.
+//! - **Time-outs.** A freed group is handed out again only
+//!   [`REUSE_AFTER_TIMEOUTS`] read time-outs later ([`READ_TIMEOUT_NS`],
+//!   or the memory's own time-out): a READ that began before the free and
+//!   still samples the buffer when its new owner writes it took longer
+//!   than the time-out, and a client discards such a READ (measured with
+//!   its `Clock`) and starts again. This is the paper's argument; here it
+//!   is a second line, as the sum and the tail word's GC version already
+//!   reject such a torn READ (the paper's reader, which reads a header
+//!   and a value that are not atomic together, needs the time-out).
+//! - **Wrap.** A group whose GC version wraps (255 to 0) waits
+//!   [`epoch_ns`] instead (the paper's overflow list), longer than a
+//!   client keeps a cursor it has not found right ([`CURSOR_LIFETIME_NS`],
+//!   then it asks the MS again: the paper's T_e, with no epoch message, as
+//!   each client times its own cursors). So no cursor of GC version g
+//!   meets the buffer's next incarnation with version g, 256 hand-outs
+//!   and an epoch later. No counter here runs out: GC versions wrap under
+//!   this rule, and the MS's lists hold what is freed.
+//! - **Memory** stays flat: a store holds a version per key, the clients'
+//!   pools and what was freed in the last delay ([`Clover::node_bytes`]);
+//!   `clover::tests` runs 7,000 updates through a few dozen groups, with
+//!   wraps, and no chunk is claimed after the warm-up. Lost for good, a
+//!   bounded amount per failure: a crashed client's pool and an MS
+//!   incarnation's free lists (a standby frees the groups it did not make
+//!   without their backups, and tops them up when it hands them out).
+//!
 //! # Guarantee: linearizable, each key by its primary
 //!
 //! A key's versions form one chain on its primary, extended only by a CAS
-//! that expects the tail word of the version it links from: each CAS that
-//! succeeds makes its version the latest, so the chain is the key's
-//! history in commit order, and a version is whole (all its bytes written)
-//! before it can be linked. A get returns the version whose header it read
-//! as the tail (or deleted): at that instant it was the latest, so the get
-//! takes effect at its READ of that word (header words are read
-//! atomically: one aligned word). An update or delete takes effect at its
-//! CAS; one that answers not found at the CAS that found "deleted". The
-//! campaigns (`systems::tests`, `clover::tests`) check the histories.
+//! that expects the tail word of the version it links from, with that
+//! buffer's GC version: each CAS that succeeds makes its version the
+//! latest, so the chain is the key's history in commit order, and a
+//! version is whole (all its bytes written) before it can be linked. A get
+//! returns the version whose header it read as the tail (or deleted): at
+//! that instant it was the latest, so the get takes effect at its READ of
+//! that word (header words are read atomically: one aligned word). An
+//! update or delete takes effect at its CAS; one that answers not found at
+//! the CAS that found "deleted". The campaigns (`systems::tests`,
+//! `clover::tests`) check the histories, with small pools in half of their
+//! runs (the `pool` option), so that buffers are recycled within runs.
+//!
+//! **With garbage collection, a get never returns a recycled buffer's
+//! bytes as a value.** It returns bytes only from a READ whose sum holds
+//! for the key (so they are one whole incarnation of a buffer of this
+//! key), whose meta word has the cursor's GC version, and whose header
+//! word is a tail (or deleted) word of that same GC version. A cursor
+//! (B, g) is taken only where B held incarnation g: from the MS (its head
+//! is never freed), from the client's own commit, or from a link read in
+//! a buffer reached this way (a link in incarnation g of B was written
+//! while B's successor lived; one in a later incarnation of B, for the
+//! same key, leads to a later version still), and it is used only within
+//! [`CURSOR_LIFETIME_NS`] of that. Incarnation g of B is the only one with
+//! GC version g within an epoch, so the bytes are incarnation g's, and the
+//! tail word read says that incarnation was the key's latest version at
+//! that instant: a committed version (an unlinked version has a tail word
+//! too, but no cursor to it exists before its CAS, and a recycled one has
+//! another GC version). The mutant `clover-no-gcver` (a reader that skips
+//! the check) returns such a never-linked version's bytes
+//! (`clover::tests::a_recycled_buffer_is_never_read_as_a_value`).
 //!
 //! # Not done (pDPM §5 has them; they stay open)
 //!
-//! - **Garbage collection**: versions are never freed, so memory grows
-//!   with writes (`Clover::node_bytes` counts them) and a store does not
-//!   run for ever. The paper's design, and how it would fit here:
-//!   - a buffer carries an 8-bit *GC version*, raised each time the MS
-//!     hands it out again: in its meta word (under the sum), in its own
-//!     tail word (so that the CAS of a commit, which expects the tail word
-//!     with the cursor's GC version, fails on a recycled buffer: no ABA),
-//!     and in every link to it (so that a hop knows what to expect). The
-//!     header word has room: offset / 8 in 36 bits, node in 6, kind in 2,
-//!     GC version in 8, a 12-bit check;
-//!   - a cursor holds the GC version it expects; a read or a CAS that
-//!     finds another one (or a word of another key: its check fails) drops
-//!     the cursor and starts again from the MS's head;
-//!   - the writer of version N+1 retires N, piggybacked on its next ALLOC
-//!     request; the MS frees retired versions in chain order only,
-//!     advancing the key's head past each (a walk from the head must never
-//!     meet a recycled buffer), and hands a freed buffer out again only
-//!     after a delay of a few roundtrips (the paper's 2-roundtrip read
-//!     time-out: a read that takes longer aborts and starts again);
-//!   - **epochs** when the 8-bit GC version wraps: the buffer waits on an
-//!     overflow list, and clients drop cursors idle that long;
-//!   - a mutant that skips the reader's GC version check
-//!     (`clover-no-gcver`), caught by a campaign with small buffer pools
-//!     so that buffers are recycled within a run.
 //! - **All-way chaining** across replicas (every copy of version N linked
 //!   to every copy of N+1, the paper's 3-roundtrip replicated write), so
 //!   that reads survive the primary's loss and can spread over replicas.
 //! - **Shortcuts**: the per-key best-effort pointer to the latest version,
 //!   raced against the chain walk; and the MS refreshing a key's head
-//!   (the paper's retire messages carry the new pointer): a client that
-//!   never saw a key walks its chain from the first version, a roundtrip
-//!   per version.
+//!   from the retires to the latest version: a client that never saw a
+//!   key walks its chain from the MS's head (the oldest version not freed
+//!   yet), a roundtrip per version.
 //! - **Size classes**: every buffer has room for the largest value.
-//! - **Backup metadata servers**: the MS's state is the index on node 0
-//!   (a standby takes over from it, as pDPM-Central's coordinator).
+//! - **Backup metadata servers**: the MS's state is the index and the
+//!   head cells on node 0 (a standby takes over from them, as
+//!   pDPM-Central's coordinator).
 
 pub mod buffer;
 pub mod client;
@@ -124,12 +172,15 @@ mod tests;
 use alloc::boxed::Box;
 
 use crate::index::RaceIndex;
-use crate::kv::{Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who, seat};
+use crate::kv::{
+    Choice, Guarantee, KvError, KvSystem, NodeChunks, NodeShape, Roundtrips, StoreConfig, SystemInfo, Who, seat,
+};
 use crate::substrate::clock::Clock;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::area::Geometry;
 use crate::substrate::msg::rpc::{REQUEST_HEADER, RESPONSE_HEADER};
 use crate::substrate::msg::server::{self, Bare, Shell, Stats};
+use crate::substrate::quorum::MAX_REPLICAS;
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::{MAX_NODES, class_of};
 use crate::{Memory, NodeId};
@@ -140,21 +191,78 @@ pub use ms::MetadataServer;
 /// The node the metadata server runs beside (its index is there).
 pub const MS: NodeId = crate::kv::place::INDEX_NODE;
 
+/// The read time-out (pDPM §5.2: "we abort a read operation after two
+/// RTTs"), ns, where the memory sets no time-out of its own: a READ of a
+/// chain that takes longer is discarded and the get starts again from the
+/// MS's head. Where the memory has a time-out (`Memory::timeout_ns`: the
+/// longest an operation may stay pending, and land, after its posting),
+/// that is the read time-out, as a READ pending longer fails anyway.
+pub const READ_TIMEOUT_NS: u64 = 1_000_000;
+
+/// The read time-out on `mem`, ns: its own time-out, or
+/// [`READ_TIMEOUT_NS`].
+pub fn read_timeout_ns<M: Memory>(mem: &M) -> u64 {
+    mem.timeout_ns().unwrap_or(READ_TIMEOUT_NS)
+}
+
+/// A freed group is handed out again this many read time-outs after it
+/// was freed: a READ posted before the free and still sampling the buffer
+/// when its new owner WRITEs to it would have taken longer than the read
+/// time-out (discarded), whatever the clocks' offsets (both are durations).
+pub const REUSE_AFTER_TIMEOUTS: u64 = 2;
+
+/// How long a client keeps a cursor that it has not found right since, ns
+/// (the paper's T_e for clients): what makes the 8-bit GC version safe
+/// when it wraps ([`epoch_ns`]).
+pub const CURSOR_LIFETIME_NS: u64 = 100_000_000;
+
+/// How long a group whose GC version wraps (255 to 0) waits before it is
+/// handed out again (the paper's overflow list), ns: longer than a cursor
+/// lives and its last READ or CAS takes. So no cursor taken at GC version
+/// g of a buffer meets the next incarnation with version g (256 hand-outs
+/// later, one of them after this wait): no ABA.
+pub fn epoch_ns<M: Memory>(mem: &M) -> u64 {
+    CURSOR_LIFETIME_NS + 2 * read_timeout_ns(mem)
+}
+
+/// The store's option: free groups a client keeps per node (batches it
+/// fetches from the MS). Small pools recycle buffers sooner.
+const POOL: Choice = Choice {
+    name: "pool",
+    about: "free buffer groups each client keeps per node, fetched from the metadata server in batches",
+    values: &["16", "2"],
+};
+
+/// Free groups a client of `cfg` keeps per node (its `pool` option).
+pub fn pool(cfg: &StoreConfig) -> usize {
+    cfg.option(POOL.name).and_then(|v| v.parse().ok()).unwrap_or(client::BATCH).clamp(1, wire::MAX_BATCH)
+}
+
 /// Clover.
 pub struct Clover;
 
 /// The metadata server's area for `cfg`: a channel per client id, rings
-/// that carry a create of the largest value and a batch of buffers for
-/// every node.
+/// that carry a create of the largest value, an ALLOC with its retires and
+/// groups given back, and a batch of groups for every node (the MS sends
+/// fewer if more do not fit).
 pub fn geometry(cfg: &StoreConfig) -> Geometry {
     let create = (REQUEST_HEADER + 1 + cfg.max_key + cfg.max_value) as u64;
-    let batch = (RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + 8 * client::BATCH)) as u64;
+    let alloc = REQUEST_HEADER + 3 + MAX_NODES + wire::MAX_RETIRES * (17 + cfg.max_key) + 8 * wire::MAX_GIVEN;
+    let group = wire::group_bytes(cfg.replicas.clamp(1, MAX_REPLICAS));
+    let batch = RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + group * client::BATCH);
+    let create = create.max(alloc as u64);
+    let batch = batch as u64;
     let mut geo = Geometry { channels: cfg.writers as u16 + 1, ring_bytes: 4096 };
     while geo.max_message() < create.max(batch) {
         geo.ring_bytes *= 2;
     }
     geo
 }
+
+/// Versions a store is sized to hold beside one per key
+/// ([`KvSystem::node_bytes`]): those written during a reuse delay, freed
+/// and not handed out again yet.
+pub const RECYCLING: u64 = 16_384;
 
 fn object(size: u64) -> u64 {
     class_of(size.max(1)).map_or(size, |(_, c)| c)
@@ -170,7 +278,7 @@ impl KvSystem for Clover {
         floor: false,
         guarantee: Guarantee::LinearizablePrimary,
         roundtrips: Roundtrips { get: 1, update: 2, insert: 2, delete: 1 },
-        options: &[],
+        options: &[POOL],
     };
 
     const SERVER: Option<NodeId> = Some(MS);
@@ -185,14 +293,17 @@ impl KvSystem for Clover {
         Ok(())
     }
 
-    /// Every version ever written (no garbage collection) and the clients'
-    /// free buffers, spread over the nodes; on node 0 also the index and
-    /// the server area.
+    /// A version per key, the clients' free groups, and the versions
+    /// waiting to be recycled (garbage collection: freed versions are
+    /// handed out again after a delay), at most as many as `writes`
+    /// (memory stays flat however long the store runs: a store sized for
+    /// [`RECYCLING`] writes in a delay serves any number), spread over
+    /// the nodes; on node 0 also the index and the server area.
     fn node_bytes(cfg: &StoreConfig, nodes: usize, writes: u64) -> u64 {
         let buffer = object(buffer::size(cfg.max_key, cfg.max_value) as u64);
-        let copies = (cfg.keys + writes) * cfg.replicas as u64;
+        let copies = (cfg.keys + writes.min(RECYCLING)) * cfg.replicas as u64;
         let values = copies.div_ceil(nodes.max(1) as u64) * buffer;
-        let pools = (cfg.writers as u64 + 1) * client::BATCH as u64 * buffer;
+        let pools = (cfg.writers as u64 + 1) * (pool(cfg) * nodes.max(1)) as u64 * buffer;
         let slack = 4 * StoreConfig::CHUNK;
         let total = values + pools + cfg.index_bytes() + geometry(cfg).bytes() + slack;
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)

@@ -6,8 +6,9 @@
 //!
 //! - **Index and creates.** A key's chain starts at its first version,
 //!   which the MS writes itself (to the key's R nodes, out of place, as
-//!   any version) before it maps the key to that buffer in the store's
-//!   index (`RaceIndex`) on its node, the paper's "local PM". Creates are
+//!   any version) before it maps the key, in the store's index
+//!   (`RaceIndex`) on its node, the paper's "local PM", to the key's head
+//!   cell there, which holds the head's cursor. Creates are
 //!   serialized by the server loop; a create of a key that has a chain
 //!   answers that chain, on which the client appends its version. So a
 //!   key has one chain for ever, deletes and inserts again included
@@ -15,26 +16,70 @@
 //! - **Lookups** answer the chain's head from the MS's map, loaded from
 //!   the index on a key's first request (after a restart: nothing else to
 //!   recover, every other piece of state is in the chains).
-//! - **ALLOC** hands a client a batch of free buffers on every data node
-//!   at once (the paper's "background batches, one bucket per DN"),
-//!   carved by the MS's slab allocator from chunks of the nodes' regions.
-//!   A node whose allocation fails is skipped for a while
-//!   ([`RETRY_AFTER`] requests): its buckets stay empty.
+//! - **ALLOC** hands a client a batch of free *groups* on every data node
+//!   at once (the paper's "background batches, one bucket per DN"): a
+//!   group is a version's R buffers, one on a primary node and one on each
+//!   node after it (`crate::kv::place::node_of`), handed out, written,
+//!   retired and recycled together under the primary's GC version. Fresh
+//!   groups are carved by the MS's slab allocator from chunks of the
+//!   nodes' regions; a node whose allocation fails is skipped for a while
+//!   ([`RETRY_AFTER`] requests), and a group made then has no buffer
+//!   there (topped up when it is handed out again).
 //!
-//! Buffers are never freed (garbage collection is not done: see
-//! [`super`]), so nothing an earlier incarnation handed out can be handed
-//! out again by a standby: its slab allocator claims fresh chunks.
+//! # Garbage collection (pDPM §5.2)
+//!
+//! - **Retires** ride on ALLOCs: the client whose CAS linked version N+1
+//!   from N retires N, naming N and N+1. The MS frees a key's versions in
+//!   *chain order only*: it keeps the key's head (its oldest version not
+//!   freed) and frees the head when a retire names it, moving the head to
+//!   the version linked from it; retires that arrive early wait. So a walk
+//!   from the head never meets a freed buffer, and a version is freed at
+//!   most once (only the head is freed, and the head only moves forward).
+//!   The new head is written to the key's *head cell* on the MS's node
+//!   (the paper's local PM: the index maps the key to its cell, written
+//!   in place, as the index's out-of-place updates would leak a key block
+//!   per move) before anything behind it is freed, so that a standby
+//!   starts from a head that is not recycled.
+//! - **A retire that never comes** (its client crashed, or its ALLOC met a
+//!   crashed MS) would stop the key's chain for ever: when a key has more
+//!   than [`STUCK_AFTER`] retires waiting, the MS reads its head's header
+//!   word itself (the head is not freed, so the word is genuine): a link
+//!   frees the head as a retire would; a tail says that what waits is
+//!   behind the head already (done by such a read) and is dropped.
+//! - **Delays.** A freed group is handed out again only after
+//!   [`super::REUSE_AFTER_TIMEOUTS`] read time-outs, with its GC version
+//!   raised; one whose GC version wraps (255 to 0) waits
+//!   [`super::epoch_ns`] instead (the paper's overflow list: no cursor
+//!   lives that long, so no cursor can mistake a later incarnation for
+//!   the one it knew). Times are the MS's memory's clock
+//!   (`Memory::now_ns`); where it keeps none, nothing is handed out again.
+//! - **Deleted keys** keep their last version (its header says deleted):
+//!   it is the chain's tail and never retired, until an insert links a new
+//!   version from it (that insert retires it). So a deleted key holds one
+//!   group, as the index holds its entry.
+//! - **Given back**: a client's unused groups, when it closes.
+//!
+//! What an incarnation knows of groups (their backups, the free lists) is
+//! lost with it: a standby frees the groups it did not make without their
+//! backups (it tops them up with fresh buffers when it hands them out),
+//! and the groups on the crashed one's lists and in its clients' pools are
+//! lost, a bounded loss per crash. Its slab allocator claims fresh chunks,
+//! so nothing an earlier incarnation handed out is handed out by it unless
+//! freed in a chain from the index's head.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use hashbrown::HashMap;
 
 use super::buffer;
-use super::wire::{self, Answer, MAX_BATCH};
+use super::header::{self, Cursor, Next};
+use super::wire::{self, Alloc, Answer, Group, MAX_BATCH, Retire};
 use crate::index::{Index, Insert, RaceIndex};
 use crate::kv::place::{addr_of, key_hash, location_of, node_of};
 use crate::kv::{KvError, StoreConfig};
 use crate::substrate::join::join2;
+use crate::substrate::memory::read_word;
 use crate::substrate::msg::rpc::Status;
 use crate::substrate::msg::server::{Request, Service};
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
@@ -47,6 +92,11 @@ pub const NAME: &str = "clover metadata server";
 
 /// Requests a node whose allocation failed is skipped for.
 pub const RETRY_AFTER: u32 = 16;
+/// Retires a key may have waiting before the MS reads its head's header
+/// word to find what was retired without telling it.
+pub const STUCK_AFTER: usize = 4;
+/// Most heads the MS reads for one key in one request.
+const MAX_STUCK_READS: usize = 64;
 
 /// What the metadata server did, over its life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,8 +107,18 @@ pub struct Paths {
     pub existing: u64,
     /// Batches handed out.
     pub batches: u64,
-    /// Buffers handed out.
+    /// Groups handed out (fresh and recycled).
     pub buffers: u64,
+    /// Groups made fresh (slab allocations).
+    pub fresh: u64,
+    /// Groups handed out again after they were freed.
+    pub recycled: u64,
+    /// Groups freed (retired versions, and groups given back).
+    pub freed: u64,
+    /// Groups whose GC version wrapped (they waited an epoch).
+    pub wrapped: u64,
+    /// Heads read because retires waited for one that never came.
+    pub stuck_reads: u64,
     /// Keys loaded from the index (after a restart).
     pub loaded: u64,
     /// Allocations that failed on a data node.
@@ -90,12 +150,34 @@ impl Shape {
     }
 }
 
+/// A key's chain as the MS keeps it.
+struct Chain {
+    /// The key's head cell on the MS's node (what the index maps the key
+    /// to): the head, written in place as it moves.
+    cell: RemoteAddr,
+    /// Its oldest version not freed.
+    head: Cursor,
+    /// Retires that came before the one of the head: (old, new).
+    pending: Vec<(Cursor, Cursor)>,
+}
+
 /// The metadata server's service.
 pub struct MetadataServer {
     shape: Shape,
     index: RaceIndex,
     slab: SlabAllocator,
-    heads: HashMap<Vec<u8>, RemoteAddr>,
+    chains: HashMap<Vec<u8>, Chain>,
+    /// The backups of every group this incarnation made or freed, by its
+    /// primary's buffer.
+    groups: HashMap<RemoteAddr, heapless::Vec<RemoteAddr, MAX_REPLICAS>>,
+    /// Per primary node, groups ready to be handed out (their GC version
+    /// raised).
+    free: Vec<VecDeque<Cursor>>,
+    /// Freed groups and when they may be handed out (MS time, ns), in
+    /// that order: after the reuse delay.
+    cooling: VecDeque<(u64, Cursor)>,
+    /// The same for groups whose GC version wrapped: after an epoch.
+    overflow: VecDeque<(u64, Cursor)>,
     /// Per node: requests left before its allocations are tried again.
     skip: Vec<u32>,
     paths: Paths,
@@ -111,7 +193,11 @@ impl MetadataServer {
             shape,
             index,
             slab: SlabAllocator::new(),
-            heads: HashMap::new(),
+            chains: HashMap::new(),
+            groups: HashMap::new(),
+            free: Vec::new(),
+            cooling: VecDeque::new(),
+            overflow: VecDeque::new(),
             skip: Vec::new(),
             paths: Paths::default(),
         }
@@ -122,15 +208,23 @@ impl MetadataServer {
         self.paths
     }
 
+    /// Groups freed and not handed out again (cooling, wrapped, ready).
+    pub fn free_groups(&self) -> usize {
+        self.cooling.len() + self.overflow.len() + self.free.iter().map(|f| f.len()).sum::<usize>()
+    }
+
     /// The head of `key`'s chain, from the map or the index.
-    async fn head<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<RemoteAddr>, KvError> {
-        if let Some(&h) = self.heads.get(key) {
-            return Ok(Some(h));
+    async fn head<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Cursor>, KvError> {
+        if let Some(c) = self.chains.get(key) {
+            return Ok(Some(c.head));
         }
         let Some(entry) = self.index.lookup(mem, key).await? else { return Ok(None) };
-        let head = addr_of(entry.location, mem.node_count()).filter(|a| a.offset != 0).ok_or(KvError::Corrupt)?;
+        let nodes = mem.node_count();
+        let cell = addr_of(entry.location, nodes).filter(|a| a.offset != 0).ok_or(KvError::Corrupt)?;
+        let word = read_word(mem, cell).await.map_err(KvError::Down)?;
+        let head = Cursor::of_location(word, nodes).ok_or(KvError::Corrupt)?;
         self.paths.loaded += 1;
-        self.heads.insert(key.to_vec(), head);
+        self.chains.insert(key.to_vec(), Chain { cell, head, pending: Vec::new() });
         Ok(Some(head))
     }
 
@@ -162,6 +256,74 @@ impl MetadataServer {
         }
     }
 
+    /// Moves the groups whose delay is over to the free lists.
+    fn cool<M: Memory>(&mut self, mem: &M) {
+        let Some(now) = mem.now_ns() else { return };
+        for q in [&mut self.cooling, &mut self.overflow] {
+            while let Some(&(at, c)) = q.front()
+                && at <= now
+            {
+                q.pop_front();
+                if self.free.len() <= c.at.node.index() {
+                    self.free.resize(c.at.node.index() + 1, VecDeque::new());
+                }
+                self.free[c.at.node.index()].push_back(c);
+            }
+        }
+    }
+
+    /// Frees the group whose primary is `c` (of GC version `c.gc`): it
+    /// waits its delay with its GC version raised.
+    fn release<M: Memory>(&mut self, mem: &M, c: Cursor) {
+        let Some(now) = mem.now_ns() else { return };
+        self.groups.entry(c.at).or_default();
+        let next = Cursor::new(c.at, c.gc.wrapping_add(1));
+        self.paths.freed += 1;
+        if next.gc == 0 {
+            self.paths.wrapped += 1;
+            self.overflow.push_back((now + super::epoch_ns(mem), next));
+        } else {
+            self.cooling.push_back((now + super::REUSE_AFTER_TIMEOUTS * super::read_timeout_ns(mem), next));
+        }
+    }
+
+    /// A group whose primary is on `node`, with as many of its R - 1
+    /// backups as the nodes after it can hold: a freed one if one is
+    /// ready (its missing backups topped up), else a fresh one. Fails if
+    /// the primary cannot be had.
+    async fn group<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<Group, KvError> {
+        let nodes = mem.node_count();
+        let r = self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS));
+        let reused = self.free.get_mut(node.index()).and_then(|f| f.pop_front());
+        let primary = match reused {
+            Some(c) => {
+                self.paths.recycled += 1;
+                c
+            }
+            None => {
+                let at = self.alloc(mem, node).await?;
+                self.paths.fresh += 1;
+                self.groups.insert(at, heapless::Vec::new());
+                Cursor::new(at, 0)
+            }
+        };
+        let mut backups = self.groups.get(&primary.at).cloned().unwrap_or_default();
+        for i in 1..r {
+            let n = NodeId(((node.index() + i) % nodes) as u16);
+            if backups.iter().any(|b| b.node == n) {
+                continue;
+            }
+            // A node down is left out (a majority of copies will do); a
+            // full one too (the write fails if it has no majority).
+            if let Ok(a) = self.alloc(mem, n).await {
+                let _ = backups.push(a);
+            }
+        }
+        self.groups.insert(primary.at, backups.clone());
+        self.paths.buffers += 1;
+        Ok(Group { primary, backups })
+    }
+
     /// Creates `key`'s chain with `value` as its first version: its R
     /// copies written (the primary's and a majority's in all), then the key
     /// mapped to the primary's copy. The answer, and the roundtrips to
@@ -176,65 +338,154 @@ impl MetadataServer {
         }
         let nodes = mem.node_count();
         let r = self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS));
-        let primary = self.alloc(mem, node_of(key, 0, nodes)).await?;
-        let mut backups: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
-        for i in 1..r {
-            // A node down is left out (a majority of copies will do); a
-            // full one fails the create.
-            match self.alloc(mem, node_of(key, i, nodes)).await {
-                Ok(a) => {
-                    let _ = backups.push(a);
-                }
-                Err(KvError::Down(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let bytes = buffer::encode(key, value, key_hash(key));
+        self.cool(mem);
+        let g = self.group(mem, node_of(key, 0, nodes)).await?;
+        let bytes = buffer::encode(key, value, key_hash(key), g.primary.gc);
         let counted = Counted::new(mem);
+        let backups = &g.backups;
         let (p, (reached, _)) = join2(
-            counted.write(primary, &bytes),
+            counted.write(g.primary.at, &bytes),
             to_all(backups.len(), majority(r) - 1, |i| counted.write(backups[i], &bytes)),
         )
         .await;
-        p?;
-        if !reached {
+        if p.is_err() || !reached {
+            // Never linked: it may be handed out again.
+            self.release(mem, g.primary);
+            p?;
             return Err(KvError::Unavailable);
         }
+        // The key's head cell, written before the index maps the key to it.
+        let cell = self.slab.alloc(mem, self.shape.node, 8).await.map_err(KvError::from)?;
+        counted.write(cell, &g.primary.location().to_le_bytes()).await.map_err(KvError::Down)?;
         let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
-        let head = match self.index.insert(mem, key, location_of(primary)).await? {
-            Insert::New(_) => primary,
+        let head = match self.index.insert(mem, key, location_of(cell)).await? {
+            Insert::New(_) => g.primary,
             // Another incarnation created it meanwhile: its chain is the
-            // key's (these copies are left unused).
-            Insert::Exists(e) => addr_of(e.location, nodes).filter(|a| a.offset != 0).ok_or(KvError::Corrupt)?,
+            // key's (this group is not linked: freed; the cell is lost).
+            Insert::Exists(_) => {
+                self.release(mem, g.primary);
+                return match self.head(mem, key).await? {
+                    Some(h) => Ok((Answer::Head(h), rounds)),
+                    None => Err(KvError::Corrupt),
+                };
+            }
         };
-        self.heads.insert(key.to_vec(), head);
+        self.chains.insert(key.to_vec(), Chain { cell, head, pending: Vec::new() });
         self.paths.creates += 1;
-        Ok((if head == primary { Answer::Created(head) } else { Answer::Head(head) }, rounds))
+        Ok((if head == g.primary { Answer::Created(head) } else { Answer::Head(head) }, rounds))
     }
 
-    /// Up to `want[n]` free buffers on each node `n`.
-    async fn batch<M: Memory>(&mut self, mem: &M, want: &[u8]) -> Result<Answer, KvError> {
-        if want.len() > mem.node_count() {
+    /// Takes `r` into its key's chain and frees what it can, in chain
+    /// order: the head while a retire names it (the head written to the
+    /// index first), and the head read from memory while too many
+    /// retires wait.
+    async fn retire<M: Memory>(&mut self, mem: &M, r: Retire) -> Result<(), KvError> {
+        let nodes = mem.node_count();
+        let primary = node_of(&r.key, 0, nodes);
+        if r.key.is_empty() || r.key.len() > self.shape.max_key || r.old.at.node != primary || r.new.at.node != primary
+        {
             return Err(BAD_REQUEST);
         }
+        if self.head(mem, &r.key).await?.is_none() {
+            return Ok(());
+        }
+        let tag = key_hash(&r.key);
+        let Some(chain) = self.chains.get_mut(&r.key) else { return Ok(()) };
+        if !chain.pending.iter().any(|p| p.0 == r.old) {
+            chain.pending.push((r.old, r.new));
+        }
+        let mut freed = Vec::new();
+        let mut head = chain.head;
+        let mut reads = 0;
+        loop {
+            if let Some(i) = chain.pending.iter().position(|p| p.0 == head) {
+                let (old, new) = chain.pending.swap_remove(i);
+                freed.push(old);
+                head = new;
+                continue;
+            }
+            if chain.pending.len() <= STUCK_AFTER || reads >= MAX_STUCK_READS {
+                break;
+            }
+            // A retire that never came: the head's own word says.
+            reads += 1;
+            self.paths.stuck_reads += 1;
+            let w = read_word(mem, head.at).await.map_err(KvError::Down)?;
+            match header::decode(w, tag, nodes) {
+                Some(Next::Link(next)) if next.at.node == primary => {
+                    freed.push(head);
+                    head = next;
+                }
+                // The head is the tail (or not what it should be: left
+                // alone): what waits is behind it.
+                _ => chain.pending.clear(),
+            }
+        }
+        if freed.is_empty() {
+            return Ok(());
+        }
+        let cell = chain.cell;
+        match mem.write(cell, &head.location().to_le_bytes()).await {
+            Ok(()) => {
+                if let Some(chain) = self.chains.get_mut(&r.key) {
+                    chain.head = head;
+                }
+                for c in freed {
+                    self.release(mem, c);
+                }
+                Ok(())
+            }
+            // Not written: nothing is freed (the retires are lost: the
+            // head will be read again when they pile up).
+            Err(e) => Err(KvError::Down(e)),
+        }
+    }
+
+    /// Serves an ALLOC: its retires and given-back groups first, then up
+    /// to `want[n]` free groups whose primary is node `n`.
+    async fn batch<M: Memory>(&mut self, mem: &M, body: &[u8], max: usize) -> Result<Answer, KvError> {
+        let nodes = mem.node_count();
+        let req = Alloc::decode(body, nodes).ok_or(BAD_REQUEST)?;
         for s in self.skip.iter_mut() {
             *s = s.saturating_sub(1);
         }
-        let mut per_node = Vec::with_capacity(want.len());
-        for (n, &w) in want.iter().enumerate() {
-            let mut offs = Vec::new();
+        for r in req.retires {
+            // A node down or a garbled word: what it would have freed
+            // waits (or is lost); the batch goes on.
+            if let Err(BAD_REQUEST) = self.retire(mem, r).await {
+                return Err(BAD_REQUEST);
+            }
+        }
+        for c in req.given {
+            if c.at.offset != 0 {
+                self.release(mem, c);
+            }
+        }
+        self.cool(mem);
+        let each = wire::group_bytes(self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS)));
+        let mut room = max.saturating_sub(wire::ANSWER_HEADER + nodes);
+        let (mut groups, mut recycled) = (Vec::with_capacity(req.want.len()), 0u16);
+        for (n, &w) in req.want.iter().enumerate() {
+            let mut gs = Vec::new();
             for _ in 0..(w as usize).min(MAX_BATCH) {
-                match self.alloc(mem, NodeId(n as u16)).await {
-                    Ok(a) => offs.push(a.offset),
+                if room < each {
+                    break;
+                }
+                let before = self.paths.recycled;
+                match self.group(mem, NodeId(n as u16)).await {
+                    Ok(g) => {
+                        recycled = recycled.saturating_add((self.paths.recycled - before) as u16);
+                        room -= each;
+                        gs.push(g);
+                    }
                     Err(KvError::Down(_)) => break,
                     Err(e) => return Err(e),
                 }
             }
-            self.paths.buffers += offs.len() as u64;
-            per_node.push(offs);
+            groups.push(gs);
         }
         self.paths.batches += 1;
-        Ok(Answer::Buffers(per_node))
+        Ok(Answer::Buffers { groups, recycled })
     }
 }
 
@@ -243,7 +494,7 @@ impl Service for MetadataServer {
         NAME
     }
 
-    async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {
+    async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, max: usize) -> Status {
         let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= self.shape.max_key;
         let done = match req.method {
             wire::LOOKUP if key_ok(req.body) => {
@@ -253,7 +504,9 @@ impl Service for MetadataServer {
                 Some((key, value)) => self.create(mem, key, value).await,
                 None => Err(BAD_REQUEST),
             },
-            wire::ALLOC => self.batch(mem, req.body).await.map(|a| (a, 0)),
+            // The retires' work is the MS's own bookkeeping, which the
+            // client does not wait for: no roundtrips are reported.
+            wire::ALLOC => self.batch(mem, req.body, max).await.map(|a| (a, 0)),
             wire::LOOKUP => Err(BAD_REQUEST),
             _ => return Status::NoSuchMethod,
         };

@@ -1,27 +1,37 @@
 //! What Clover's clients and its metadata server exchange (pDPM §5, "MS
 //! duties"): look a key's chain up, create a key's chain, and ALLOC
-//! batches of free buffers on several data nodes at once.
+//! batches of free buffers on several data nodes at once, which also
+//! carries the versions the client retired (the paper's retire requests,
+//! piggybacked: no message of their own) and the buffers it gives back.
 //!
 //! ```text
 //! LOOKUP  key
 //! CREATE  key length (1) | key | value
-//! ALLOC   per node: buffers wanted (1)
-//! answer  kind (1) | server's roundtrips to data nodes (1) | 0 (6)
-//!         [ | location (8): a chain's head, for Head and Created ]
-//!         [ | per node: count (1) | count x offset (8), for Buffers ]
+//! ALLOC   nodes (1) | per node: groups wanted (1)
+//!         | retires (1) | per retire: key length (1) | key | old (8) | new (8)
+//!         | given back (1) | per group: its primary (8)
+//! answer  kind (1) | server's roundtrips to data nodes (1)
+//!         | groups handed out again, recycled (2) | 0 (4)
+//!         [ | cursor (8): a chain's head, for Head and Created ]
+//!         [ | per node: count (1) | count x group, for Buffers ]
+//! group   primary's offset (8) | GC version (1) | backups (1) | backups x location (8)
 //! failure a data node down: 3 | node (2) | timed out (1); else as
 //!         pDPM-Central's (`super::super::pdpm_central::wire::encode_failure`)
 //! ```
 //!
-//! Everything decoded here came through memory: decoding checks every
-//! bound and answers `None` for what cannot be right, never panics.
+//! Cursors (old, new, given back, heads) are [`Cursor::location`]s: the
+//! GC version rides with the address. Everything decoded here came
+//! through memory: decoding checks every bound and answers `None` for
+//! what cannot be right, never panics.
 
 use alloc::vec::Vec;
 
+use super::header::Cursor;
 use crate::kv::KvError;
 use crate::kv::place::{addr_of, location_of};
 use crate::substrate::memory::word_at;
 use crate::substrate::msg::rpc::method::FIRST_SERVICE;
+use crate::substrate::quorum::MAX_REPLICAS;
 use crate::systems::pdpm_central::wire as central;
 use crate::{MemError, MemErrorKind, NodeId, RemoteAddr};
 
@@ -30,13 +40,105 @@ pub const LOOKUP: u16 = FIRST_SERVICE;
 /// Creates a key's chain with its first version (or answers the chain
 /// that exists).
 pub const CREATE: u16 = FIRST_SERVICE + 1;
-/// Free buffers, a batch per node.
+/// Free buffers, a batch per node; retires and gives back buffers.
 pub const ALLOC: u16 = FIRST_SERVICE + 2;
 
 /// Bytes of an answer's header.
 pub const ANSWER_HEADER: usize = 8;
-/// Most buffers per node in one batch.
+/// Most groups per node in one batch.
 pub const MAX_BATCH: usize = 64;
+/// Most retires in one ALLOC.
+pub const MAX_RETIRES: usize = 32;
+/// Most groups given back in one ALLOC.
+pub const MAX_GIVEN: usize = 64;
+
+/// The copies of one version: a buffer on a primary node and one on each
+/// of the nodes after it (`crate::kv::place::node_of`), handed out,
+/// written, linked, retired and recycled together, with one GC version
+/// (the primary's: the backups are never read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// The primary's buffer and the group's GC version.
+    pub primary: Cursor,
+    /// The backups' buffers (fewer than R - 1 where a node was down when
+    /// the group was made).
+    pub backups: heapless::Vec<RemoteAddr, MAX_REPLICAS>,
+}
+
+/// A version superseded: `old`, which `new` was linked from (by the CAS
+/// of the client that retires it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retire {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The version retired.
+    pub old: Cursor,
+    /// The version linked from it.
+    pub new: Cursor,
+}
+
+/// An ALLOC's body.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Alloc {
+    /// Per primary node, groups wanted.
+    pub want: Vec<u8>,
+    /// Versions retired (at most [`MAX_RETIRES`]).
+    pub retires: Vec<Retire>,
+    /// Groups given back unused (at most [`MAX_GIVEN`]): never linked.
+    pub given: Vec<Cursor>,
+}
+
+impl Alloc {
+    /// Its bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.push(self.want.len() as u8);
+        b.extend_from_slice(&self.want);
+        b.push(self.retires.len().min(MAX_RETIRES) as u8);
+        for r in self.retires.iter().take(MAX_RETIRES) {
+            b.push(r.key.len() as u8);
+            b.extend_from_slice(&r.key);
+            b.extend_from_slice(&r.old.location().to_le_bytes());
+            b.extend_from_slice(&r.new.location().to_le_bytes());
+        }
+        b.push(self.given.len().min(MAX_GIVEN) as u8);
+        for g in self.given.iter().take(MAX_GIVEN) {
+            b.extend_from_slice(&g.location().to_le_bytes());
+        }
+        b
+    }
+
+    /// Reads what [`Alloc::encode`] wrote, on a cluster of `nodes` nodes.
+    pub fn decode(b: &[u8], nodes: usize) -> Option<Alloc> {
+        let n = *b.first()? as usize;
+        if n > nodes {
+            return None;
+        }
+        let want = b.get(1..1 + n)?.to_vec();
+        let mut i = 1 + n;
+        let cursor = |i: usize| Cursor::of_location(word_at(b, i)?, nodes);
+        let count = *b.get(i)? as usize;
+        i += 1;
+        if count > MAX_RETIRES {
+            return None;
+        }
+        let mut retires = Vec::with_capacity(count);
+        for _ in 0..count {
+            let klen = *b.get(i)? as usize;
+            let key = b.get(i + 1..i + 1 + klen)?.to_vec();
+            i += 1 + klen;
+            retires.push(Retire { key, old: cursor(i)?, new: cursor(i + 8)? });
+            i += 16;
+        }
+        let count = *b.get(i)? as usize;
+        i += 1;
+        if count > MAX_GIVEN {
+            return None;
+        }
+        let given = (0..count).map(|j| cursor(i + 8 * j)).collect::<Option<Vec<_>>>()?;
+        (i + 8 * count == b.len()).then_some(Alloc { want, retires, given })
+    }
+}
 
 /// What an answer says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,11 +146,17 @@ pub enum Answer {
     /// The key has no chain.
     Absent,
     /// The key's chain starts at this buffer (on the key's primary).
-    Head(RemoteAddr),
+    Head(Cursor),
     /// The chain was created with its first version, here.
-    Created(RemoteAddr),
-    /// Free buffers: per node, their offsets (none where the node failed).
-    Buffers(Vec<Vec<u64>>),
+    Created(Cursor),
+    /// Free groups: per primary node, its groups (none where the node
+    /// failed); of which `recycled` were handed out before.
+    Buffers {
+        /// Per primary node.
+        groups: Vec<Vec<Group>>,
+        /// How many of them are recycled.
+        recycled: u16,
+    },
 }
 
 /// The body of a CREATE.
@@ -66,28 +174,43 @@ pub fn parse_create(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((b.get(1..1 + klen)?, b.get(1 + klen..)?))
 }
 
+/// Bytes of a group of `replicas` copies in an answer.
+pub fn group_bytes(replicas: usize) -> usize {
+    10 + 8 * replicas.saturating_sub(1)
+}
+
 impl Answer {
     fn kind(&self) -> u8 {
         match self {
             Answer::Absent => 0,
             Answer::Head(_) => 1,
             Answer::Created(_) => 2,
-            Answer::Buffers(_) => 3,
+            Answer::Buffers { .. } => 3,
         }
     }
 
     /// Its bytes, saying that the server made `rounds` sequential
     /// roundtrips to data nodes for it.
     pub fn encode(&self, rounds: u8, out: &mut Vec<u8>) {
-        out.extend_from_slice(&[self.kind(), rounds, 0, 0, 0, 0, 0, 0]);
+        let recycled = match self {
+            Answer::Buffers { recycled, .. } => *recycled,
+            _ => 0,
+        };
+        let r = recycled.to_le_bytes();
+        out.extend_from_slice(&[self.kind(), rounds, r[0], r[1], 0, 0, 0, 0]);
         match self {
             Answer::Absent => {}
-            Answer::Head(a) | Answer::Created(a) => out.extend_from_slice(&location_of(*a).to_le_bytes()),
-            Answer::Buffers(per_node) => {
-                for offs in per_node {
-                    out.push(offs.len().min(MAX_BATCH) as u8);
-                    for o in offs.iter().take(MAX_BATCH) {
-                        out.extend_from_slice(&o.to_le_bytes());
+            Answer::Head(c) | Answer::Created(c) => out.extend_from_slice(&c.location().to_le_bytes()),
+            Answer::Buffers { groups, .. } => {
+                for gs in groups {
+                    out.push(gs.len().min(MAX_BATCH) as u8);
+                    for g in gs.iter().take(MAX_BATCH) {
+                        out.extend_from_slice(&g.primary.at.offset.to_le_bytes());
+                        out.push(g.primary.gc);
+                        out.push(g.backups.len() as u8);
+                        for b in &g.backups {
+                            out.extend_from_slice(&location_of(*b).to_le_bytes());
+                        }
                     }
                 }
             }
@@ -98,32 +221,50 @@ impl Answer {
     /// the answer and the server's rounds.
     pub fn decode(b: &[u8], nodes: usize) -> Option<(Answer, u8)> {
         let h = b.get(..ANSWER_HEADER)?;
-        if h[2..].iter().any(|&x| x != 0) {
+        if h[4..].iter().any(|&x| x != 0) || (h[0] != 3 && h[2..4] != [0, 0]) {
             return None;
         }
         let rest = &b[ANSWER_HEADER..];
-        let at = |rest: &[u8]| -> Option<RemoteAddr> {
-            let a = addr_of(word_at(rest, 0)?, nodes)?;
-            (rest.len() == 8 && a.offset != 0).then_some(a)
+        let at = |rest: &[u8]| -> Option<Cursor> {
+            let c = Cursor::of_location(word_at(rest, 0)?, nodes)?;
+            (rest.len() == 8).then_some(c)
         };
         let a = match h[0] {
             0 if rest.is_empty() => Answer::Absent,
             1 => Answer::Head(at(rest)?),
             2 => Answer::Created(at(rest)?),
             3 => {
-                let (mut per_node, mut i) = (Vec::new(), 0);
+                let (mut groups, mut i) = (Vec::new(), 0);
                 while i < rest.len() {
                     let n = rest[i] as usize;
-                    if n > MAX_BATCH || per_node.len() >= nodes {
+                    let node = groups.len();
+                    if n > MAX_BATCH || node >= nodes {
                         return None;
                     }
-                    let offs = (0..n)
-                        .map(|j| word_at(rest, i + 1 + 8 * j).filter(|o| o.is_multiple_of(8) && *o != 0))
-                        .collect::<Option<Vec<u64>>>()?;
-                    per_node.push(offs);
-                    i += 1 + 8 * n;
+                    i += 1;
+                    let mut gs = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let off = word_at(rest, i).filter(|o| o.is_multiple_of(8) && *o != 0)?;
+                        let (gc, nb) = (*rest.get(i + 8)?, *rest.get(i + 9)? as usize);
+                        if nb >= MAX_REPLICAS {
+                            return None;
+                        }
+                        i += 10;
+                        let mut backups = heapless::Vec::new();
+                        for j in 0..nb {
+                            let a = addr_of(word_at(rest, i + 8 * j)?, nodes).filter(|a| a.offset != 0)?;
+                            if a.node.index() == node {
+                                return None;
+                            }
+                            backups.push(a).ok()?;
+                        }
+                        i += 8 * nb;
+                        let primary = Cursor::new(RemoteAddr::new(NodeId(node as u16), off), gc);
+                        gs.push(Group { primary, backups });
+                    }
+                    groups.push(gs);
                 }
-                Answer::Buffers(per_node)
+                Answer::Buffers { groups, recycled: u16::from_le_bytes([h[2], h[3]]) }
             }
             _ => return None,
         };
@@ -163,8 +304,17 @@ mod tests {
 
     #[test]
     fn answers_round_trip() {
-        let a = RemoteAddr::new(NodeId(2), 4096);
-        let buffers = Answer::Buffers(alloc::vec![alloc::vec![64, 128], alloc::vec![], alloc::vec![8]]);
+        let a = Cursor::new(RemoteAddr::new(NodeId(2), 4096), 3);
+        let g = |node: u16, off, gc, backups: &[(u16, u64)]| Group {
+            primary: Cursor::new(RemoteAddr::new(NodeId(node), off), gc),
+            backups: backups.iter().map(|&(n, o)| RemoteAddr::new(NodeId(n), o)).collect(),
+        };
+        let groups = alloc::vec![
+            alloc::vec![g(0, 64, 0, &[(1, 64), (2, 64)]), g(0, 128, 9, &[(2, 8)])],
+            alloc::vec![],
+            alloc::vec![g(2, 8, 255, &[])]
+        ];
+        let buffers = Answer::Buffers { groups, recycled: 2 };
         for ans in [Answer::Absent, Answer::Head(a), Answer::Created(a), buffers] {
             let mut out = Vec::new();
             ans.encode(1, &mut out);
@@ -173,6 +323,14 @@ mod tests {
         let mut out = Vec::new();
         Answer::Head(a).encode(0, &mut out);
         assert_eq!(Answer::decode(&out, 2), None, "a node that is not there");
+        let req = Alloc {
+            want: alloc::vec![1, 0, 3],
+            retires: alloc::vec![Retire { key: b"key".to_vec(), old: a, new: Cursor::new(a.at, 4) }],
+            given: alloc::vec![a],
+        };
+        assert_eq!(Alloc::decode(&req.encode(), 3), Some(req.clone()));
+        assert_eq!(Alloc::decode(&req.encode(), 2), None);
+        assert_eq!(Alloc::decode(&[0, 0, 0], 3), Some(Alloc::default()));
         for e in [
             KvError::Down(MemError::new(NodeId(2), MemErrorKind::Unreachable)),
             KvError::Down(MemError::new(NodeId(1), MemErrorKind::TimedOut)),
@@ -197,6 +355,9 @@ mod tests {
                 prop_assert_eq!(Answer::decode(&out, nodes), Some((a, r)));
             }
             let _ = parse_create(&b);
+            if let Some(a) = Alloc::decode(&b, nodes) {
+                prop_assert_eq!(Alloc::decode(&a.encode(), nodes), Some(a));
+            }
             let _ = decode_failure(&b);
         }
     }
