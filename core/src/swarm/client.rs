@@ -126,6 +126,12 @@ paths! {
     /// effect inside their own interval, and returned done, ordered just
     /// before it (FUSEE's losing writer, §4.3).
     overwritten,
+    /// FUSEE: logs of an id's crashed previous holder walked when the id
+    /// was opened again (§5.3).
+    log_recoveries,
+    /// FUSEE: of which the last operation was in doubt and recovery made
+    /// its change (the key still mapped to the word it started from).
+    log_redos,
 }
 
 /// One client's state.

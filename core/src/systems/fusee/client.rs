@@ -6,7 +6,8 @@
 
 use alloc::boxed::Box;
 
-use super::object;
+use super::log::{self, Recovery};
+use super::object::{self, Kind, Log, Op};
 use crate::Memory;
 use crate::index::cache::LocationCache;
 use crate::index::snapshot::records::Records;
@@ -33,6 +34,27 @@ pub struct FuseeClient<M, C> {
     paths: Paths,
     /// State of the jitter of a losing delete's waits (xorshift).
     rng: u64,
+    /// This client's end of its id's embedded log (see [`super`]).
+    log: LogState,
+    /// What recovering the id's crashed previous holder took, if it did.
+    recovery: Option<Recovery>,
+}
+
+/// A client's end of its id's embedded operation log.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LogState {
+    /// The location of the id's last object (the next one's `prev`), 0 if
+    /// none.
+    pub last: u64,
+    /// Its arena offset and sum, if this client wrote it and its commit is
+    /// not yet decided.
+    pub current: Option<(u64, u64)>,
+    /// Its commit, decided and not yet written: the arena offset and
+    /// bytes, to ride with the next object or delete.
+    pub pending: Option<(u64, [u8; 16])>,
+    /// The chunk range the lease record names as this id's log anchor
+    /// (`start..end`): objects outside it need a new record first.
+    pub anchor: Option<(u64, u64)>,
 }
 
 /// The most rounds a delete tries before it gives up
@@ -51,23 +73,85 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         let seat = Seat::open(&mem, cfg, who, clock).await?;
         let cache = LocationCache::new(cfg.cache());
         let rng = 0x9E37_79B9_7F4A_7C15 ^ seat.id as u64;
-        Ok(FuseeClient { mem, seat, cache, limits: cfg.limits(), paths: Paths::default(), rng })
+        let mut c = FuseeClient {
+            mem,
+            seat,
+            cache,
+            limits: cfg.limits(),
+            paths: Paths::default(),
+            rng,
+            log: LogState::default(),
+            recovery: None,
+        };
+        if let Some(prior) = c.seat.prior {
+            let max_chunk = super::Fusee::chunk(cfg);
+            let (mem, seat) = (&c.mem, &mut c.seat);
+            let (state, recovery) = Box::pin(log::recover(mem, seat, &prior, max_chunk)).await?;
+            c.log = state;
+            if let Some(r) = recovery {
+                c.paths.log_recoveries += 1;
+                c.paths.log_redos += (r.outcome == log::Outcome::Redone) as u64;
+            }
+            c.recovery = recovery;
+        }
+        Ok(c)
+    }
+
+    /// What recovering the id's crashed previous holder took at open
+    /// (`None`: the id was fresh, released, or given).
+    pub fn recovery(&self) -> Option<Recovery> {
+        self.recovery
     }
 
     /// Room in the arena for the object of `key` and `value`, and its
-    /// location (no roundtrip unless this client's arena chunk is used up).
+    /// location (no roundtrip unless this client's arena chunk is used up;
+    /// then, for a leased id, a second one: the lease record names the new
+    /// chunk as the log's anchor before anything is written there).
     async fn alloc(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64), KvError> {
         let len = object::alloc_len(key.len(), value.len());
         let offset = Box::pin(self.seat.index.alloc_record(&self.mem, len)).await?;
         let location = object::location(offset, len).ok_or(KvError::Bug("an object's location does not fit"))?;
+        let anchored = self.log.anchor.is_some_and(|(a, b)| a <= offset && offset < b);
+        if !anchored && self.seat.prior.is_some() {
+            let end = self.seat.index.carried().map_or(offset + len, |c| c.end);
+            let payload = log::anchor_payload(&self.seat, offset, end, self.log.last);
+            Box::pin(self.seat.record(&self.mem, &payload)).await?;
+            self.log.anchor = Some((offset, end));
+        }
         Ok((offset, location))
     }
 
+    /// The object of `key` and `value` for operation `op` from `base` (the
+    /// slot word it starts from, 0 if not known), as the log's next entry.
+    fn encode(&self, key: &[u8], value: &[u8], op: Op, base: u64) -> alloc::vec::Vec<u8> {
+        object::encode(key, value, Log { op, prev: self.log.last, base })
+    }
+
+    /// The object at `offset` (location `w`) was written: it is the log's
+    /// last entry, its commit undecided; the previous one's went with it.
+    fn wrote(&mut self, offset: u64, w: u64, bytes: &[u8]) {
+        self.log.pending = None;
+        self.log.last = w;
+        self.log.current = Some((offset, object::sum_in(bytes)));
+    }
+
+    /// The last object's operation answered: its commit, to be written
+    /// with the next object (or delete, or at close).
+    fn settle(&mut self, kind: Kind, old: u64) {
+        if let Some((offset, sum)) = self.log.current.take() {
+            self.log.pending = Some((offset + object::COMMIT as u64, object::commit(sum, kind, old)));
+        }
+    }
+
     /// Writes a new object of `key` and `value` to every index replica,
-    /// until a majority has it (one roundtrip): its location.
-    async fn write_object(&mut self, key: &[u8], value: &[u8]) -> Result<u64, KvError> {
+    /// until a majority has it, with the previous object's commit in the
+    /// same pipelines (one roundtrip): its location.
+    async fn write_object(&mut self, key: &[u8], value: &[u8], op: Op, base: u64) -> Result<u64, KvError> {
         let (offset, w) = self.alloc(key, value).await?;
-        Box::pin(self.seat.index.records().write(&self.mem, offset, &object::encode(key, value))).await?;
+        let bytes = self.encode(key, value, op, base);
+        let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
+        Box::pin(self.seat.index.records().write_with(&self.mem, before, offset, &bytes)).await?;
+        self.wrote(offset, w, &bytes);
         Ok(w)
     }
 
@@ -97,16 +181,19 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             match changed {
                 Change::Done { now: Some(now), .. } => {
                     self.cache.insert(key, now.location, now);
+                    self.settle(Kind::Published, entry.word);
                     return Ok(Ok(Some(now)));
                 }
                 Change::Done { now: None, .. } => return Err(KvError::Bug("an update of the index removed the key")),
                 Change::NotFound => {
                     self.cache.remove(key);
+                    self.settle(Kind::Unpublished, 0);
                     return Ok(Err(Missing::NotFound));
                 }
                 Change::Mismatch { current } if seen || cfg!(swarm_mutant = "fusee-cached-loser") => {
                     self.paths.overwritten += 1;
                     self.cache.insert(key, current.location, current);
+                    self.settle(Kind::Unpublished, current.word);
                     return Ok(Ok(None));
                 }
                 Change::Mismatch { current } => {
@@ -191,22 +278,34 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
         self.seat.keep(&self.mem).await?;
         let (entry, w, seen) = if let Some((_, e)) = self.cache.get(key) {
             let e = *e;
-            (Some(e), self.write_object(key, value).await?, false)
+            (Some(e), self.write_object(key, value, Op::Update, e.word).await?, false)
         } else {
             let (offset, w) = self.alloc(key, value).await?;
+            let bytes = self.encode(key, value, Op::Update, 0);
             let records = self.seat.index.records();
             let (mem, index) = (&self.mem, &mut self.seat.index);
-            let bytes = object::encode(key, value);
+            let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
             let (wrote, found) =
-                join2(Box::pin(records.write(mem, offset, &bytes)), Box::pin(index.lookup(mem, key))).await;
+                join2(Box::pin(records.write_with(mem, before, offset, &bytes)), Box::pin(index.lookup(mem, key)))
+                    .await;
             let found = found?;
             if found.is_some() {
                 wrote?;
             }
+            if wrote.is_ok() {
+                self.wrote(offset, w, &bytes);
+            }
             (found, w, true)
         };
-        let Some(entry) = entry else { return Ok(Err(Missing::NotFound)) };
-        Ok(self.swing(key, entry, w, seen).await?.map(|_| Written))
+        let Some(entry) = entry else {
+            self.settle(Kind::Unpublished, 0);
+            return Ok(Err(Missing::NotFound));
+        };
+        let swung = self.swing(key, entry, w, seen).await;
+        if swung.is_err() {
+            self.settle(Kind::InDoubt, entry.word);
+        }
+        Ok(swung?.map(|_| Written))
     }
 
     /// The slot changed to a tombstone from the entry (two roundtrips with
@@ -220,8 +319,19 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
         let Some(mut entry) = self.find(key).await? else { return Ok(Err(Missing::NotFound)) };
         self.cache.remove(key);
         let mut wait = FIRST_WAIT_NS;
+        // The last object's commit goes with the first round (its outcome
+        // does not matter to the delete: recovery decides a last entry
+        // without a commit from the index).
+        let mut commit = self.log.pending.take();
         for tried in 0..DELETE_TRIES {
-            match Box::pin(self.seat.index.remove(&self.mem, key, Expect::Entry(entry))).await? {
+            let records = self.seat.index.records();
+            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let remove = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
+            let removed = match commit.take() {
+                Some((at, c)) => join2(Box::pin(async move { records.write(mem, at, &c).await }), remove).await.1,
+                None => remove.await,
+            };
+            match removed? {
                 Change::Done { .. } => return Ok(Ok(Written)),
                 Change::NotFound => return Ok(Err(Missing::NotFound)),
                 Change::Mismatch { current } => {
@@ -245,12 +355,45 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
         self.seat.keep(&self.mem).await?;
+        let r = self.insert_object(key, value).await;
+        if r.is_err() {
+            self.settle(Kind::InDoubt, 0);
+        }
+        r
+    }
+
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.seat.keep(&self.mem).await
+    }
+
+    /// Writes the last object's commit, if decided and not yet written
+    /// (best effort: recovery decides an uncommitted last entry from the
+    /// index), and gives the id back.
+    async fn close(&mut self) -> Result<(), KvError> {
+        if let Some((at, c)) = self.log.pending.take() {
+            let _ = Box::pin(self.seat.index.records().write(&self.mem, at, &c)).await;
+        }
+        self.seat.close(&self.mem).await
+    }
+
+    fn paths(&self) -> Paths {
+        let mut p = self.paths;
+        p.index_views = self.seat.index.master_paths().views;
+        p
+    }
+}
+
+impl<M: Memory, C: Clock> FuseeClient<M, C> {
+    /// [`KvClient::insert`]'s work once checked: see there.
+    async fn insert_object(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+        let cached = self.cache.get(key).map(|(_, e)| *e);
         let (offset, w) = self.alloc(key, value).await?;
-        let bytes = object::encode(key, value);
+        let bytes = self.encode(key, value, Op::Insert, cached.map_or(0, |e| e.word));
         let mut written = false;
-        if let Some((_, e)) = self.cache.get(key) {
-            let e = *e;
-            Box::pin(self.seat.index.records().write(&self.mem, offset, &bytes)).await?;
+        if let Some(e) = cached {
+            let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
+            Box::pin(self.seat.index.records().write_with(&self.mem, before, offset, &bytes)).await?;
+            self.wrote(offset, w, &bytes);
             written = true;
             if self.swing(key, e, w, false).await?.is_ok() {
                 return Ok(Written);
@@ -259,13 +402,17 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
         for _ in 0..RETRIES {
             let records = self.seat.index.records();
             let (mem, index) = (&self.mem, &mut self.seat.index);
-            let mut failed = None;
+            let (mut failed, mut landed) = (None, false);
             let inserted = if written {
                 Box::pin(index.insert(mem, key, w)).await.map(Some)
             } else {
+                let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
                 let ready = async {
-                    match Box::pin(records.write(mem, offset, &bytes)).await {
-                        Ok(()) => true,
+                    match Box::pin(records.write_with(mem, before, offset, &bytes)).await {
+                        Ok(()) => {
+                            landed = true;
+                            true
+                        }
                         Err(e) => {
                             failed = Some(e);
                             false
@@ -274,10 +421,15 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
                 };
                 Box::pin(index.insert_after(mem, key, w, ready)).await
             };
+            if landed {
+                // The object is on a majority: the log's last entry.
+                self.wrote(offset, w, &bytes);
+            }
             let entry = match inserted? {
                 None => return Err(failed.map_or(KvError::Unavailable, KvError::from)),
                 Some(Insert::New(e)) => {
                     self.cache.insert(key, e.location, e);
+                    self.settle(Kind::Published, 0);
                     return Ok(Written);
                 }
                 Some(Insert::Exists(e)) => e,
@@ -289,20 +441,6 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
             // Deleted meanwhile: insert it again.
         }
         Err(KvError::Contended)
-    }
-
-    async fn keep(&mut self) -> Result<(), KvError> {
-        self.seat.keep(&self.mem).await
-    }
-
-    async fn close(&mut self) -> Result<(), KvError> {
-        self.seat.close(&self.mem).await
-    }
-
-    fn paths(&self) -> Paths {
-        let mut p = self.paths;
-        p.index_views = self.seat.index.master_paths().views;
-        p
     }
 }
 

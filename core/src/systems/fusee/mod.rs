@@ -151,6 +151,7 @@
 //!   node back or re-replicates its objects).
 
 mod client;
+pub mod log;
 pub mod object;
 #[cfg(all(test, feature = "sim"))]
 mod tests;
@@ -158,6 +159,7 @@ mod tests;
 use alloc::boxed::Box;
 
 pub use client::FuseeClient;
+pub use log::{Outcome, Recovery};
 
 use crate::index::SnapshotIndex;
 use crate::index::snapshot::SnapshotConfig;

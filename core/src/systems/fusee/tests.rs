@@ -303,16 +303,37 @@ proptest! {
         flip in any::<prop::sample::Index>(),
         bit in 0u8..8,
         units in 1u64..1000,
+        prev in any::<u64>(),
+        base in any::<u64>(),
+        old in any::<u64>(),
     ) {
-        let b = object::encode(&key, &value);
+        let log = object::Log { op: object::Op::Update, prev, base };
+        let b = object::encode(&key, &value, log);
         prop_assert_eq!(b.len() as u64, object::alloc_len(key.len(), value.len()));
         prop_assert_eq!(b.len() as u64 % ALIGN, 0);
         let range = object::decode(&b, &key).unwrap();
         prop_assert_eq!(&b[range], &value[..]);
         let used = object::HEADER + key.len() + value.len();
+        let e = object::entry(&b).unwrap();
+        prop_assert_eq!((e.prev, e.base, e.commit, e.len), (prev, base, None, b.len() as u64));
+        // Every bit but the commit's is under the sum.
         let mut g = b.clone();
-        g[flip.index(used)] ^= 1 << bit;
+        let at = flip.index(used - 16);
+        let at = if at >= object::COMMIT { at + 16 } else { at };
+        g[at] ^= 1 << bit;
         prop_assert_eq!(object::decode(&g, &key), None);
+        prop_assert_eq!(object::entry(&g), None);
+        // A commit is read whole and only for its own object; readers
+        // ignore it, whatever it holds.
+        let mut c = b.clone();
+        c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum, object::Kind::Published, old));
+        prop_assert_eq!(object::entry(&c).unwrap().commit, Some((object::Kind::Published, old)));
+        prop_assert_eq!(object::decode(&c, &key), object::decode(&b, &key));
+        c[object::COMMIT + (bit as usize % 16)] ^= 1 << (flip.index(8) as u8);
+        prop_assert_eq!(object::entry(&c).unwrap().commit, None);
+        prop_assert_eq!(object::decode(&c, &key), object::decode(&b, &key));
+        c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum ^ 1, object::Kind::Published, old));
+        prop_assert_eq!(object::entry(&c).unwrap().commit, None);
         prop_assert_eq!(object::decode(&b[..used - 1], &key), None);
         let mut other = key.clone();
         other[0] ^= 1;
@@ -328,6 +349,9 @@ proptest! {
     fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..200), loc in any::<u64>()) {
         if let Some(r) = object::decode(&b, b"k") {
             prop_assert!(r.end <= b.len());
+        }
+        if let Some(e) = object::entry(&b) {
+            prop_assert!(e.key.end <= b.len() && e.len >= e.key.end as u64);
         }
         if let Some((off, len)) = object::place(loc) {
             prop_assert!(len > 0 && off % ALIGN == 0);
