@@ -508,6 +508,7 @@ fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
     use super::Outcome;
     let (v1, v2) = (1u64 << 32 | 1, 1u64 << 32 | 2);
     let mut seen = std::collections::BTreeMap::new();
+    let mut moved_on = Vec::new();
     for step in 0..25u64 {
         let d = step * 400;
         let alone = crash_and_recover(d, false, None);
@@ -531,10 +532,14 @@ fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
             );
         }
         let moved = crash_and_recover(d, true, None);
-        let rec = moved.first.expect("the next holder recovered the log");
-        assert_ne!(rec.outcome, Outcome::Redone, "crash at {d}, key moved on: {rec:?}");
+        moved_on.push((d, moved.first.expect("the next holder recovered the log")));
     }
     std::println!("outcomes of the crashed update: {seen:?}");
+    // (After the histories: a redo once the key moved on is not always
+    // visible in one, but it is in those where the update took effect.)
+    for (d, rec) in moved_on {
+        assert_ne!(rec.outcome, Outcome::Redone, "crash at {d}, key moved on: {rec:?}");
+    }
     assert!(seen.get("Redone").is_some_and(|&n| n > 0) && seen.get("Done").is_some_and(|&n| n > 0), "{seen:?}");
 }
 
