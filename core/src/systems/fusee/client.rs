@@ -91,6 +91,8 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             if let Some(r) = recovery {
                 c.paths.log_recoveries += 1;
                 c.paths.log_redos += (r.outcome == log::Outcome::Redone) as u64;
+                c.paths.log_walk_ns += r.walk_ns;
+                c.paths.log_redo_ns += r.redo_ns;
             }
             c.recovery = recovery;
         }
