@@ -104,7 +104,7 @@ pub struct Seat<C, I = RaceIndex> {
     /// The client's id, `1..=writers`.
     pub id: u8,
     /// Its lease on the id, renewed as it works (`None`: a given id).
-    lease: Option<Held>,
+    pub(crate) lease: Option<Held>,
     /// How the id's previous holder left it (`None`: a given id): FUSEE
     /// recovers a crashed holder's log from its last record.
     pub prior: Option<Resume>,

@@ -105,22 +105,24 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         self.recovery
     }
 
-    /// Room in the arena for the object of `key` and `value`, and its
-    /// location (no roundtrip unless this client's arena chunk is used up;
-    /// then, for a leased id, a second one: the lease record names the new
-    /// chunk as the log's anchor before anything is written there).
-    async fn alloc(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64), KvError> {
+    /// Room in the arena for the object of `key` and `value`, its
+    /// location, and, for a leased id whose object starts a chunk the log
+    /// is not anchored in yet, the lease record that anchors it there (to
+    /// be written beside the object: [`put`]). No roundtrip unless this
+    /// client's arena chunk is used up.
+    async fn alloc(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64, Option<Anchor>), KvError> {
         let len = object::alloc_len(key.len(), value.len());
         let offset = Box::pin(self.seat.index.alloc_record(&self.mem, len)).await?;
         let location = object::location(offset, len).ok_or(KvError::Bug("an object's location does not fit"))?;
         let anchored = self.log.anchor.is_some_and(|(a, b)| a <= offset && offset < b);
-        if !anchored && self.seat.prior.is_some() {
+        let anchor = (!anchored && self.seat.prior.is_some()).then(|| {
             let end = self.seat.index.carried().map_or(offset + len, |c| c.end);
-            let payload = log::anchor_payload(&self.seat, offset, end, self.log.last);
-            Box::pin(self.seat.record(&self.mem, &payload)).await?;
-            self.log.anchor = Some((offset, end));
-        }
-        Ok((offset, location))
+            Anchor {
+                range: (offset, end),
+                payload: Box::new(log::anchor_payload(&self.seat, offset, end, self.log.last)),
+            }
+        });
+        Ok((offset, location, anchor))
     }
 
     /// The object of `key` and `value` for operation `op` from `base` (the
@@ -131,7 +133,10 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
 
     /// The object at `offset` (location `w`) was written: it is the log's
     /// last entry, its commit undecided; the previous one's went with it.
-    fn wrote(&mut self, offset: u64, w: u64, bytes: &[u8]) {
+    fn wrote(&mut self, offset: u64, w: u64, bytes: &[u8], anchor: Option<Anchor>) {
+        if let Some(a) = anchor {
+            self.log.anchor = Some(a.range);
+        }
         self.log.pending = None;
         self.log.last = w;
         self.log.current = Some((offset, object::sum_in(bytes)));
@@ -149,11 +154,13 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// until a majority has it, with the previous object's commit in the
     /// same pipelines (one roundtrip): its location.
     async fn write_object(&mut self, key: &[u8], value: &[u8], op: Op, base: u64) -> Result<u64, KvError> {
-        let (offset, w) = self.alloc(key, value).await?;
+        let (offset, w, anchor) = self.alloc(key, value).await?;
         let bytes = self.encode(key, value, op, base);
         let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
-        Box::pin(self.seat.index.records().write_with(&self.mem, before, offset, &bytes)).await?;
-        self.wrote(offset, w, &bytes);
+        let records = self.seat.index.records();
+        let lease = &mut self.seat.lease;
+        Box::pin(put(&records, &self.mem, lease, before, (offset, &bytes), anchor.as_ref())).await?;
+        self.wrote(offset, w, &bytes, anchor);
         Ok(w)
     }
 
@@ -214,6 +221,39 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             return Ok(Some(*e));
         }
         Ok(Box::pin(self.seat.index.lookup(&self.mem, key)).await?)
+    }
+}
+
+/// A lease record that anchors the log in a new chunk (`range`), to be
+/// written beside the chunk's first object.
+struct Anchor {
+    range: (u64, u64),
+    payload: Box<crate::substrate::lease::Payload>,
+}
+
+/// Writes an object's `bytes` at arena offset `at.0` to every replica until
+/// a majority has it, with `before` (the previous object's commit) ahead of
+/// it in the same pipelines, and beside them `anchor` to the lease record
+/// (one roundtrip for all). The anchor need not land first: a client that
+/// crashes with the object written and the anchor not has not started
+/// the object's change (it waits for both), so nothing in doubt is lost;
+/// the chunk's space is.
+async fn put<M: Memory>(
+    records: &Records,
+    mem: &M,
+    lease: &mut Option<crate::substrate::lease::Held>,
+    before: Option<(u64, &[u8])>,
+    at: (u64, &[u8]),
+    anchor: Option<&Anchor>,
+) -> Result<(), KvError> {
+    let write = Box::pin(records.write_with(mem, before, at.0, at.1));
+    match (anchor, lease) {
+        (Some(a), Some(h)) => {
+            let (wrote, recorded) = join2(write, Box::pin(h.record(mem, &a.payload[..]))).await;
+            recorded.map_err(KvError::Lease)?;
+            Ok(wrote?)
+        }
+        _ => Ok(write.await?),
     }
 }
 
@@ -282,20 +322,22 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
             let e = *e;
             (Some(e), self.write_object(key, value, Op::Update, e.word).await?, false)
         } else {
-            let (offset, w) = self.alloc(key, value).await?;
+            let (offset, w, anchor) = self.alloc(key, value).await?;
             let bytes = self.encode(key, value, Op::Update, 0);
             let records = self.seat.index.records();
-            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
             let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
-            let (wrote, found) =
-                join2(Box::pin(records.write_with(mem, before, offset, &bytes)), Box::pin(index.lookup(mem, key)))
-                    .await;
+            let (wrote, found) = join2(
+                Box::pin(put(&records, mem, lease, before, (offset, &bytes), anchor.as_ref())),
+                Box::pin(index.lookup(mem, key)),
+            )
+            .await;
             let found = found?;
             if found.is_some() {
-                wrote?;
+                wrote.clone()?;
             }
             if wrote.is_ok() {
-                self.wrote(offset, w, &bytes);
+                self.wrote(offset, w, &bytes, anchor);
             }
             (found, w, true)
         };
@@ -389,13 +431,15 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// [`KvClient::insert`]'s work once checked: see there.
     async fn insert_object(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         let cached = self.cache.get(key).map(|(_, e)| *e);
-        let (offset, w) = self.alloc(key, value).await?;
+        let (offset, w, mut anchor) = self.alloc(key, value).await?;
         let bytes = self.encode(key, value, Op::Insert, cached.map_or(0, |e| e.word));
         let mut written = false;
         if let Some(e) = cached {
             let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
-            Box::pin(self.seat.index.records().write_with(&self.mem, before, offset, &bytes)).await?;
-            self.wrote(offset, w, &bytes);
+            let records = self.seat.index.records();
+            let lease = &mut self.seat.lease;
+            Box::pin(put(&records, &self.mem, lease, before, (offset, &bytes), anchor.as_ref())).await?;
+            self.wrote(offset, w, &bytes, anchor.take());
             written = true;
             if self.swing(key, e, w, false).await?.is_ok() {
                 return Ok(Written);
@@ -403,14 +447,15 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         }
         for _ in 0..RETRIES {
             let records = self.seat.index.records();
-            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
             let (mut failed, mut landed) = (None, false);
             let inserted = if written {
                 Box::pin(index.insert(mem, key, w)).await.map(Some)
             } else {
                 let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
                 let ready = async {
-                    match Box::pin(records.write_with(mem, before, offset, &bytes)).await {
+                    let anchor = anchor.as_ref();
+                    match Box::pin(put(&records, mem, lease, before, (offset, &bytes), anchor)).await {
                         Ok(()) => {
                             landed = true;
                             true
@@ -425,10 +470,10 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             };
             if landed {
                 // The object is on a majority: the log's last entry.
-                self.wrote(offset, w, &bytes);
+                self.wrote(offset, w, &bytes, anchor.take());
             }
             let entry = match inserted? {
-                None => return Err(failed.map_or(KvError::Unavailable, KvError::from)),
+                None => return Err(failed.unwrap_or(KvError::Unavailable)),
                 Some(Insert::New(e)) => {
                     self.cache.insert(key, e.location, e);
                     self.settle(Kind::Published, 0);

@@ -11,9 +11,8 @@
 //! carried       the chunk (class ARENA_CLASS): first object .. chunk end
 //! ```
 //!
-//! recorded (one majority write) before the first object goes into a new
-//! chunk: once per chunk (16 KiB or more), never in an operation that
-//! stays in its chunk. A client that opens with an id whose holder crashed
+//! recorded (one majority write, beside the write of the chunk's first
+//! object: no roundtrip of its own) once per chunk (16 KiB or more). A client that opens with an id whose holder crashed
 //! ([`Resumed::Crashed`]) reads the anchored chunk from every replica of
 //! the view at once (the log walk: one roundtrip), takes each whole object
 //! there (in allocation order, so the last one found is the log's last

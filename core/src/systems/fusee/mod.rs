@@ -128,8 +128,9 @@
 //! log-commit phase: the commit rides with the client's next object
 //! write (below). Rule 2 adds a roundtrip to a change and Rule 3 two, as
 //! in the paper. A leased client whose object starts a new arena chunk
-//! records the chunk as its log's anchor first: one majority write every
-//! chunk (16 KiB or more of objects), besides the claim's own roundtrip.
+//! records the chunk as its log's anchor in the lease record, beside the
+//! object's write (same roundtrip): one more majority write every chunk
+//! (16 KiB or more of objects), no more roundtrips.
 //!
 //! # The embedded log and client-crash recovery (§4.5, §5.3)
 //!
@@ -150,8 +151,11 @@
 //! the record is already where the next holder looks, is written to a
 //! majority before it is acted on, and survives every fault the lease
 //! survives; and over recording every entry there (a majority write per
-//! operation). Objects written into a chunk the client claimed but had
-//! not anchored yet cannot exist: the anchor is written before the object.
+//! operation). The anchor is written beside the chunk's first object, in
+//! the same roundtrip; a client that crashes with the object written and
+//! its anchor not had not started the object's change (it waits for
+//! both), so recovery misses no operation in doubt, only the chunk's
+//! space.
 //!
 //! **The commit costs no roundtrip**: it is written with the client's next
 //! object, ahead of it in the same ordered pipeline to each replica
