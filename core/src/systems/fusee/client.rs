@@ -334,7 +334,7 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
             .await;
             let found = found?;
             if found.is_some() {
-                wrote.clone()?;
+                wrote?;
             }
             if wrote.is_ok() {
                 self.wrote(offset, w, &bytes, anchor);
