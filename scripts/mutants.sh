@@ -32,6 +32,7 @@ MUTANTS=(
   "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
   "fusee-stale-cache||a stale cached entry answered|cargo test -p swarm-core --release --lib systems::fusee::tests::a_stale"
   "fusee-cached-loser||not linearizable|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign"
+  "fusee-redo-moved-on||moved on true, R crashed None: not linearizable|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_update"
 )
 
 only=${1:-}

@@ -249,8 +249,22 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
     };
     let clock = SystemClock { epoch_us };
     let held = claim(&mem, &cfg, &clock, want)?;
+    let id = held.id;
     let mut store = block_on(systems::connect_any(mem, &cfg, Who::Lease(held), clock))
         .map_err(|e| format!("cannot connect: {}", explain(e)))?;
+    // A store that recovers a crashed holder's log at connect (FUSEE)
+    // says so, with what it took.
+    let p = store.paths();
+    if p.log_recoveries > 0 {
+        eprintln!(
+            "recovered the log of client id {}'s crashed holder: walk {} us, redo {} us ({} in-doubt operation \
+             redone)",
+            id,
+            p.log_walk_ns / 1_000,
+            p.log_redo_ns / 1_000,
+            p.log_redos
+        );
+    }
     let done = match &a.command {
         KvCommand::Get { key } => get(&mut store, key).map(|out| print!("{out}")),
         KvCommand::Put { key, value } => put(&mut store, key, value).map(|out| print!("{out}")),

@@ -119,6 +119,43 @@ fn a_killed_client_s_id_is_claimed_again_after_its_lease() {
     assert_eq!(ok(&["kv", "--dir", d, "--id", "5", "get", "k"]), "after\n");
 }
 
+/// A FUSEE shell holding id 5 is killed with SIGKILL after its writes:
+/// the next process to claim id 5 (after the lease and grace) recovers
+/// its log (FUSEE §5.3) and says what the walk and the redo took, and
+/// what the killed process acknowledged is there.
+#[test]
+fn a_killed_fusee_client_s_log_is_recovered_by_the_next_holder() {
+    let (dir, _) = ShmDir::named("fusee-kill");
+    let d = dir.arg();
+    ok(&["memnode", "create", "--dir", d, "--nodes", "3", "--size", "48M"]);
+    ok(&["kv", "--dir", d, "init", "--system", "fusee", "--keys", "100", "--lease", "1s"]);
+    let mut holder = shell(d, "5");
+    let mut stdin = holder.stdin.take().unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    assert_eq!(say(&mut stdin, &mut out, "put k first"), "OK\n");
+    assert_eq!(say(&mut stdin, &mut out, "get k"), "first\n");
+    assert_eq!(say(&mut stdin, &mut out, "put k acknowledged"), "OK\n");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let err = loop {
+        let tried = common::swarm(&["kv", "--dir", d, "--id", "5", "get", "k"]);
+        let err = String::from_utf8_lossy(&tried.stderr).into_owned();
+        if tried.status.success() {
+            assert_eq!(String::from_utf8_lossy(&tried.stdout), "acknowledged\n");
+            break err;
+        }
+        assert!(err.contains("is held by a live client"), "{err}");
+        assert!(Instant::now() < deadline, "id 5 still held 15 s after its holder was killed");
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert!(err.contains("recovered the log of client id 5's crashed holder: walk"), "{err}");
+    eprintln!("{err}");
+    // Given back after the recovery: the next holder has nothing to recover.
+    let again = common::swarm(&["kv", "--dir", d, "--id", "5", "get", "k"]);
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("recovered"));
+}
+
 /// A shell that waits for input longer than its lease and grace keeps
 /// its id (it renews while idle): another process cannot claim it, and the
 /// shell's next write works.

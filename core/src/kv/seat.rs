@@ -14,7 +14,7 @@ use super::{KvError, StoreConfig, Who};
 use crate::Memory;
 use crate::index::{RaceIndex, SnapshotIndex};
 use crate::substrate::clock::Clock;
-use crate::substrate::lease::{Held, Resumed};
+use crate::substrate::lease::{Held, Payload, Resume, Resumed};
 use crate::substrate::space::slab::{ARENA_CLASS, CLASSES, Carry, HEAD_WORDS, SlabAllocator};
 
 /// The id of client `who` of the store `cfg`, checked: ids run from 1 to
@@ -104,7 +104,10 @@ pub struct Seat<C, I = RaceIndex> {
     /// The client's id, `1..=writers`.
     pub id: u8,
     /// Its lease on the id, renewed as it works (`None`: a given id).
-    lease: Option<Held>,
+    pub(crate) lease: Option<Held>,
+    /// How the id's previous holder left it (`None`: a given id): FUSEE
+    /// recovers a crashed holder's log from its last record.
+    pub prior: Option<Resume>,
     /// Its clock.
     pub clock: C,
     /// Where it carves its objects from.
@@ -136,6 +139,10 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
             }
         };
         let mut slab = SlabAllocator::new();
+        let prior = match &who {
+            Who::Lease(h) => Some(h.resume()),
+            Who::Id(_) => None,
+        };
         let lease = match who {
             Who::Id(_) => None,
             Who::Lease(h) => {
@@ -149,13 +156,23 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
                 Some(h)
             }
         };
-        Ok(Seat { id, lease, clock, slab, index })
+        Ok(Seat { id, lease, prior, clock, slab, index })
     }
 
     /// Renews the lease when half of it has passed (before each change: a
     /// get uses nothing the id names).
     pub async fn keep<M: Memory>(&mut self, mem: &M) -> Result<(), KvError> {
         keep_lease(&mut self.lease, mem, self.clock.now()).await
+    }
+
+    /// Records `payload` in the lease's record, as taken (written to a
+    /// majority before it returns: the id's next holder finds it if this
+    /// one crashes; FUSEE's log anchor). Nothing for a given id.
+    pub async fn record<M: Memory>(&mut self, mem: &M, payload: &Payload) -> Result<(), KvError> {
+        match &mut self.lease {
+            Some(h) => h.record(mem, payload).await.map_err(KvError::Lease),
+            None => Ok(()),
+        }
     }
 
     /// Gives the leased id back, with the partly used chunks for its next

@@ -140,6 +140,19 @@ paths! {
     /// effect inside their own interval, and returned done, ordered just
     /// before it (FUSEE's losing writer, §4.3).
     overwritten,
+    /// FUSEE: logs of an id's crashed previous holder walked when the id
+    /// was opened again (§5.3).
+    log_recoveries,
+    /// FUSEE: of which the last operation was in doubt and recovery made
+    /// its change (the key still mapped to the word it started from).
+    log_redos,
+    /// FUSEE: time those recoveries spent walking the logs (reading and
+    /// scanning the anchored chunks), ns of the memory's clock (simulated,
+    /// or wall time on the mapped backends).
+    log_walk_ns,
+    /// FUSEE: time they spent deciding the last entries (lookup, redo,
+    /// commit), ns.
+    log_redo_ns,
 }
 
 /// One client's state.

@@ -23,7 +23,7 @@ use super::header::Header;
 use crate::index::IndexError;
 use crate::substrate::late::{Watch, late};
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, join_timely, majority};
-use crate::{MemError, Memory, RemoteAddr};
+use crate::{MemError, Memory, Op, RemoteAddr};
 
 /// Where a replicated index keeps its records: every replica's arena, and
 /// the replicas the view excludes (copied from the index, so that records
@@ -65,13 +65,33 @@ impl Records {
     /// until a majority of all replicas has it; those late then are left
     /// to land. [`IndexError::Unavailable`] if no majority could be had.
     pub async fn write<M: Memory>(&self, mem: &M, off: u64, bytes: &[u8]) -> Result<(), IndexError> {
+        self.write_with(mem, None, off, bytes).await
+    }
+
+    /// [`write`](Self::write), with `before` (bytes at another arena
+    /// offset: FUSEE's commit of the writer's previous object) written
+    /// ahead of it in the same pipeline to each replica: no roundtrip of
+    /// its own, and every replica that has the record has `before` too
+    /// (a pipeline applies in order).
+    pub async fn write_with<M: Memory>(
+        &self,
+        mem: &M,
+        before: Option<(u64, &[u8])>,
+        off: u64,
+        bytes: &[u8],
+    ) -> Result<(), IndexError> {
         let bad = IndexError::BadConfig("a record outside the index's arena");
         let targets: heapless::Vec<usize, MAX_REPLICAS> =
             (0..self.sites.len()).filter(|i| self.excluded & (1 << i) == 0).collect();
         let mut futs = heapless::Vec::<_, MAX_REPLICAS>::new();
         for &i in &targets {
             let at = self.addr(i, off, bytes.len()).ok_or(bad)?;
-            let _ = futs.push(mem.write(at, bytes));
+            let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+            if let Some((o, b)) = before {
+                let _ = ops.push(Op::Write { offset: self.addr(i, o, b.len()).ok_or(bad)?.offset, data: b });
+            }
+            let _ = ops.push(Op::Write { offset: at.offset, data: bytes });
+            let _ = futs.push(async move { mem.pipeline(at.node, &ops).await.map(drop) });
         }
         let need = majority(self.sites.len());
         let (replies, _) = join_timely(futs, need, Watch::on(mem), |k| late(self.sites[targets[k]].node)).await;
@@ -79,6 +99,37 @@ impl Records {
             return Ok(());
         }
         Err(IndexError::Unavailable(replies.first_error().copied().unwrap_or(late(self.sites[targets[0]].node))))
+    }
+
+    /// Reads `len` bytes at arena offset `off` from every replica of the
+    /// view at once (one roundtrip; FUSEE's recovery reads a crashed
+    /// client's chunk so): each replica's copy, `None` where it failed,
+    /// and whether every replica of the view answered.
+    pub async fn read_each<M: Memory>(
+        &self,
+        mem: &M,
+        off: u64,
+        len: usize,
+    ) -> Result<(heapless::Vec<Option<M::Buf>, MAX_REPLICAS>, bool), IndexError> {
+        let bad = IndexError::BadConfig("a read outside the index's arena");
+        let targets: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..self.sites.len()).filter(|i| self.excluded & (1 << i) == 0).collect();
+        let mut futs = heapless::Vec::<_, MAX_REPLICAS>::new();
+        for &i in &targets {
+            let _ = futs.push(mem.read(self.addr(i, off, len).ok_or(bad)?, len));
+        }
+        let replies = join_all(futs).await;
+        let mut out = heapless::Vec::new();
+        let mut all = true;
+        for r in replies.results {
+            let copy = match r {
+                Some(Ok(b)) => Some(b),
+                _ => None,
+            };
+            all &= copy.is_some();
+            let _ = out.push(copy);
+        }
+        Ok((out, all))
     }
 
     /// Reads the record of `len` bytes at arena offset `off`: the first

@@ -6,7 +6,8 @@
 
 use alloc::boxed::Box;
 
-use super::object;
+use super::log::{self, Recovery};
+use super::object::{self, Kind, Log, Op};
 use crate::Memory;
 use crate::index::cache::LocationCache;
 use crate::index::snapshot::records::Records;
@@ -33,6 +34,27 @@ pub struct FuseeClient<M, C> {
     paths: Paths,
     /// State of the jitter of a losing delete's waits (xorshift).
     rng: u64,
+    /// This client's end of its id's embedded log (see [`super`]).
+    log: LogState,
+    /// What recovering the id's crashed previous holder took, if it did.
+    recovery: Option<Recovery>,
+}
+
+/// A client's end of its id's embedded operation log.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LogState {
+    /// The location of the id's last object (the next one's `prev`), 0 if
+    /// none.
+    pub last: u64,
+    /// Its arena offset and sum, if this client wrote it and its commit is
+    /// not yet decided.
+    pub current: Option<(u64, u64)>,
+    /// Its commit, decided and not yet written: the arena offset and
+    /// bytes, to ride with the next object or delete.
+    pub pending: Option<(u64, [u8; 16])>,
+    /// The chunk range the lease record names as this id's log anchor
+    /// (`start..end`): objects outside it need a new record first.
+    pub anchor: Option<(u64, u64)>,
 }
 
 /// The most rounds a delete tries before it gives up
@@ -51,23 +73,94 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         let seat = Seat::open(&mem, cfg, who, clock).await?;
         let cache = LocationCache::new(cfg.cache());
         let rng = 0x9E37_79B9_7F4A_7C15 ^ seat.id as u64;
-        Ok(FuseeClient { mem, seat, cache, limits: cfg.limits(), paths: Paths::default(), rng })
+        let mut c = FuseeClient {
+            mem,
+            seat,
+            cache,
+            limits: cfg.limits(),
+            paths: Paths::default(),
+            rng,
+            log: LogState::default(),
+            recovery: None,
+        };
+        if let Some(prior) = c.seat.prior {
+            let max_chunk = super::Fusee::chunk(cfg);
+            let (mem, seat) = (&c.mem, &mut c.seat);
+            let (state, recovery) = Box::pin(log::recover(mem, seat, &prior, max_chunk)).await?;
+            c.log = state;
+            if let Some(r) = recovery {
+                c.paths.log_recoveries += 1;
+                c.paths.log_redos += (r.outcome == log::Outcome::Redone) as u64;
+                c.paths.log_walk_ns += r.walk_ns;
+                c.paths.log_redo_ns += r.redo_ns;
+            }
+            c.recovery = recovery;
+        }
+        Ok(c)
     }
 
-    /// Room in the arena for the object of `key` and `value`, and its
-    /// location (no roundtrip unless this client's arena chunk is used up).
-    async fn alloc(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64), KvError> {
+    /// What recovering the id's crashed previous holder took at open
+    /// (`None`: the id was fresh, released, or given).
+    pub fn recovery(&self) -> Option<Recovery> {
+        self.recovery
+    }
+
+    /// Room in the arena for the object of `key` and `value`, its
+    /// location, and, for a leased id whose object starts a chunk the log
+    /// is not anchored in yet, the lease record that anchors it there (to
+    /// be written beside the object: [`put`]). No roundtrip unless this
+    /// client's arena chunk is used up.
+    async fn alloc(&mut self, key: &[u8], value: &[u8]) -> Result<(u64, u64, Option<Anchor>), KvError> {
         let len = object::alloc_len(key.len(), value.len());
         let offset = Box::pin(self.seat.index.alloc_record(&self.mem, len)).await?;
         let location = object::location(offset, len).ok_or(KvError::Bug("an object's location does not fit"))?;
-        Ok((offset, location))
+        let anchored = self.log.anchor.is_some_and(|(a, b)| a <= offset && offset < b);
+        let anchor = (!anchored && self.seat.prior.is_some()).then(|| {
+            let end = self.seat.index.carried().map_or(offset + len, |c| c.end);
+            Anchor {
+                range: (offset, end),
+                payload: Box::new(log::anchor_payload(&self.seat, offset, end, self.log.last)),
+            }
+        });
+        Ok((offset, location, anchor))
+    }
+
+    /// The object of `key` and `value` for operation `op` from `base` (the
+    /// slot word it starts from, 0 if not known), as the log's next entry.
+    fn encode(&self, key: &[u8], value: &[u8], op: Op, base: u64) -> alloc::vec::Vec<u8> {
+        object::encode(key, value, Log { op, prev: self.log.last, base })
+    }
+
+    /// The object at `offset` (location `w`) was written: it is the log's
+    /// last entry, its commit undecided; the previous one's went with it.
+    fn wrote(&mut self, offset: u64, w: u64, bytes: &[u8], anchor: Option<Anchor>) {
+        if let Some(a) = anchor {
+            self.log.anchor = Some(a.range);
+        }
+        self.log.pending = None;
+        self.log.last = w;
+        self.log.current = Some((offset, object::sum_in(bytes)));
+    }
+
+    /// The last object's operation answered: its commit, to be written
+    /// with the next object (or delete, or at close).
+    fn settle(&mut self, kind: Kind, old: u64) {
+        if let Some((offset, sum)) = self.log.current.take() {
+            self.log.pending = Some((offset + object::COMMIT as u64, object::commit(sum, kind, old)));
+        }
     }
 
     /// Writes a new object of `key` and `value` to every index replica,
-    /// until a majority has it (one roundtrip): its location.
-    async fn write_object(&mut self, key: &[u8], value: &[u8]) -> Result<u64, KvError> {
-        let (offset, w) = self.alloc(key, value).await?;
-        Box::pin(self.seat.index.records().write(&self.mem, offset, &object::encode(key, value))).await?;
+    /// until a majority has it, with the previous object's commit in the
+    /// same pipelines (one roundtrip): its location.
+    async fn write_object(&mut self, key: &[u8], value: &[u8], op: Op, base: u64) -> Result<u64, KvError> {
+        let (offset, w, anchor) = self.alloc(key, value).await?;
+        let bytes = self.encode(key, value, op, base);
+        let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
+        let records = self.seat.index.records();
+        let lease = &mut self.seat.lease;
+        Box::pin(put(&records, &self.mem, lease, before, (offset, &bytes), anchor.as_ref())).await?;
+        self.wrote(offset, w, &bytes, anchor);
         Ok(w)
     }
 
@@ -97,16 +190,19 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             match changed {
                 Change::Done { now: Some(now), .. } => {
                     self.cache.insert(key, now.location, now);
+                    self.settle(Kind::Published, entry.word);
                     return Ok(Ok(Some(now)));
                 }
                 Change::Done { now: None, .. } => return Err(KvError::Bug("an update of the index removed the key")),
                 Change::NotFound => {
                     self.cache.remove(key);
+                    self.settle(Kind::Unpublished, 0);
                     return Ok(Err(Missing::NotFound));
                 }
                 Change::Mismatch { current } if seen || cfg!(swarm_mutant = "fusee-cached-loser") => {
                     self.paths.overwritten += 1;
                     self.cache.insert(key, current.location, current);
+                    self.settle(Kind::Unpublished, current.word);
                     return Ok(Ok(None));
                 }
                 Change::Mismatch { current } => {
@@ -125,6 +221,39 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             return Ok(Some(*e));
         }
         Ok(Box::pin(self.seat.index.lookup(&self.mem, key)).await?)
+    }
+}
+
+/// A lease record that anchors the log in a new chunk (`range`), to be
+/// written beside the chunk's first object.
+struct Anchor {
+    range: (u64, u64),
+    payload: Box<crate::substrate::lease::Payload>,
+}
+
+/// Writes an object's `bytes` at arena offset `at.0` to every replica until
+/// a majority has it, with `before` (the previous object's commit) ahead of
+/// it in the same pipelines, and beside them `anchor` to the lease record
+/// (one roundtrip for all). The anchor need not land first: a client that
+/// crashes with the object written and the anchor not has not started
+/// the object's change (it waits for both), so nothing in doubt is lost;
+/// the chunk's space is.
+async fn put<M: Memory>(
+    records: &Records,
+    mem: &M,
+    lease: &mut Option<crate::substrate::lease::Held>,
+    before: Option<(u64, &[u8])>,
+    at: (u64, &[u8]),
+    anchor: Option<&Anchor>,
+) -> Result<(), KvError> {
+    let write = Box::pin(records.write_with(mem, before, at.0, at.1));
+    match (anchor, lease) {
+        (Some(a), Some(h)) => {
+            let (wrote, recorded) = join2(write, Box::pin(h.record(mem, &a.payload[..]))).await;
+            recorded.map_err(KvError::Lease)?;
+            Ok(wrote?)
+        }
+        _ => Ok(write.await?),
     }
 }
 
@@ -191,22 +320,36 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
         self.seat.keep(&self.mem).await?;
         let (entry, w, seen) = if let Some((_, e)) = self.cache.get(key) {
             let e = *e;
-            (Some(e), self.write_object(key, value).await?, false)
+            (Some(e), self.write_object(key, value, Op::Update, e.word).await?, false)
         } else {
-            let (offset, w) = self.alloc(key, value).await?;
+            let (offset, w, anchor) = self.alloc(key, value).await?;
+            let bytes = self.encode(key, value, Op::Update, 0);
             let records = self.seat.index.records();
-            let (mem, index) = (&self.mem, &mut self.seat.index);
-            let bytes = object::encode(key, value);
-            let (wrote, found) =
-                join2(Box::pin(records.write(mem, offset, &bytes)), Box::pin(index.lookup(mem, key))).await;
+            let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
+            let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
+            let (wrote, found) = join2(
+                Box::pin(put(&records, mem, lease, before, (offset, &bytes), anchor.as_ref())),
+                Box::pin(index.lookup(mem, key)),
+            )
+            .await;
             let found = found?;
             if found.is_some() {
                 wrote?;
             }
+            if wrote.is_ok() {
+                self.wrote(offset, w, &bytes, anchor);
+            }
             (found, w, true)
         };
-        let Some(entry) = entry else { return Ok(Err(Missing::NotFound)) };
-        Ok(self.swing(key, entry, w, seen).await?.map(|_| Written))
+        let Some(entry) = entry else {
+            self.settle(Kind::Unpublished, 0);
+            return Ok(Err(Missing::NotFound));
+        };
+        let swung = self.swing(key, entry, w, seen).await;
+        if swung.is_err() {
+            self.settle(Kind::InDoubt, entry.word);
+        }
+        Ok(swung?.map(|_| Written))
     }
 
     /// The slot changed to a tombstone from the entry (two roundtrips with
@@ -220,8 +363,19 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
         let Some(mut entry) = self.find(key).await? else { return Ok(Err(Missing::NotFound)) };
         self.cache.remove(key);
         let mut wait = FIRST_WAIT_NS;
+        // The last object's commit goes with the first round (its outcome
+        // does not matter to the delete: recovery decides a last entry
+        // without a commit from the index).
+        let mut commit = self.log.pending.take();
         for tried in 0..DELETE_TRIES {
-            match Box::pin(self.seat.index.remove(&self.mem, key, Expect::Entry(entry))).await? {
+            let records = self.seat.index.records();
+            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let remove = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
+            let removed = match commit.take() {
+                Some((at, c)) => join2(Box::pin(async move { records.write(mem, at, &c).await }), remove).await.1,
+                None => remove.await,
+            };
+            match removed? {
                 Change::Done { .. } => return Ok(Ok(Written)),
                 Change::NotFound => return Ok(Err(Missing::NotFound)),
                 Change::Mismatch { current } => {
@@ -245,12 +399,47 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
         self.seat.keep(&self.mem).await?;
-        let (offset, w) = self.alloc(key, value).await?;
-        let bytes = object::encode(key, value);
+        let r = self.insert_object(key, value).await;
+        if r.is_err() {
+            self.settle(Kind::InDoubt, 0);
+        }
+        r
+    }
+
+    async fn keep(&mut self) -> Result<(), KvError> {
+        self.seat.keep(&self.mem).await
+    }
+
+    /// Writes the last object's commit, if decided and not yet written
+    /// (best effort: recovery decides an uncommitted last entry from the
+    /// index), and gives the id back.
+    async fn close(&mut self) -> Result<(), KvError> {
+        if let Some((at, c)) = self.log.pending.take() {
+            let _ = Box::pin(self.seat.index.records().write(&self.mem, at, &c)).await;
+        }
+        self.seat.close(&self.mem).await
+    }
+
+    fn paths(&self) -> Paths {
+        let mut p = self.paths;
+        p.index_views = self.seat.index.master_paths().views;
+        p
+    }
+}
+
+impl<M: Memory, C: Clock> FuseeClient<M, C> {
+    /// [`KvClient::insert`]'s work once checked: see there.
+    async fn insert_object(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
+        let cached = self.cache.get(key).map(|(_, e)| *e);
+        let (offset, w, mut anchor) = self.alloc(key, value).await?;
+        let bytes = self.encode(key, value, Op::Insert, cached.map_or(0, |e| e.word));
         let mut written = false;
-        if let Some((_, e)) = self.cache.get(key) {
-            let e = *e;
-            Box::pin(self.seat.index.records().write(&self.mem, offset, &bytes)).await?;
+        if let Some(e) = cached {
+            let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
+            let records = self.seat.index.records();
+            let lease = &mut self.seat.lease;
+            Box::pin(put(&records, &self.mem, lease, before, (offset, &bytes), anchor.as_ref())).await?;
+            self.wrote(offset, w, &bytes, anchor.take());
             written = true;
             if self.swing(key, e, w, false).await?.is_ok() {
                 return Ok(Written);
@@ -258,14 +447,19 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
         }
         for _ in 0..RETRIES {
             let records = self.seat.index.records();
-            let (mem, index) = (&self.mem, &mut self.seat.index);
-            let mut failed = None;
+            let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
+            let (mut failed, mut landed) = (None, false);
             let inserted = if written {
                 Box::pin(index.insert(mem, key, w)).await.map(Some)
             } else {
+                let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
                 let ready = async {
-                    match Box::pin(records.write(mem, offset, &bytes)).await {
-                        Ok(()) => true,
+                    let anchor = anchor.as_ref();
+                    match Box::pin(put(&records, mem, lease, before, (offset, &bytes), anchor)).await {
+                        Ok(()) => {
+                            landed = true;
+                            true
+                        }
                         Err(e) => {
                             failed = Some(e);
                             false
@@ -274,10 +468,15 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
                 };
                 Box::pin(index.insert_after(mem, key, w, ready)).await
             };
+            if landed {
+                // The object is on a majority: the log's last entry.
+                self.wrote(offset, w, &bytes, anchor.take());
+            }
             let entry = match inserted? {
-                None => return Err(failed.map_or(KvError::Unavailable, KvError::from)),
+                None => return Err(failed.unwrap_or(KvError::Unavailable)),
                 Some(Insert::New(e)) => {
                     self.cache.insert(key, e.location, e);
+                    self.settle(Kind::Published, 0);
                     return Ok(Written);
                 }
                 Some(Insert::Exists(e)) => e,
@@ -289,20 +488,6 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
             // Deleted meanwhile: insert it again.
         }
         Err(KvError::Contended)
-    }
-
-    async fn keep(&mut self) -> Result<(), KvError> {
-        self.seat.keep(&self.mem).await
-    }
-
-    async fn close(&mut self) -> Result<(), KvError> {
-        self.seat.close(&self.mem).await
-    }
-
-    fn paths(&self) -> Paths {
-        let mut p = self.paths;
-        p.index_views = self.seat.index.master_paths().views;
-        p
     }
 }
 

@@ -303,16 +303,37 @@ proptest! {
         flip in any::<prop::sample::Index>(),
         bit in 0u8..8,
         units in 1u64..1000,
+        prev in any::<u64>(),
+        base in any::<u64>(),
+        old in any::<u64>(),
     ) {
-        let b = object::encode(&key, &value);
+        let log = object::Log { op: object::Op::Update, prev, base };
+        let b = object::encode(&key, &value, log);
         prop_assert_eq!(b.len() as u64, object::alloc_len(key.len(), value.len()));
         prop_assert_eq!(b.len() as u64 % ALIGN, 0);
         let range = object::decode(&b, &key).unwrap();
         prop_assert_eq!(&b[range], &value[..]);
         let used = object::HEADER + key.len() + value.len();
+        let e = object::entry(&b).unwrap();
+        prop_assert_eq!((e.prev, e.base, e.commit, e.len), (prev, base, None, b.len() as u64));
+        // Every bit but the commit's is under the sum.
         let mut g = b.clone();
-        g[flip.index(used)] ^= 1 << bit;
+        let at = flip.index(used - 16);
+        let at = if at >= object::COMMIT { at + 16 } else { at };
+        g[at] ^= 1 << bit;
         prop_assert_eq!(object::decode(&g, &key), None);
+        prop_assert_eq!(object::entry(&g), None);
+        // A commit is read whole and only for its own object; readers
+        // ignore it, whatever it holds.
+        let mut c = b.clone();
+        c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum, object::Kind::Published, old));
+        prop_assert_eq!(object::entry(&c).unwrap().commit, Some((object::Kind::Published, old)));
+        prop_assert_eq!(object::decode(&c, &key), object::decode(&b, &key));
+        c[object::COMMIT + (bit as usize % 16)] ^= 1 << (flip.index(8) as u8);
+        prop_assert_eq!(object::entry(&c).unwrap().commit, None);
+        prop_assert_eq!(object::decode(&c, &key), object::decode(&b, &key));
+        c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum ^ 1, object::Kind::Published, old));
+        prop_assert_eq!(object::entry(&c).unwrap().commit, None);
         prop_assert_eq!(object::decode(&b[..used - 1], &key), None);
         let mut other = key.clone();
         other[0] ^= 1;
@@ -329,8 +350,211 @@ proptest! {
         if let Some(r) = object::decode(&b, b"k") {
             prop_assert!(r.end <= b.len());
         }
+        if let Some(e) = object::entry(&b) {
+            prop_assert!(e.key.end <= b.len() && e.len >= e.key.end as u64);
+        }
         if let Some((off, len)) = object::place(loc) {
             prop_assert!(len > 0 && off % ALIGN == 0);
         }
     }
+}
+
+/// What one crash-recovery run saw: the recovering clients' reports, the
+/// value the key ends with, and the history's verdict.
+struct Recovered {
+    first: Option<super::Recovery>,
+    second: Option<super::Recovery>,
+    last: Option<u64>,
+}
+
+type Hist = swarm_lincheck::History<swarm_lincheck::KvOp, swarm_lincheck::KvRet>;
+
+/// Runs `op` as client `id`'s, recorded in `hist` (left pending if the
+/// client crashes in it).
+async fn logged<K: KvClient>(
+    c: &mut K,
+    mem: &SimMemory,
+    hist: &RefCell<Hist>,
+    id: u32,
+    op: swarm_lincheck::KvOp,
+) -> Option<u64> {
+    use swarm_lincheck::{KvOp, KvRet};
+    let invoked = hist.borrow_mut().invoke(id, mem.now(), op);
+    let ret = match op {
+        KvOp::Update(_, v) => c.update(b"k", &value_of(v)).await.unwrap().map_or(KvRet::NotFound, |_| KvRet::Ok),
+        KvOp::Insert(_, v) => c.insert(b"k", &value_of(v)).await.map(|_| KvRet::Ok).unwrap(),
+        _ => match c.get(b"k").await.unwrap() {
+            Got::Found(v) => KvRet::Found(crate::check::id_of(&v)),
+            _ => KvRet::NotFound,
+        },
+    };
+    hist.borrow_mut().respond(invoked, mem.now(), ret);
+    match ret {
+        KvRet::Found(v) => Some(v),
+        _ => None,
+    }
+}
+
+fn value_of(id: u64) -> Vec<u8> {
+    crate::check::value((id >> 32) as u8, id & 0xffff_ffff, 40)
+}
+
+/// Client A (leased id 1) inserts `k` and caches it, then starts an update
+/// at `T0` and crashes `crash_at` ns into it. If `moved_on`, client C then
+/// reads `k`, updates it and reads it again. After A's lease, client R
+/// claims id 1 and recovers A's log; it crashes `r_crash` ns into its open
+/// (if given), and R2 recovers again. A fresh client reads `k` last. Every
+/// operation goes into one history, A's update pending, which must be
+/// linearizable.
+fn crash_and_recover(crash_at: u64, moved_on: bool, r_crash: Option<u64>) -> Recovered {
+    use swarm_lincheck::KvOp;
+    const T0: u64 = 1_000_000;
+    let mut cfg = config(4);
+    cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+    let mut sim = setup(&mut cfg, 3);
+    let lease_wait = cfg.lease_ms as u64 * 1_000_000 + 3 * crate::substrate::clock::MAX_SKEW_NS + 1_000_000;
+    let hist: Rc<RefCell<Hist>> = Rc::new(RefCell::new(swarm_lincheck::History::new()));
+    let (v1, v2, v3) = (1u64 << 32 | 1, 1u64 << 32 | 2, 3u64 << 32 | 1);
+    // A.
+    let ma = sim.client();
+    let start = sim.now();
+    {
+        let (m, cfg, hist) = (ma.clone(), cfg.clone(), hist.clone());
+        sim.spawn(&ma, async move {
+            let mut a = claim(&m, &cfg, 1).await;
+            logged(&mut a, &m, &hist, 1, KvOp::Insert(0, v1)).await;
+            logged(&mut a, &m, &hist, 1, KvOp::Get(0)).await;
+            m.sleep((start + T0).saturating_sub(m.now())).await;
+            logged(&mut a, &m, &hist, 1, KvOp::Update(0, v2)).await;
+            // Crashed at the latest here: its update answered, unrecorded
+            // in its log's commit.
+            m.sleep(1_000_000_000).await;
+        });
+    }
+    sim.crash_client_at(&ma, start + T0 + crash_at);
+    // C.
+    if moved_on {
+        let mc = sim.client();
+        let (m, cfg, hist) = (mc.clone(), cfg.clone(), hist.clone());
+        sim.spawn(&mc, async move {
+            m.sleep((start + T0 + 50_000).saturating_sub(m.now())).await;
+            let mut c = client(m.clone(), &m, &cfg, 3).await;
+            logged(&mut c, &m, &hist, 3, KvOp::Get(0)).await;
+            logged(&mut c, &m, &hist, 3, KvOp::Update(0, v3)).await;
+            logged(&mut c, &m, &hist, 3, KvOp::Get(0)).await;
+        });
+    }
+    // R, maybe crashed in its open.
+    let first: Rc<RefCell<Option<super::Recovery>>> = Rc::default();
+    let tr = start + T0 + lease_wait;
+    let mr = sim.client();
+    {
+        let (m, cfg, out) = (mr.clone(), cfg.clone(), first.clone());
+        sim.spawn(&mr, async move {
+            m.sleep(tr.saturating_sub(m.now())).await;
+            *out.borrow_mut() = claim(&m, &cfg, 1).await.recovery();
+        });
+    }
+    if let Some(at) = r_crash {
+        sim.crash_client_at(&mr, tr + at);
+    }
+    sim.run().unwrap();
+    let (h, cfg2, m) = (hist.clone(), cfg.clone(), sim.client());
+    let (second, last) = sim
+        .block_on(async move {
+            let second = if r_crash.is_some() {
+                m.sleep(lease_wait).await;
+                let r2 = claim(&m, &cfg2, 1).await;
+                r2.recovery()
+            } else {
+                None
+            };
+            let mut z = client(m.clone(), &m, &cfg2, 4).await;
+            let last = logged(&mut z, &m, &h, 4, KvOp::Get(0)).await;
+            (second, last)
+        })
+        .unwrap();
+    let verdict = swarm_lincheck::check(&swarm_lincheck::Kv::lazy_unmap(), hist.borrow().operations());
+    assert!(
+        verdict.is_linearizable(),
+        "crash {crash_at} ns into A's update, moved on {moved_on}, R crashed {r_crash:?}: not linearizable: \
+         {verdict}\n{:?}",
+        hist.borrow().operations()
+    );
+    let first = *first.borrow();
+    Recovered { first, second, last }
+}
+
+/// A client of `cfg` that claims id `id` (and recovers its previous
+/// holder's log if it crashed).
+async fn claim(m: &SimMemory, cfg: &StoreConfig, id: u8) -> FuseeClient<SimMemory, SimClock> {
+    let clk = clock(m, 0);
+    let held = crate::systems::claim(m, cfg, &clk, crate::substrate::lease::Want::Id(id), 7).await.unwrap();
+    *Fusee::connect(m.clone(), cfg, Who::Lease(held), clk).await.unwrap()
+}
+
+/// Client-crash recovery (FUSEE §5.3), with A crashed at every point of an
+/// update from its cached entry (every 400 ns from its start to past its
+/// end: its object write, SNAPSHOT's backup and primary phases, and after
+/// it answered): the next holder of A's id walks A's log and finishes the
+/// update when A's object is in it and the key did not move on (the key
+/// then holds A's value), and drops it when another client moved the key
+/// on meanwhile (never redoes it then: the mutant `fusee-redo-moved-on`
+/// fails here, "not linearizable"); every history, A's update pending,
+/// is linearizable. Prints what recovery took, in simulated time (2 µs
+/// roundtrips).
+#[test]
+fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
+    use super::Outcome;
+    let (v1, v2) = (1u64 << 32 | 1, 1u64 << 32 | 2);
+    let mut seen = std::collections::BTreeMap::new();
+    let mut moved_on = Vec::new();
+    for step in 0..25u64 {
+        let d = step * 400;
+        let alone = crash_and_recover(d, false, None);
+        let rec = alone.first.expect("the next holder recovered the log");
+        *seen.entry(std::format!("{:?}", rec.outcome)).or_insert(0) += 1;
+        if rec.found == 2 {
+            assert!(matches!(rec.outcome, Outcome::Done | Outcome::Redone), "crash at {d}: {rec:?}");
+            assert_eq!(alone.last, Some(v2), "crash at {d}: {rec:?}");
+        } else {
+            assert_eq!(alone.last, Some(v1), "crash at {d}: {rec:?}");
+        }
+        assert!(rec.reclaimed > 0, "crash at {d}: {rec:?}");
+        if rec.outcome == Outcome::Redone {
+            std::println!(
+                "crash at {d} ns: log walk {} ns ({} entries of {} found), redo {} ns ({} roundtrips of 2 µs)",
+                rec.walk_ns,
+                rec.walked,
+                rec.found,
+                rec.redo_ns,
+                rec.redo_ns / 2_000
+            );
+        }
+        let moved = crash_and_recover(d, true, None);
+        moved_on.push((d, moved.first.expect("the next holder recovered the log")));
+    }
+    std::println!("outcomes of the crashed update: {seen:?}");
+    // (After the histories: a redo once the key moved on is not always
+    // visible in one, but it is in those where the update took effect.)
+    for (d, rec) in moved_on {
+        assert_ne!(rec.outcome, Outcome::Redone, "crash at {d}, key moved on: {rec:?}");
+    }
+    assert!(seen.get("Redone").is_some_and(|&n| n > 0) && seen.get("Done").is_some_and(|&n| n > 0), "{seen:?}");
+}
+
+/// Recovery is idempotent: the recovering client crashes at every point
+/// of its open (every 2 µs), and the next one recovers again; the update
+/// takes effect once (the key holds A's value), the history linearizable.
+#[test]
+fn a_recovery_that_crashes_is_recovered_again() {
+    let v2 = 1u64 << 32 | 2;
+    let mut both = 0;
+    for step in 0..16u64 {
+        let r = crash_and_recover(3_000, false, Some(step * 2_000));
+        let second = r.second.expect("the third holder recovered the log");
+        assert_eq!(r.last, Some(v2), "recovery crashed at {} µs: {:?} then {second:?}", step * 2, r.first);
+        both += r.first.is_none() as u32;
+    }
+    assert!(both > 0, "no recovery crashed before it ended");
 }
