@@ -32,6 +32,8 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use swarm_backend_shm::{ShmBuf, ShmCluster, ShmMemory};
@@ -40,6 +42,9 @@ use swarm_core::kv::{AnyClient, Got, KvClient, KvError, Missing, NodeShape, Stor
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::{Held, LeaseError, Want};
+use swarm_core::substrate::msg::MsgError;
+use swarm_core::substrate::msg::rpc::{Channel, Status, method};
+use swarm_core::substrate::msg::server::{Bare, Service};
 use swarm_core::substrate::space::region::{Region, RegionError};
 use swarm_core::substrate::value::Value;
 use swarm_core::swarm::writerlog::{LogError, Logs};
@@ -214,6 +219,25 @@ fn read_config(mem: &ShmMemory, dir: &Path) -> Result<(StoreConfig, u64), String
     }
 }
 
+/// Waits (up to 2 s) while the server beside `node` serves bare: one
+/// started before the store was set up takes the store's role within
+/// 200 ms of `swarm kv init` (`swarm serve`). Any other answer, or none,
+/// is left to the client's own calls to report. It asks on channel 0, the
+/// setup channel, which no client id uses.
+fn wait_for_role(mem: &ShmMemory, node: NodeId) {
+    let clock = SystemClock::starting_now();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let Ok(mut ch) = block_on(Channel::connect(mem, node, 0)) else { return };
+        match block_on(ch.call(mem, &clock, 100_000_000, method::SERVICE, &[])) {
+            Ok(r) if r.status == Status::Ok && *r.body == *Bare.name().as_bytes() => {}
+            Err(MsgError::NoServer { .. } | MsgError::Superseded) => {}
+            _ => return,
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// `swarm kv`.
 pub fn run(a: &KvArgs) -> Result<(), String> {
     let cluster = open_cluster(&a.dir)?;
@@ -222,6 +246,9 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
         return init(&mem, &a.dir, i);
     }
     let (cfg, epoch_us) = read_config(&mem, &a.dir)?;
+    if let Some(node) = cfg.system.server() {
+        wait_for_role(&mem, node);
+    }
     if let KvCommand::Info = a.command {
         let options: Vec<String> =
             cfg.system.options().iter().map(|c| format!("{}={}", c.name, cfg.option(c.name).unwrap_or("?"))).collect();

@@ -214,7 +214,9 @@ fn a_full_store_stays_readable_by_a_new_client() {
             }
             // (Where the index's slots ran out, another key's may not have.)
             let inserted = b.insert(b"another", b"v").await;
-            let may_fit = up_front(system) && a_full == KvError::Full;
+            // (Clover recycles the versions the filler's updates retired:
+            // a freed group and a head cell may take the new key.)
+            let may_fit = (up_front(system) && a_full == KvError::Full) || system.name() == "clover";
             assert!(inserted.as_ref().map_or_else(full, |_| may_fit), "{system}: {inserted:?}");
             // An update out of place takes new memory (a log entry on a
             // majority of the key's nodes, some of which may have room

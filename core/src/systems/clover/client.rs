@@ -125,7 +125,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// Connects a client to the metadata server (waiting for it to start),
     /// and fetches its first batch of free buffers.
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
-        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS, super::ms::NAME).await?;
+        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS).await?;
         let nodes = mem.node_count();
         let batch = super::pool(cfg);
         let mut c = CloverClient {

@@ -341,22 +341,30 @@ impl MetadataServer {
         self.cool(mem);
         let g = self.group(mem, node_of(key, 0, nodes)).await?;
         let bytes = buffer::encode(key, value, key_hash(key), g.primary.gc);
+        // The key's head cell, written beside the first version (the same
+        // roundtrip) and before the index maps the key to it.
+        let cell = match self.slab.alloc(mem, self.shape.node, 8).await {
+            Ok(cell) => cell,
+            Err(e) => {
+                self.release(mem, g.primary);
+                return Err(KvError::from(e));
+            }
+        };
         let counted = Counted::new(mem);
         let backups = &g.backups;
-        let (p, (reached, _)) = join2(
-            counted.write(g.primary.at, &bytes),
+        let ((p, c), (reached, _)) = join2(
+            join2(counted.write(g.primary.at, &bytes), counted.write(cell, &g.primary.location().to_le_bytes())),
             to_all(backups.len(), majority(r) - 1, |i| counted.write(backups[i], &bytes)),
         )
         .await;
-        if p.is_err() || !reached {
-            // Never linked: it may be handed out again.
+        if p.is_err() || c.is_err() || !reached {
+            // Never linked: both may be handed out again.
             self.release(mem, g.primary);
+            self.slab.free(cell, 8);
             p?;
+            c.map_err(KvError::Down)?;
             return Err(KvError::Unavailable);
         }
-        // The key's head cell, written before the index maps the key to it.
-        let cell = self.slab.alloc(mem, self.shape.node, 8).await.map_err(KvError::from)?;
-        counted.write(cell, &g.primary.location().to_le_bytes()).await.map_err(KvError::Down)?;
         let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
         let head = match self.index.insert(mem, key, location_of(cell)).await? {
             Insert::New(_) => g.primary,

@@ -34,7 +34,7 @@ use crate::kv::{Got, Handle, KvClient, KvError, Limits, Missing, StoreConfig, Wh
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::Held;
 use crate::substrate::msg::MsgError;
-use crate::substrate::msg::rpc::{Channel, Status, method};
+use crate::substrate::msg::rpc::{Channel, Status};
 use crate::substrate::value::Value;
 use crate::{MemError, MemErrorKind, Memory, NodeId};
 
@@ -63,11 +63,6 @@ pub fn call_timeout_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
 }
 /// How long connecting waits for the coordinator to start.
 pub const CONNECT_TIMEOUT_NS: u64 = 2_000_000_000;
-
-/// How long a client waits for the server to say which role it serves
-/// before it connects again: a server that stops (a bare one taking the
-/// store's role) may leave the question unanswered.
-const PROBE_TIMEOUT_NS: u64 = 100_000_000;
 
 /// The rare paths a client took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,9 +107,8 @@ pub fn call_error(e: MsgError, server: NodeId) -> KvError {
 /// What a client of a store with a server (pDPM-Central's coordinator,
 /// Clover's metadata server) does first: checks its id, checks that the
 /// store is there, and connects its channel (its id's) to the server
-/// beside `server`, waiting (up to [`CONNECT_TIMEOUT_NS`]) for it to start
-/// and to serve `service` (a bare server started before the store was set
-/// up takes the store's role in a moment). Its id, its lease (if it has one) and the
+/// beside `server`, waiting for it to start (up to
+/// [`CONNECT_TIMEOUT_NS`]). Its id, its lease (if it has one) and the
 /// channel; a leased id is given back if this fails.
 pub async fn open_channel<M: Memory, C: Clock>(
     mem: &M,
@@ -122,7 +116,6 @@ pub async fn open_channel<M: Memory, C: Clock>(
     who: Who,
     clock: &C,
     server: NodeId,
-    service: &str,
 ) -> Result<(u8, Option<Held>, Channel), KvError> {
     let id = check_id(&who, cfg)?;
     let lease = match who {
@@ -135,32 +128,25 @@ pub async fn open_channel<M: Memory, C: Clock>(
     }
     let start = clock.now();
     let limit = CONNECT_TIMEOUT_NS / clock.tick_ns().max(1);
-    let mut last = MsgError::TimedOut;
-    while clock.now().wrapping_sub(start) <= limit {
-        // Anything but a configuration that cannot work may pass while a
-        // server starts, stops or changes role: try again until the limit.
+    loop {
         match Channel::connect(mem, server, id as u16).await {
-            Ok(mut c) => match c.call(mem, clock, PROBE_TIMEOUT_NS, method::SERVICE, &[]).await {
-                Ok(r) if r.status == Status::Ok && r.body.as_ref() == service.as_bytes() => return Ok((id, lease, c)),
-                Ok(_) => last = MsgError::Refused(Status::NoSuchMethod),
-                Err(e) => last = e,
-            },
-            Err(e) => last = e,
+            Ok(c) => return Ok((id, lease, c)),
+            Err(MsgError::NoServer { .. }) if clock.now().wrapping_sub(start) <= limit => {
+                crate::substrate::exec::yield_now().await
+            }
+            Err(e) => {
+                let _ = give_back(lease, mem).await;
+                return Err(call_error(e, server));
+            }
         }
-        if matches!(last, MsgError::BadConfig(_) | MsgError::TooLarge { .. }) {
-            break;
-        }
-        crate::substrate::exec::yield_now().await
     }
-    let _ = give_back(lease, mem).await;
-    Err(call_error(last, server))
 }
 
 impl<M: Memory, C: Clock> CentralClient<M, C> {
     /// Connects a client to the coordinator, waiting for it to start (up
     /// to [`CONNECT_TIMEOUT_NS`]).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
-        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, COORDINATOR, super::coordinator::NAME).await?;
+        let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, COORDINATOR).await?;
         let call_timeout_ns = call_timeout_ns(&mem, super::geometry(cfg).channels);
         Ok(CentralClient {
             mem,
