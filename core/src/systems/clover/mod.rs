@@ -305,7 +305,9 @@ impl KvSystem for Clover {
         let copies = (cfg.keys + writes.min(RECYCLING)) * cfg.replicas as u64;
         let values = copies.div_ceil(nodes.max(1) as u64) * buffer;
         let pools = (cfg.writers as u64 + 1) * (pool(cfg) * nodes.max(1)) as u64 * buffer;
-        let slack = 4 * StoreConfig::CHUNK;
+        // The chunks of the MS's size classes on node 0 ([`Clover::node_chunks`]),
+        // partly used, and as much again.
+        let slack = 2 * 4 * StoreConfig::CHUNK;
         let cells = cfg.keys * object(8);
         let total = values + pools + cells + cfg.index_bytes() + geometry(cfg).bytes() + slack;
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)
