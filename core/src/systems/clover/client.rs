@@ -452,32 +452,31 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             // The read time-out (pDPM §5.2): a READ that took longer may
             // have met a buffer freed and handed out again meanwhile.
             let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
-            let got = match b {
-                Some(b) if !late => b,
+            let read = match b {
+                Some(b) if !late => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
+                    // Mutant `clover-no-gcver`: the reader takes whatever
+                    // incarnation of the buffer it finds.
+                    Some(v) if v.gc == at.gc || cfg!(swarm_mutant = "clover-no-gcver") => Some((b, v)),
+                    // A recycled buffer (another GC version, or another
+                    // key's bytes: its sum fails), a READ torn between two
+                    // of its incarnations, or garbage.
+                    _ => {
+                        self.paths.stale_gc += 1;
+                        None
+                    }
+                },
                 _ => {
                     self.paths.gc_timeouts += 1;
-                    match self.restart(key, &mut restarts).await? {
-                        Some((c, _, s)) => (at, since) = (c, s),
-                        None => return Ok(Got::NotFound),
-                    }
-                    continue;
+                    None
                 }
             };
-            let v = match buffer::decode(&got, key, tag, nodes, self.limits.max_value) {
-                // Mutant `clover-no-gcver`: the reader takes whatever
-                // incarnation of the buffer it finds.
-                Some(v) if v.gc == at.gc || cfg!(swarm_mutant = "clover-no-gcver") => v,
-                // A recycled buffer (another GC version, or another key's
-                // bytes: its sum fails), a READ torn between two of its
-                // incarnations, or garbage: start again from the head.
-                _ => {
-                    self.paths.stale_gc += 1;
-                    match self.restart(key, &mut restarts).await? {
-                        Some((c, _, s)) => (at, since) = (c, s),
-                        None => return Ok(Got::NotFound),
-                    }
-                    continue;
+            // Either way: start again from the head.
+            let Some((got, v)) = read else {
+                match self.restart(key, &mut restarts).await? {
+                    Some((c, _, s)) => (at, since) = (c, s),
+                    None => return Ok(Got::NotFound),
                 }
+                continue;
             };
             match v.next {
                 Next::Tail(_) => {
