@@ -54,12 +54,16 @@ const REQUEST_OPS: u64 = 8;
 /// How long a call waits for the coordinator on `mem`: its longest request
 /// behind one of every other client's (`channels`), twice over, where the
 /// memory states its time-out ([`Memory::timeout_ns`], the simulator's
-/// tens of µs); else, or if longer, [`CALL_TIMEOUT_NS`]. A call to a
+/// tens of µs); else, or if longer, [`CALL_TIMEOUT_NS`], but never less
+/// than the server's own wait for a data node that hangs (its memory's
+/// time-out, twice, and a little): so that the server answers which node
+/// failed, rather than the client blaming the server's node. A call to a
 /// coordinator that died fails after this long, and the next one reaches
 /// its successor.
 pub fn call_timeout_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
-    mem.timeout_ns()
-        .map_or(CALL_TIMEOUT_NS, |t| t.saturating_mul(REQUEST_OPS * 2 * (channels as u64 + 1)).min(CALL_TIMEOUT_NS))
+    mem.timeout_ns().map_or(CALL_TIMEOUT_NS, |t| {
+        t.saturating_mul(REQUEST_OPS * 2 * (channels as u64 + 1)).min(CALL_TIMEOUT_NS.max(t.saturating_mul(3)))
+    })
 }
 /// How long connecting waits for the coordinator to start.
 pub const CONNECT_TIMEOUT_NS: u64 = 2_000_000_000;
