@@ -25,6 +25,7 @@ MUTANTS=(
   "same-tombstone||not linearizable|cargo test -p swarm-core --release --lib index::snapshot::tests::concurrent_mixed"
   "any-empty-slot||not the first free slot|cargo test -p swarm-core --release --lib index::probe"
   "help-own-value|--cfg loom|every replica ends with the winner|cargo test -p swarm-loom-tests --release --test snapshot"
+  "rejoin-word-only||Corrupt { node|cargo test -p swarm-core --release --lib index::snapshot::tests::a_healed_node"
   "no-fence||index::snapshot::tests::Snap|cargo test -p swarm-core --release --lib index::snapshot::tests::campaigns_with_a_crashed_node"
   "central-no-rdlock||read a reused copy|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_slow_reader"
   "clover-stale-cursor||the tail, not the cursor's version|cargo test -p swarm-core --release --lib systems::clover::tests::a_cursor_behind"

@@ -120,3 +120,36 @@ fn a_fault_set_by_one_process_is_seen_by_the_others() {
     let e = fails(&["memnode", "fault", "--dir", d, "--node", "1", "explode"], 2);
     assert!(e.contains("invalid value 'explode'"), "{e}");
 }
+
+/// The user's sequence on a store over the replicated index: a node fails
+/// (the index leaves it out), comes back (a later command brings it back),
+/// then another fails. Every command answers right throughout: the node
+/// that came back is a full member of the index again, so the store
+/// survives the second failure (before, it answered "too few memory nodes
+/// answered"). Each view change pauses one command for a few seconds.
+#[test]
+fn a_healed_node_rejoins_and_the_store_survives_the_next_failure() {
+    let (dir, _) = ShmDir::named("rejoin");
+    let d = dir.arg();
+    ok(&["memnode", "create", "--dir", d, "--nodes", "3", "--size", "32M"]);
+    ok(&["kv", "--dir", d, "init", "--system", "swarm-kv", "--keys", "1000"]);
+    let put = |k: &str, v: &str| assert_eq!(ok(&["kv", "--dir", d, "put", k, v]), "OK\n");
+    let get = |k: &str| ok(&["kv", "--dir", d, "get", k]).trim_end().to_string();
+    for i in 0..5 {
+        put(&format!("k{i}"), &format!("v{i}"));
+    }
+    ok(&["memnode", "fault", "--dir", d, "--node", "1", "fail"]);
+    assert_eq!(get("k0"), "v0");
+    put("k5", "while node 1 is out");
+    ok(&["memnode", "fault", "--dir", d, "--node", "1", "heal"]);
+    assert_eq!(get("k5"), "while node 1 is out");
+    put("k6", "after node 1 came back");
+    ok(&["memnode", "fault", "--dir", d, "--node", "2", "fail"]);
+    for i in 0..5 {
+        assert_eq!(get(&format!("k{i}")), format!("v{i}"));
+    }
+    assert_eq!(get("k5"), "while node 1 is out");
+    assert_eq!(get("k6"), "after node 1 came back");
+    put("k7", "with node 2 out");
+    assert_eq!(get("k7"), "with node 2 out");
+}

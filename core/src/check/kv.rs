@@ -72,13 +72,18 @@ pub struct KvCampaign {
     /// Whether the system's server, if it has one ([`KvSystem::SERVER`]),
     /// crashes among the operations, and a standby takes over.
     pub server_crash: bool,
+    /// Whether the crashed nodes come back with their memory soon after
+    /// (systems on the replicated index only: it brings them back; the
+    /// others' declared model assumes a crashed primary stays down).
+    pub heal: bool,
 }
 
 impl KvCampaign {
     /// The run for `seed`: 2 to 5 clients on 1 to 3 keys, 12 operations
     /// each, clocks skewed by up to 0, 2 or 30 µs (roundtrips are 1-3 µs),
     /// and in four runs out of five a crashed minority of nodes, a client
-    /// crashing mid-operation and a slow node.
+    /// crashing mid-operation and a slow node; in one run out of three the
+    /// crashed nodes come back (systems on the replicated index).
     pub fn for_seed(system: System, replicas: usize, seed: u64) -> KvCampaign {
         KvCampaign {
             system,
@@ -90,6 +95,7 @@ impl KvCampaign {
             faults: !seed.is_multiple_of(5),
             leases: seed % 4 >= 2,
             server_crash: !seed.is_multiple_of(5) && !seed.is_multiple_of(3),
+            heal: seed % 3 == 1,
         }
     }
 
@@ -446,6 +452,11 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                 let at = start + crash_from + sim.random(0, 60_000);
                 sim.crash_node_at(node, at, mode);
                 excuses.crashed.borrow_mut().push(node);
+                if c.heal && c.system.replicated_index() {
+                    // No draw of the run's randomness: the other faults
+                    // stay those of the same seed without it.
+                    sim.heal_node_at(node, at + 20_000 + at % 400_000);
+                }
             }
             let victim = sim.random(0, clients.len() as u64 - 1) as usize;
             let at = start + sim.random(0, 60_000);

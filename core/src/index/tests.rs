@@ -537,6 +537,10 @@ pub(super) struct Campaign {
     pub(super) stalls: bool,
     /// A crash of one random node (a replicated index must survive it).
     pub(super) crash_node: Option<crate::sim::CrashMode>,
+    /// The crashed node comes back with its memory, while the view change
+    /// that leaves it out is under way or soon after (a replicated index
+    /// brings it back).
+    pub(super) heal: bool,
 }
 
 pub(super) struct Outcome {
@@ -622,6 +626,10 @@ fn campaign<U: Under>(seed: u64, c: &Campaign) -> Outcome {
         let (node, at) = (sim.random(0, U::NODES as u64 - 1), sim.random(0, 30_000));
         let now = sim.now();
         sim.crash_node_at(node as usize, now + at, mode);
+        if c.heal {
+            let back = sim.random(5_000, 2_000_000);
+            sim.heal_node_at(node as usize, now + at + back);
+        }
     }
     if c.stalls {
         // One after another, so that no operation waits longer than one.
@@ -695,6 +703,7 @@ pub(super) const INSERTS: Campaign = Campaign {
     crash_one: false,
     stalls: false,
     crash_node: None,
+    heal: false,
 };
 pub(super) const MIXED: Campaign = Campaign {
     clients: 4,
@@ -704,6 +713,7 @@ pub(super) const MIXED: Campaign = Campaign {
     crash_one: false,
     stalls: false,
     crash_node: None,
+    heal: false,
 };
 
 /// Concurrent inserts of overlapping key sets (all clients start with the

@@ -212,6 +212,13 @@ impl Sim {
         self.world.borrow_mut().schedule(at, Event::CrashNode { node, mode });
     }
 
+    /// Brings a crashed `node` back at virtual time `at`, with the memory
+    /// it had (a node that restarts over persistent memory, or a healed
+    /// partition): what reached it while it was down stays lost.
+    pub fn heal_node_at(&mut self, node: usize, at: u64) {
+        self.world.borrow_mut().schedule(at, Event::HealNode { node });
+    }
+
     /// Makes `node`'s latency `factor` times longer from `at` on.
     pub fn slow_node_at(&mut self, node: usize, at: u64, factor: u64) {
         self.world.borrow_mut().schedule(at, Event::SlowNode { node, factor });

@@ -91,6 +91,7 @@ pub(crate) enum Event {
     Timer { slot: Rc<RefCell<Slot<()>>> },
     Alarm { client: u32, waker: Waker },
     CrashNode { node: usize, mode: CrashMode },
+    HealNode { node: usize },
     SlowNode { node: usize, factor: u64 },
     StallNode { node: usize, until: u64 },
     CrashClient { client: u32 },
@@ -323,6 +324,7 @@ impl World {
                 waker.wake();
             }
             Event::CrashNode { node, mode } => self.nodes[node].down = Some(mode),
+            Event::HealNode { node } => self.nodes[node].down = None,
             Event::SlowNode { node, factor } => self.nodes[node].slow = factor.max(1),
             Event::StallNode { node, until } => {
                 let n = &mut self.nodes[node];

@@ -96,6 +96,9 @@ paths! {
     /// View changes of the store's replicated index that this client led
     /// (a replica of the index failed under it).
     index_views,
+    /// Replicas of the store's index that this client brought back as
+    /// master (they came back with their memory after a failure).
+    index_rejoins,
     /// pDPM-Direct: locks taken over from a holder whose lease had expired
     /// (a client that died holding it).
     lock_takeovers,

@@ -333,6 +333,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("inserts waiting for a late node", p.patient_inserts, per(5)),
             ("replicas restored", p.restored_replicas, per(5)),
             ("index view changes", p.index_views, per(100)),
+            ("index replicas brought back", p.index_rejoins, per(100)),
         ],
         "dm-abd" => &[
             ("out-of-place reads", p.out_of_place_reads, per(1_000)),
@@ -341,6 +342,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("inserts waiting for a late node", p.patient_inserts, per(5)),
             ("replicas restored", p.restored_replicas, per(5)),
             ("index view changes", p.index_views, per(100)),
+            ("index replicas brought back", p.index_rejoins, per(100)),
         ],
         // A client crashing while it holds a key's lock, and the lock
         // taken over after its lease by a later operation (or the final
@@ -377,6 +379,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("changes from a stale entry tried again", p.lost_changes, per(1_000)),
             ("losing updates returned overwritten", p.overwritten, per(500)),
             ("index view changes", p.index_views, per(300)),
+            ("index replicas brought back", p.index_rejoins, per(100)),
         ],
         _ => &[],
     };

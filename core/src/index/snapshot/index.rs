@@ -47,7 +47,10 @@
 //! fenced by the lease on its view ([`super::view`]), so nothing it posts
 //! under an old view lands after the master repaired the slots. The index
 //! serves while a majority of its replicas is up; the campaigns crash any
-//! one node, node 0 included, while clients run (and crash).
+//! one node, node 0 included, while clients run (and crash). A node that
+//! comes back with its memory is brought back by the first client whose
+//! lease renewal hears from it ([`super::master`]), so a store survives one
+//! failure after another as long as they do not overlap.
 //!
 //! # Not done yet
 //!
@@ -55,7 +58,10 @@
 //!   it could ride the operation's first roundtrip (design F9).
 //! - Two clients that split the view words between their claims wait for
 //!   each other's claim to run out (`Lm + D`) before one supersedes it.
-//! - Excluded replicas never come back.
+//! - Bringing a replica back pauses the index for a fence, as leaving it
+//!   out does; the joiner's records beside the index are not copied to it
+//!   (a reader that tries the joiner first for an older record takes one
+//!   more roundtrip).
 //! - [`Index::remove_background`] does nothing (F8: one CAS on the primary
 //!   alone would make it newer than its backups); the stores tolerate
 //!   mappings left to deleted keys.
@@ -135,8 +141,14 @@ pub struct SnapshotIndex {
     /// The lease on the view this client works in (a cell: the writes'
     /// fences renew it).
     lease: Cell<ViewLease>,
-    /// This client's name as a master.
-    nonce: u16,
+    /// This client's name as a master (its id: ids are below 256).
+    nonce: u8,
+    /// Replicas whose header this client found wrong (their memory was
+    /// lost or reused): never brought back by it.
+    refused: u8,
+    /// When this client may next try to bring replicas back (after a try
+    /// that failed), ns on its clock.
+    next_join_ns: u64,
     paths: SlotPaths,
     master: MasterPaths,
 }
@@ -231,7 +243,8 @@ impl SnapshotIndex {
         let geo = header.logical();
         let lease = Cell::new(ViewLease::new(header.timing));
         let (paths, master) = (SlotPaths::default(), MasterPaths::default());
-        Ok(SnapshotIndex { header, geo, arena, lease, nonce: nonce as u16, paths, master })
+        let nonce = nonce as u8;
+        Ok(SnapshotIndex { header, geo, arena, lease, nonce, refused: 0, next_join_ns: 0, paths, master })
     }
 
     /// Opens the index replicated on `nodes`, creating it with `cfg` if
@@ -320,30 +333,67 @@ impl SnapshotIndex {
         self.header.replicas.iter().position(|r| r.node == e.node).map_or(0, |i| 1 << i)
     }
 
-    /// Brings the index to a Stable view without `suspects` and leases it
+    /// Brings the index to a Stable view without `suspects` (failed in view
+    /// `seen`) and with `joiners`, and leases it
     /// ([`super::master::settle`]).
-    async fn settle<M: Memory>(&mut self, mem: &M, suspects: u8) -> Result<View, IndexError> {
+    async fn settle<M: Memory>(&mut self, mem: &M, suspects: u8, seen: u32, joiners: u8) -> Result<View, IndexError> {
         let mut lease = self.lease.get();
-        let r = master::settle(mem, &self.header, &mut lease, suspects, self.nonce, &mut self.master).await;
+        let change = master::Change { suspects, seen, joiners };
+        let r = master::settle(mem, &self.header, &mut lease, change, self.nonce, &mut self.master).await;
         self.lease.set(lease);
         r
     }
 
     /// A lease that covers the operation about to be posted: the current
-    /// one, renewed (one roundtrip every `L`), or a new view's.
+    /// one, renewed (one roundtrip every `L`), or a new view's. A renewal
+    /// that heard from replicas the view excludes brings them back first
+    /// ([`Self::rejoin`]).
     async fn ensure<M: Memory>(&mut self, mem: &M) -> Result<(), IndexError> {
         let now = now_ns(mem);
         let mut lease = self.lease.get();
         if lease.covers(now) {
-            return Ok(());
+            return self.rejoin(mem).await;
         }
         let renewed = lease.renew(mem, &self.header, now).await;
         self.lease.set(lease);
         match renewed {
-            Ok(_) => Ok(()),
+            Ok(_) => self.rejoin(mem).await,
             Err(ViewError::Corrupt { node }) => Err(IndexError::Corrupt { node, what: "bad view word" }),
-            Err(_) => self.settle(mem, 0).await.map(drop),
+            Err(_) => self.settle(mem, 0, 0, 0).await.map(drop),
         }
+    }
+
+    /// Brings back the replicas that the view excludes and that answered
+    /// this client's last renewal, if their header is still this index's
+    /// (one roundtrip) and this client has not just failed to: a view
+    /// change whose master catches their slots up ([`super::master`]).
+    async fn rejoin<M: Memory>(&mut self, mem: &M) -> Result<(), IndexError> {
+        let back = self.lease.get().back() & !self.refused;
+        if back == 0 || now_ns(mem) < self.next_join_ns {
+            return Ok(());
+        }
+        let mut joiners = 0;
+        for (i, r) in self.header.replicas.iter().enumerate() {
+            if back & (1 << i) == 0 {
+                continue;
+            }
+            match Self::read_header(mem, r.node, r.buckets - header::BYTES).await {
+                Ok(h) if h == self.header => joiners |= 1 << i,
+                Ok(_) | Err(IndexError::Corrupt { .. }) => self.refused |= 1 << i,
+                Err(_) => {}
+            }
+        }
+        if joiners == 0 {
+            return Ok(());
+        }
+        let before = self.master.rejoined;
+        let settled = self.settle(mem, 0, 0, joiners).await;
+        if self.master.rejoined == before && self.view().excluded & joiners != 0 {
+            // Failed (or another master is at it): not again for a while.
+            let t = self.header.timing;
+            self.next_join_ns = now_ns(mem).saturating_add(t.lease_ns.saturating_mul(8));
+        }
+        settled.map(drop)
     }
 
     /// Runs `op` (reads and writes that recover from their own rounds'
@@ -356,10 +406,11 @@ impl SnapshotIndex {
     ) -> Result<T, IndexError> {
         for _ in 0..MAX_SETTLES {
             self.ensure(mem).await?;
+            let seen = self.view().epoch;
             match op(self).await {
                 Err(IndexError::Mem(e)) if self.suspects(&e) != 0 => {
                     let s = self.suspects(&e);
-                    self.settle(mem, s).await?;
+                    self.settle(mem, s, seen, 0).await?;
                 }
                 Err(IndexError::ViewChanged) => {}
                 r => return r,
@@ -488,6 +539,7 @@ impl SnapshotIndex {
         let word = if tomb { vold.tombstone() } else { word };
         let block = Block::encode(key, location);
         let mut paths = SlotPaths::default();
+        let mut seen = self.view().epoch;
         let mut out = self.round(mem, offset, word.0, vold.0, &block, &mut paths).await;
         for _ in 0..MAX_SETTLES {
             let suspects = match out {
@@ -505,7 +557,8 @@ impl SnapshotIndex {
             // The round is frozen: settle the view, then find out where it
             // stands (a master may have committed this word, or the word it
             // started from; a later round may have followed).
-            self.settle(mem, suspects).await?;
+            self.settle(mem, suspects, seen, 0).await?;
+            seen = self.view().epoch;
             let (slot, sites) = self.slot(offset);
             let p = match read_word(mem, slot.primary()).await {
                 Ok(p) => p,

@@ -15,7 +15,8 @@
 //!   CAS every replica's word from what was read to the proposal; a majority won -> MASTER
 //! MASTER:
 //!   wait L + D from the claim          (every post under an older view has landed: the fence)
-//!   for every slot: c = CHOOSE(words of the base view's replicas that answer); CAS each of them to c
+//!   for every slot: c = CHOOSE(words of the base view's replicas that answer); CAS each of them to c;
+//!                   copy c's block to each joiner, then CAS its word to c
 //!   CAS the view words from the Prepare to its Stable view (a majority), lease it
 //! ```
 //!
@@ -38,9 +39,26 @@
 //! committed: writers learn their outcome from the primary, or from the
 //! marks later rounds leave on the backups (`super::block`).
 //!
-//! Excluded replicas never come back (a failed node's slots are not
-//! re-synchronised); a view keeps a majority of the replicas, or no change is
-//! made.
+//! A view keeps a majority of the replicas, or no change is made.
+//!
+//! **Bringing a replica back.** A client whose lease renewal hears from a
+//! replica the view excludes (a node that came back with its memory: a
+//! healed partition, a restart over persistent memory) checks that the
+//! replica still holds the index's header, then runs SETTLE with it as a
+//! *joiner*: the Prepare names it (so that no one leases a view while it is
+//! caught up), and after the same fence the master catches every slot of
+//! the joiner up to the word the base view's replicas settle on, block
+//! record and mark first, then the word (`catch_up`), before the Stable
+//! view includes it. The fence is what makes a copy enough: no operation of
+//! the old view is in flight, and none of the new one starts before the
+//! joiner is whole. A joiner that fails meanwhile is left out again, and a
+//! master that supersedes a Prepare leaves its joiners out (they may be
+//! half caught up), so a stale joiner's words never reach `CHOOSE`. The
+//! joiner's records beside the index (`super::records`) are not copied:
+//! every record is on a majority of the other replicas, and a reader that
+//! finds the joiner's copy missing reads another. An operation that failed
+//! on a replica in an older view than the newest does not suspect it (the
+//! newer view may have brought it back): it runs again first.
 
 use core::future::poll_fn;
 
@@ -52,7 +70,7 @@ use crate::index::layout::{BUCKET_BYTES, GROUP_BYTES, SlotWord, block_len};
 use crate::substrate::late::{Watch, late};
 use crate::substrate::memory::{read_word, word_at};
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, join_timely, majority};
-use crate::{MemError, MemErrorKind, Memory, NodeId};
+use crate::{MemError, MemErrorKind, Memory, NodeId, Op};
 
 /// Tries of one [`settle`] before it gives up.
 const MAX_TRIES: u32 = 256;
@@ -74,6 +92,10 @@ pub struct MasterPaths {
     pub waits: u64,
     /// Rounds it ran again after a view change found them where they began.
     pub reruns: u64,
+    /// Replicas it brought back into the view as master.
+    pub rejoined: u64,
+    /// Slots it caught up on replicas brought back.
+    pub caught_up: u64,
 }
 
 impl MasterPaths {
@@ -84,6 +106,8 @@ impl MasterPaths {
         self.repaired += o.repaired;
         self.waits += o.waits;
         self.reruns += o.reruns;
+        self.rejoined += o.rejoined;
+        self.caught_up += o.caught_up;
     }
 }
 
@@ -120,51 +144,77 @@ async fn read_views<M: Memory>(
             replies.first_error().copied().unwrap_or(MemError::new(header.replicas[0].node, MemErrorKind::TimedOut)),
         ));
     }
+    // A word that cannot be a view (a replica whose memory was lost) is
+    // no answer: its replica is left out, or kept out.
     let mut out = heapless::Vec::new();
+    let mut corrupt = None;
     for (i, r) in replies.results.iter().enumerate() {
         let v = match r {
-            Some(Ok(w)) => Some(
-                View::decode(*w).ok_or(IndexError::Corrupt { node: header.replicas[i].node, what: "bad view word" })?,
-            ),
+            Some(Ok(w)) => View::decode(*w),
             _ => None,
         };
+        if v.is_none() && matches!(r, Some(Ok(_))) {
+            corrupt = corrupt.or(Some(header.replicas[i].node));
+        }
         let _ = out.push(v);
     }
-    Ok(out)
+    match corrupt {
+        Some(node) if out.iter().flatten().count() < need => Err(IndexError::Corrupt { node, what: "bad view word" }),
+        _ => Ok(out),
+    }
+}
+
+/// The view change a client asks [`settle`] for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Change {
+    /// Replicas to leave out (bit `i`: replica `i`): an operation failed on
+    /// them.
+    pub suspects: u8,
+    /// The epoch of the view in which they failed. A newer view that keeps
+    /// them in was made after the failure (it may have brought them back):
+    /// the operation runs again in it before they are suspected anew.
+    pub seen: u32,
+    /// Replicas to bring back: excluded, and answering again (see
+    /// [`ViewLease::back`]).
+    pub joiners: u8,
 }
 
 /// SETTLE (see the module's documentation): brings the index to a Stable
-/// view that excludes `suspects` (bit `i`: replica `i`), as its master or
-/// waiting for another, and takes a lease on it. `nonce` names this client
-/// (its id). The view leased.
+/// view that makes `change`, as its master or waiting for another, and
+/// takes a lease on it. `nonce` names this client (its id). The view
+/// leased; a joiner that fails while it is brought back is left out again.
 pub async fn settle<M: Memory>(
     mem: &M,
     header: &Header,
     lease: &mut ViewLease,
-    suspects: u8,
-    nonce: u16,
+    change: Change,
+    nonce: u8,
     paths: &mut MasterPaths,
 ) -> Result<View, IndexError> {
+    let Change { suspects, seen, joiners } = change;
     let t = header.timing;
     let master_ns = t.lease_ns.saturating_mul(MASTER_LEASES);
     let r = header.replicas.len();
     let mut stale: Option<(u64, u64)> = None;
     let mut own: Option<u64> = None;
+    let mut joiners = joiners & !suspects;
     let mut rng = (nonce as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for _ in 0..MAX_TRIES {
         let now = now_ns(mem);
         let words = read_views(mem, header).await?;
         let Some(v) = newest(words.iter().flatten().copied()) else { return Err(unavailable(header.replicas[0].node)) };
         // A suspect whose exclusion would leave no majority is kept: it
-        // may only be late (excluded replicas never come back), and the
-        // operation that suspected it tries again.
+        // may only be late, and the operation that suspected it tries
+        // again. So is one that a view newer than its failure keeps.
         let left = r - ((v.excluded | suspects).count_ones() as usize).min(r);
-        let suspects = if left < majority(r) { 0 } else { suspects };
+        let suspects = if left < majority(r) || v.epoch > seen { suspects & v.excluded } else { suspects };
         let base = match v.phase {
-            Phase::Stable if v.excluded & suspects == suspects => match lease.renew(mem, header, now).await {
-                Ok(v) => return Ok(v),
-                Err(_) => continue,
-            },
+            Phase::Stable if v.excluded & suspects == suspects && v.excluded & joiners == 0 => {
+                match lease.renew(mem, header, now).await {
+                    Ok(v) => return Ok(v),
+                    Err(_) => continue,
+                }
+            }
             Phase::Stable => v,
             Phase::Prepare => match stale {
                 // This client's own claim, whose run failed: nothing of it
@@ -190,11 +240,16 @@ pub async fn settle<M: Memory>(
                 }
             },
         };
-        let excluded = base.excluded | suspects;
+        // A superseded Prepare's joiners may be half caught up: they are
+        // no part of the base the repair reads, and stay out.
+        let base = View { excluded: base.excluded | base.joiners, joiners: 0, ..base };
+        let answered = words.iter().enumerate().filter(|(_, w)| w.is_some()).fold(0u8, |m, (i, _)| m | 1 << i);
+        let joining = joiners & base.excluded & !suspects & answered;
+        let excluded = (base.excluded | suspects) & !joining;
         if r - (excluded.count_ones() as usize).min(r) < majority(r) {
             return Err(unavailable(header.replicas[0].node));
         }
-        let prepare = View { epoch: base.epoch + 1, excluded, phase: Phase::Prepare, nonce };
+        let prepare = View { epoch: base.epoch + 1, excluded, phase: Phase::Prepare, joiners: joining, nonce };
         let sent = now_ns(mem);
         let claims: heapless::Vec<_, MAX_REPLICAS> = words
             .iter()
@@ -210,15 +265,18 @@ pub async fn settle<M: Memory>(
         if won >= majority(r) {
             let view = match run(mem, header, base, prepare, sent, sent + master_ns - t.landing_ns, paths).await {
                 Ok(view) => view,
-                // Too few replicas answered in time (a late one, or a
-                // second failure): claim the next view from this one.
+                // Too few replicas answered in time (a late one, a second
+                // failure, a joiner that failed again): claim the next view
+                // from this one, without the joiners.
                 Err(IndexError::Unavailable(_)) => {
                     own = Some(prepare.encode());
+                    joiners = 0;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
             paths.views += 1;
+            paths.rejoined += u64::from(prepare.joiners.count_ones());
             return match lease.renew(mem, header, now_ns(mem)).await {
                 Ok(v) => Ok(v),
                 Err(_) => Ok(view),
@@ -263,6 +321,7 @@ async fn run<M: Memory>(
     };
     let r = header.replicas.len();
     let considered: heapless::Vec<usize, MAX_REPLICAS> = (0..r).filter(|&i| !base.excludes(i)).collect();
+    let joiners: heapless::Vec<usize, MAX_REPLICAS> = (0..r).filter(|&i| prepare.joiners & (1 << i) != 0).collect();
     let bucket_bytes = header.groups * GROUP_BYTES;
     let mut at = 0;
     while at < bucket_bytes {
@@ -270,39 +329,56 @@ async fn run<M: Memory>(
         in_time(mem)?;
         let reads: heapless::Vec<_, MAX_REPLICAS> = considered
             .iter()
+            .chain(&joiners)
             .map(|&i| {
                 let rep = &header.replicas[i];
                 mem.read(crate::RemoteAddr::new(rep.node, rep.buckets + at), len as usize)
             })
             .collect();
         let got = join_all(reads).await;
+        // A joiner must be caught up whole, or stay out.
+        for (k, &j) in joiners.iter().enumerate() {
+            if !matches!(got.results[considered.len() + k], Some(Ok(_))) {
+                return Err(unavailable(header.replicas[j].node));
+            }
+        }
         for slot in 0..len / 8 {
             let offset = BUCKET_BYTES + at + 8 * slot;
-            let mut words: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
-            for (k, res) in got.results.iter().enumerate() {
-                if let Some(Ok(b)) = res
-                    && let Some(w) = word_at(b, 8 * slot as usize)
-                {
-                    let _ = words.push((considered[k], w));
-                }
-            }
+            let word_of = |k: usize| match &got.results[k] {
+                Some(Ok(b)) => word_at(b, 8 * slot as usize),
+                _ => None,
+            };
+            let words: heapless::Vec<(usize, u64), MAX_REPLICAS> =
+                (0..considered.len()).filter_map(|k| Some((considered[k], word_of(k)?))).collect();
             if words.is_empty() {
                 return Err(unavailable(header.replicas[considered[0]].node));
             }
-            if words.iter().all(|&(_, w)| w == words[0].1) {
-                continue;
+            let c = if words.iter().all(|&(_, w)| w == words[0].1) {
+                words[0].1
+            } else {
+                let c = choose(mem, header, &words).await?;
+                in_time(mem)?;
+                let cas: heapless::Vec<_, MAX_REPLICAS> =
+                    words.iter().filter(|&&(_, w)| w != c).map(|&(i, w)| mem.cas(header.at(i, offset), w, c)).collect();
+                // A replica that fails now is left for the next view change.
+                let _ = join_all(cas).await;
+                paths.repaired += 1;
+                c
+            };
+            for (k, &j) in joiners.iter().enumerate() {
+                let Some(w) = word_of(considered.len() + k) else {
+                    return Err(unavailable(header.replicas[j].node));
+                };
+                if w != c {
+                    in_time(mem)?;
+                    catch_up(mem, header, j, &words, offset, w, c).await?;
+                    paths.caught_up += 1;
+                }
             }
-            let c = choose(mem, header, &words).await?;
-            in_time(mem)?;
-            let cas: heapless::Vec<_, MAX_REPLICAS> =
-                words.iter().filter(|&&(_, w)| w != c).map(|&(i, w)| mem.cas(header.at(i, offset), w, c)).collect();
-            // A replica that fails now is left for the next view change.
-            let _ = join_all(cas).await;
-            paths.repaired += 1;
         }
         at += len;
     }
-    let stable = View { phase: Phase::Stable, ..prepare };
+    let stable = View { phase: Phase::Stable, joiners: 0, ..prepare };
     in_time(mem)?;
     let installs: heapless::Vec<_, MAX_REPLICAS> =
         (0..r).map(|i| mem.cas(header.view_addr(i), prepare.encode(), stable.encode())).collect();
@@ -320,6 +396,76 @@ async fn run<M: Memory>(
         return Err(unavailable(header.replicas[0].node));
     }
     Ok(stable)
+}
+
+/// Catches joiner `j`'s slot at logical offset `offset` up from `from` to
+/// `c`, the word the view's replicas (`holders`, with the words they hold)
+/// agree on after the repair: `c`'s block record and mark, copied from the
+/// holders (each held `c` once, so holds its block), then the word, in one
+/// ordered pipeline, so that the joiner, like every replica, holds a word's
+/// block before the word. The mark is written plainly: while the Prepare
+/// is fenced nothing but its master posts to a joiner's slots or blocks
+/// (the joiner is in no view that a lease covers), so no CAS races it.
+async fn catch_up<M: Memory>(
+    mem: &M,
+    header: &Header,
+    j: usize,
+    holders: &[(usize, u64)],
+    offset: u64,
+    from: u64,
+    c: u64,
+) -> Result<(), IndexError> {
+    let node = header.replicas[j].node;
+    let fail = |e: MemError| IndexError::Unavailable(e);
+    let sites = header.sites();
+    let len = block_len(SlotWord(c).key_len()) + 16;
+    let mut copy: heapless::Vec<u8, { crate::index::layout::MAX_BLOCK + 24 }> = heapless::Vec::new();
+    let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+    let at = block::addr_of(sites[j], header.arena_size, c, Part::Record);
+    if c != 0 {
+        let whole = |i: usize| {
+            let s = sites[i];
+            block::addr_of(s, header.arena_size, c, Part::Mark).and(block::addr_of(
+                s,
+                header.arena_size,
+                c,
+                Part::Record,
+            ))
+        };
+        let reads: heapless::Vec<_, MAX_REPLICAS> = holders
+            .iter()
+            .map(|&(i, _)| i)
+            .chain(core::iter::once(j))
+            .map(|i| async move {
+                match whole(i) {
+                    Some(at) => mem.read(at, len + 8).await.map(Some),
+                    None => Ok(None),
+                }
+            })
+            .collect();
+        let got = join_all(reads).await;
+        let bufs = || got.oks().filter_map(|(k, b)| Some((k, b.as_ref()?.as_ref())));
+        let Some((_, record)) =
+            bufs().find(|&(k, b)| k < holders.len() && block::decode_record(b, SlotWord(c).key_len()).is_some())
+        else {
+            return Err(unavailable(header.replicas[holders[0].0].node));
+        };
+        let marked = bufs().any(|(_, b)| word_at(b, len) == Some(block::mark_of(c)));
+        let _ = copy.extend_from_slice(&record[..len]);
+        let _ = copy.extend_from_slice(&if marked { block::mark_of(c) } else { 0 }.to_le_bytes());
+        let at = at.ok_or(IndexError::Corrupt { node, what: "a slot points outside the arena" })?;
+        // The mutant catches the word up without its block: a joiner that
+        // becomes a primary serves words whose blocks it lacks.
+        if cfg!(not(swarm_mutant = "rejoin-word-only")) {
+            let _ = ops.push(Op::Write { offset: at.offset, data: &copy });
+        }
+    }
+    let _ = ops.push(Op::Cas { offset: header.at(j, offset).offset, expected: from, new: c });
+    let out = mem.pipeline(node, &ops).await.map_err(fail)?;
+    match out.last().and_then(|o| o.cas()) {
+        Some(prev) if prev == from => Ok(()),
+        _ => Err(unavailable(node)),
+    }
 }
 
 /// CHOOSE for one slot whose answering replicas hold `words` (replica,

@@ -24,8 +24,9 @@
 //! - [`index`]: [`SnapshotIndex`], the replicated index.
 //! - [`view`]: which replicas take part (the view word) and the lease a
 //!   client holds on it, the fence of a view change.
-//! - [`master`]: the view change a client leads when a replica fails:
-//!   the fence, the repair of every slot, the new view.
+//! - [`master`]: the view change a client leads when a replica fails or
+//!   comes back: the fence, the repair of every slot (and the catch-up of a
+//!   replica brought back), the new view.
 
 pub mod arena;
 pub mod block;

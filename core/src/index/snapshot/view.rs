@@ -57,9 +57,14 @@ pub enum Phase {
 /// bit 63..32  epoch
 /// bit 31..24  excluded replicas (bit i: replica i)
 /// bit 23..16  phase: 0 Stable, 1 Prepare
-/// bit 15..0   the master's nonce (which master prepared it)
+/// bit 15..8   joiners: excluded replicas a Prepare brings back (0 when Stable)
+/// bit 7..0    the master's nonce (which master prepared it: its client id)
 /// ```
 /// The word 0 is the first view: epoch 0, every replica in, stable.
+///
+/// A Prepare names its joiners so that a master who supersedes it knows
+/// which replicas its repair may have left half caught up: those are left
+/// out again ([`super::master`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct View {
     /// Views are numbered; a master prepares the epoch after the newest.
@@ -68,13 +73,16 @@ pub struct View {
     pub excluded: u8,
     /// Served or being installed.
     pub phase: Phase,
+    /// Of a Prepare: the replicas, excluded before, that this change
+    /// brings back (bit `i`: replica `i`; never in `excluded`).
+    pub joiners: u8,
     /// The master that prepared it (0 for the first view).
-    pub nonce: u16,
+    pub nonce: u8,
 }
 
 impl View {
     /// The view of a new index.
-    pub const FIRST: View = View { epoch: 0, excluded: 0, phase: Phase::Stable, nonce: 0 };
+    pub const FIRST: View = View { epoch: 0, excluded: 0, phase: Phase::Stable, joiners: 0, nonce: 0 };
 
     /// The view word.
     pub fn encode(self) -> u64 {
@@ -82,7 +90,11 @@ impl View {
             Phase::Stable => 0u64,
             Phase::Prepare => 1,
         };
-        (self.epoch as u64) << 32 | (self.excluded as u64) << 24 | phase << 16 | self.nonce as u64
+        (self.epoch as u64) << 32
+            | (self.excluded as u64) << 24
+            | phase << 16
+            | (self.joiners as u64) << 8
+            | self.nonce as u64
     }
 
     /// The view a word holds, if it can be one.
@@ -92,9 +104,12 @@ impl View {
             1 => Phase::Prepare,
             _ => return None,
         };
-        let v = View { epoch: (w >> 32) as u32, excluded: (w >> 24) as u8, phase, nonce: w as u16 };
-        // The first view has no master and excludes nothing.
-        (v.epoch > 0 || v == View::FIRST).then_some(v)
+        let (excluded, joiners) = ((w >> 24) as u8, (w >> 8) as u8);
+        let v = View { epoch: (w >> 32) as u32, excluded, phase, joiners, nonce: w as u8 };
+        // The first view has no master and excludes nothing; only a
+        // Prepare brings replicas back, and never excluded ones.
+        let joins = joiners == 0 || (phase == Phase::Prepare && joiners & excluded == 0);
+        (joins && (v.epoch > 0 || v == View::FIRST)).then_some(v)
     }
 
     /// Its place in the order of views: by epoch, and within an epoch the
@@ -174,17 +189,26 @@ pub struct ViewLease {
     /// When it ends, ns on the client's clock (0: none held).
     expiry: u64,
     timing: Timing,
+    /// Replicas the leased view excludes that answered the renewal.
+    back: u8,
 }
 
 impl ViewLease {
     /// No lease yet, on the first view.
     pub fn new(timing: Timing) -> ViewLease {
-        ViewLease { view: View::FIRST, expiry: 0, timing }
+        ViewLease { view: View::FIRST, expiry: 0, timing, back: 0 }
     }
 
     /// The view last leased.
     pub fn view(&self) -> View {
         self.view
+    }
+
+    /// Replicas that the leased view excludes but that answered its
+    /// renewal: candidates to be brought back ([`super::master::settle`]'s
+    /// joiners).
+    pub fn back(&self) -> u8 {
+        self.back
     }
 
     /// Whether an operation posted at `now_ns` lands before the lease ends.
@@ -195,26 +219,36 @@ impl ViewLease {
     /// Reads every replica's view word (one roundtrip; a majority must
     /// answer), sent at `sent_ns`, and takes a lease on the newest view if
     /// it is Stable. Replicas late once a majority answered are not waited
-    /// for.
+    /// for; a word that cannot be a view (a replica whose memory was lost)
+    /// counts as no answer.
     pub async fn renew<M: Memory>(&mut self, mem: &M, header: &Header, sent_ns: u64) -> Result<View, ViewError> {
         let r = header.replicas.len();
         let futs: heapless::Vec<_, MAX_REPLICAS> = (0..r).map(|i| read_word(mem, header.view_addr(i))).collect();
         let need = majority(r);
         let (replies, _) = join_timely(futs, need, Watch::on(mem), |i| late(header.replicas[i].node)).await;
-        let mut views: heapless::Vec<View, MAX_REPLICAS> = heapless::Vec::new();
+        let mut views: heapless::Vec<(usize, View), MAX_REPLICAS> = heapless::Vec::new();
+        let mut corrupt = None;
         for (i, &w) in replies.oks() {
-            let v = View::decode(w).ok_or(ViewError::Corrupt { node: header.replicas[i].node })?;
-            let _ = views.push(v);
+            match View::decode(w) {
+                Some(v) => {
+                    let _ = views.push((i, v));
+                }
+                None => corrupt = corrupt.or(Some(header.replicas[i].node)),
+            }
         }
         if views.len() < need {
+            if let Some(node) = corrupt {
+                return Err(ViewError::Corrupt { node });
+            }
             return Err(ViewError::NoQuorum { answered: views.len(), need, first: replies.first_error().copied() });
         }
-        let v = newest(views).ok_or(ViewError::NoQuorum { answered: 0, need, first: None })?;
+        let v = newest(views.iter().map(|&(_, v)| v)).ok_or(ViewError::NoQuorum { answered: 0, need, first: None })?;
         if v.phase == Phase::Prepare {
             return Err(ViewError::Changing(v));
         }
         self.view = v;
         self.expiry = sent_ns.saturating_add(self.timing.lease_ns);
+        self.back = views.iter().filter(|&&(i, _)| v.excludes(i)).fold(0, |m, &(i, _)| m | 1 << i);
         Ok(v)
     }
 }
@@ -233,11 +267,16 @@ mod tests {
         assert_eq!(View::decode(1), None);
         assert_eq!(View::decode(1 << 16), None);
         assert_eq!(View::decode(3 << 16 | 1 << 32), None);
+        // Only a Prepare brings replicas back, and only excluded ones.
+        assert_eq!(View::decode(1 << 32 | 0b10 << 8), None, "a Stable view with joiners");
+        assert_eq!(View::decode(1 << 32 | 0b10 << 24 | 1 << 16 | 0b10 << 8), None, "a joiner kept out");
+        let join = View { epoch: 1, excluded: 0b1, phase: Phase::Prepare, joiners: 0b10, nonce: 4 };
+        assert_eq!(View::decode(join.encode()), Some(join));
     }
 
     #[test]
     fn views_order_by_epoch_then_phase() {
-        let v = |epoch, phase, nonce| View { epoch, excluded: 0b10, phase, nonce };
+        let v = |epoch, phase, nonce| View { epoch, excluded: 0b10, phase, joiners: 0, nonce };
         let (p1, s1, p2) = (v(1, Phase::Prepare, 7), v(1, Phase::Stable, 7), v(2, Phase::Prepare, 3));
         assert_eq!(newest([s1, p1]), Some(s1));
         assert_eq!(newest([p1, p2, s1, View::FIRST]), Some(p2));
@@ -248,9 +287,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn words_round_trip(epoch in 1u32.., excluded in any::<u8>(), prepare in any::<bool>(), nonce in any::<u16>()) {
+        fn words_round_trip(epoch in 1u32.., excluded in any::<u8>(), prepare in any::<bool>(), joiners in any::<u8>(), nonce in any::<u8>()) {
             let phase = if prepare { Phase::Prepare } else { Phase::Stable };
-            let v = View { epoch, excluded, phase, nonce };
+            let joiners = if prepare { joiners & !excluded } else { 0 };
+            let v = View { epoch, excluded, phase, joiners, nonce };
             prop_assert_eq!(View::decode(v.encode()), Some(v));
         }
 
