@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The broken protocol variants that the checks are proven to catch. Each
-# mutant lives in the code behind `--cfg swarm_mutant="NAME"` (grep for it);
-# this script builds the workspace with it and runs the tests that must
-# fail on it, and passes only if every one of them fails for the stated
-# reason. It prints each mutant's first failing seed (or the failing
-# check), so that a report can say how quickly each is caught.
+# mutant lives in the code behind `cfg(swarm_mutant = "NAME")` (grep for
+# it), which swarm-core's build script sets (src/substrate/mutant.rs): the
+# simulator's mutants share one build with every mutant behind a switch
+# (`SWARM_MUTANT=switch`, the mutant chosen by `SWARM_MUTANT_ACTIVE=NAME`
+# when the tests run), the loom ones are compiled in one at a time
+# (`SWARM_MUTANT=NAME`). The script runs the tests that must fail on each,
+# and passes only if every one of them fails for the stated reason. It
+# prints each mutant's first failing seed (or the failing check), so that a
+# report can say how quickly each is caught.
 #
 #   scripts/mutants.sh            # every mutant
 #   scripts/mutants.sh rpc-resend # one
@@ -44,7 +48,14 @@ for entry in "${MUTANTS[@]}"; do
   printf '\n=== mutant %s (%s)\n' "$name" "${flags:-simulator}"
   log=$(mktemp)
   set +e
-  RUSTFLAGS="$flags --cfg swarm_mutant=\"$name\"" CARGO_TARGET_DIR=target/mutants $cmd >"$log" 2>&1
+  if [ -n "$flags" ]; then
+    # Loom builds have no standard library to read a switch with: the
+    # mutant is compiled in, in the loom checks' own build (same RUSTFLAGS).
+    SWARM_MUTANT="$name" RUSTFLAGS="$flags" CARGO_TARGET_DIR=target/loom $cmd >"$log" 2>&1
+  else
+    # One build with every mutant behind a switch serves all of them.
+    SWARM_MUTANT=switch SWARM_MUTANT_ACTIVE="$name" CARGO_TARGET_DIR=target/mutants $cmd >"$log" 2>&1
+  fi
   rc=$?
   set -e
   if [ "$rc" -ne 0 ] && grep -q -- "$marker" "$log"; then

@@ -4,7 +4,7 @@
 //! message at the start, once the receiver has published its head): the
 //! receiver gets every message once, whole and in order, whatever it sees
 //! of writes in progress. The ring's own code runs here, not a copy: the
-//! broken variant is the core built with `--cfg swarm_mutant="ring-unchecked"`
+//! broken variant is the core built with `SWARM_MUTANT=ring-unchecked`
 //! (a receiver that trusts the tag without the checksum), which this check
 //! fails (scripts/mutants.sh).
 //!

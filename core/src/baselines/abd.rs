@@ -20,6 +20,7 @@
 
 use crate::Memory;
 use crate::substrate::clock::Clock;
+use crate::substrate::mutant::mutant;
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::Layout;
@@ -47,7 +48,7 @@ pub async fn write<M: Memory, C: Clock>(
         // Seen on one replica of a majority, maybe: on a majority before
         // the store acts on it (moves the key to fresh replicas). Not in
         // the mutant `deleted-unconfirmed`.
-        if !cfg!(swarm_mutant = "deleted-unconfirmed") {
+        if !mutant!("deleted-unconfirmed") {
             reg.delete(ctx, mem, cache).await?;
         }
         return Err(RegError::Deleted);

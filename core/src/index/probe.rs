@@ -11,6 +11,7 @@ use core::future::Future;
 use crate::index::IndexError;
 use crate::index::layout::{CANDIDATES, COMBINED_BYTES, Candidate, KeyHash, SlotWord};
 use crate::substrate::memory::word_at;
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 
 /// What a client knows of a candidate slot's word: whose key it holds.
@@ -141,8 +142,7 @@ impl View {
         // slot of the main bucket it sees less loaded, not the first in the
         // key's fixed order, so two inserts of one key that saw different
         // loads both succeed, in two slots.
-        #[cfg(swarm_mutant = "any-empty-slot")]
-        {
+        if mutant!("any-empty-slot") {
             let used =
                 |r: u8| (0..self.len()).filter(|&i| self.cands[i].read == r && !self.words[i].is_empty()).count();
             let less = u8::from(used(1) < used(0));

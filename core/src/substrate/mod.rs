@@ -15,6 +15,7 @@ pub mod lease;
 pub mod memory;
 #[cfg(feature = "alloc")]
 pub mod msg;
+pub mod mutant;
 pub mod quorum;
 pub mod rtt;
 pub mod space;

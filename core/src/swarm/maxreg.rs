@@ -19,6 +19,7 @@ use crate::objects::max::MaxOutcome;
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::late::{Plan, Watch, late, or_late};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, Tally, majority, quorum, quorum_first};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
@@ -264,7 +265,7 @@ impl Register {
         }
         // A write is done once a majority holds it; the mutant `ack-one`
         // stops at one replica.
-        let need = if cfg!(swarm_mutant = "ack-one") { 1 } else { self.need() };
+        let need = if mutant!("ack-one") { 1 } else { self.need() };
         let already = known.count_ones() as usize;
         if already >= need {
             return Ok(seen);
@@ -488,7 +489,7 @@ impl Register {
     ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
         let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
         // The mutant `abd-no-write-back` returns what it read as it is.
-        if self.held_by_majority(cache, max) || cfg!(swarm_mutant = "abd-no-write-back") {
+        if self.held_by_majority(cache, max) || mutant!("abd-no-write-back") {
             // The value: a matching in-place copy, else the out-of-place one.
             return match in_place {
                 Some(v) => Ok((max, Some(v))),

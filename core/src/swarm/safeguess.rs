@@ -43,6 +43,7 @@
 use crate::objects::tslock::{Mode, try_lock};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
@@ -108,8 +109,7 @@ async fn slow_write<M: Memory, C: Clock>(
     // `deleted-unconfirmed` acts on the weak read's tuple, as the code once
     // did: a marker on one replica then loses an acknowledged update
     // (`systems::tests::a_deletion_marker_on_one_replica_...`).
-    let m =
-        if cfg!(swarm_mutant = "deleted-unconfirmed") { seen } else { reg.read_meta_strong(ctx, mem, cache).await? };
+    let m = if mutant!("deleted-unconfirmed") { seen } else { reg.read_meta_strong(ctx, mem, cache).await? };
     if m <= w.verify() {
         // Only a minority saw the larger tuple: this write's read returns
         // at most `w`, which is what the fast path needs.
@@ -146,7 +146,7 @@ pub async fn read<M: Memory, C: Clock>(
     let (m, value) = reg.read(ctx, mem, cache).await?;
     // The mutant `guessed-unlocked` returns a GUESSED tuple without the
     // lock rules.
-    if m.is_bottom() || m.verified() || cfg!(swarm_mutant = "guessed-unlocked") {
+    if m.is_bottom() || m.verified() || mutant!("guessed-unlocked") {
         return Ok((m, value));
     }
     cold(|| read_unverified(ctx, mem, reg, cache, (m, value))).await

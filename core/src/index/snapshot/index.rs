@@ -86,6 +86,7 @@ use crate::index::{Change, Entry, Expect, Index, IndexConfig, IndexError, Insert
 use crate::substrate::join::join2;
 use crate::substrate::late::{Watch, late};
 use crate::substrate::memory::read_word;
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely, majority};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
@@ -535,8 +536,7 @@ impl SnapshotIndex {
         let word = SlotWord::new(kh.fp, kh.len, at, tomb).ok_or(self.corrupt(node, "arena offset too large"))?;
         // The colliding deletes of FUSEE's code: every removal of a word
         // proposes the same tombstone (F1a), so two can both win.
-        #[cfg(swarm_mutant = "same-tombstone")]
-        let word = if tomb { vold.tombstone() } else { word };
+        let word = if tomb && mutant!("same-tombstone") { vold.tombstone() } else { word };
         let block = Block::encode(key, location);
         let mut paths = SlotPaths::default();
         let mut seen = self.view().epoch;

@@ -69,6 +69,7 @@ use crate::index::IndexError;
 use crate::index::layout::{BUCKET_BYTES, GROUP_BYTES, SlotWord, block_len};
 use crate::substrate::late::{Watch, late};
 use crate::substrate::memory::{read_word, word_at};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, join_timely, majority};
 use crate::{MemError, MemErrorKind, Memory, NodeId, Op};
 
@@ -306,12 +307,11 @@ async fn run<M: Memory>(
 ) -> Result<View, IndexError> {
     let t = header.timing;
     // The fence, with a margin for the clocks' rates.
-    #[cfg(not(swarm_mutant = "no-fence"))]
-    sleep_until(mem, sent + t.lease_ns + t.lease_ns / 64 + t.landing_ns).await;
-    // A master that repairs at once: a writer that has not seen the new
-    // view yet still posts to the old one.
-    #[cfg(swarm_mutant = "no-fence")]
-    let _ = sent;
+    // (The mutant: a master that repairs at once, while a writer that has
+    // not seen the new view yet still posts to the old one.)
+    if !mutant!("no-fence") {
+        sleep_until(mem, sent + t.lease_ns + t.lease_ns / 64 + t.landing_ns).await;
+    }
     let in_time = |mem: &M| {
         if now_ns(mem) + t.landing_ns < deadline || mem.now_ns().is_none() {
             Ok(())
@@ -456,7 +456,7 @@ async fn catch_up<M: Memory>(
         let at = at.ok_or(IndexError::Corrupt { node, what: "a slot points outside the arena" })?;
         // The mutant catches the word up without its block: a joiner that
         // becomes a primary serves words whose blocks it lacks.
-        if cfg!(not(swarm_mutant = "rejoin-word-only")) {
+        if !mutant!("rejoin-word-only") {
             let _ = ops.push(Op::Write { offset: at.offset, data: &copy });
         }
     }

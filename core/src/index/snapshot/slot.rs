@@ -89,6 +89,7 @@
 
 use super::rules::{self, Decision, Eval, Seen};
 use crate::substrate::memory::{pause, read_word};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all};
 use crate::{MAX_PIPELINE, MemError, MemErrorKind, Memory, Op, OpOutput, RemoteAddr};
 
@@ -519,8 +520,7 @@ impl<M: Memory, T: Target> Round<'_, M, T> {
         let Some(w) = rules::winner(&bs) else { return Ok(Outcome::Lost { current: p }) };
         // A helper that completes the round with its own value instead of
         // the backups' winner: two writers of one round can both win.
-        #[cfg(swarm_mutant = "help-own-value")]
-        let w = self.vnew;
+        let w = if mutant!("help-own-value") { self.vnew } else { w };
         if w != self.vnew {
             let holders: heapless::Vec<RemoteAddr, MAX_REPLICAS> =
                 bs.iter().zip(slot.backups()).filter(|&(&b, _)| b == w).map(|(_, &at)| at).collect();

@@ -74,6 +74,7 @@ use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::LeaseError;
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::space::slab::ARENA_CLASS;
 use crate::substrate::space::{AllocError, Region, RegionError, roots};
@@ -395,7 +396,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             // A majority of the replicas that were not late may not be a
             // majority that answers (another node may have crashed): the
             // mapping was not published, so try again on every replica.
-            None if left_out && !cfg!(swarm_mutant = "insert-impatient") => return Ok(Fresh::WaitForAll),
+            None if left_out && !mutant!("insert-impatient") => return Ok(Fresh::WaitForAll),
             None => return Err(failed.unwrap_or(KvError::Unavailable)),
         };
         let mine = |entry| Known { reg: reg.clone(), rc: rc.clone(), entry };
@@ -508,7 +509,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let (view, no_room) = (&self.io.ctx.nodes, self.no_room);
         let lacking: heapless::Vec<usize, MAX_REPLICAS> =
             (0..k.reg.replicas.len()).filter(|&i| restorable(&k.reg.replicas[i], view, no_room, wait)).collect();
-        if lacking.is_empty() || cfg!(swarm_mutant = "no-restore") {
+        if lacking.is_empty() || mutant!("no-restore") {
             return None;
         }
         let nodes: heapless::Vec<NodeId, MAX_REPLICAS> = lacking.iter().map(|&i| k.reg.replicas[i].node).collect();

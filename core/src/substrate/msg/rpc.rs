@@ -23,6 +23,7 @@ use core::fmt;
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::{yield_now, yield_to_peers};
 use crate::substrate::memory::word_at;
+use crate::substrate::mutant::mutant;
 use crate::substrate::value::Value;
 use crate::{Memory, NodeId};
 
@@ -246,7 +247,7 @@ impl Channel {
         // Mutant `rpc-resend`: a call that times out sends its request
         // again, as a client that retried blindly would (a request then
         // runs twice).
-        let mut resend = cfg!(swarm_mutant = "rpc-resend");
+        let mut resend = mutant!("rpc-resend");
         let spin = SPIN_NS / clock.tick_ns().max(1);
         loop {
             match self.resp.poll(mem, WINDOW).await {

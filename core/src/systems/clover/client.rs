@@ -47,6 +47,7 @@ use crate::substrate::join::join2;
 use crate::substrate::lease::Held;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::rpc::{Channel, Status};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
@@ -456,7 +457,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 Some(b) if !late => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
                     // Mutant `clover-no-gcver`: the reader takes whatever
                     // incarnation of the buffer it finds.
-                    Some(v) if v.gc == at.gc || cfg!(swarm_mutant = "clover-no-gcver") => Some((b, v)),
+                    Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
                     // A recycled buffer (another GC version, or another
                     // key's bytes: its sum fails), a READ torn between two
                     // of its incarnations, or garbage.
@@ -489,7 +490,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 }
                 // Mutant `clover-stale-cursor`: the cursor's version is
                 // returned without checking that it is the tail.
-                Next::Link(_) if cfg!(swarm_mutant = "clover-stale-cursor") => {
+                Next::Link(_) if mutant!("clover-stale-cursor") => {
                     return Ok(Got::Found(Value::in_buf(got, v.value)));
                 }
                 Next::Link(next) => {

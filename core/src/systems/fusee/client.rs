@@ -18,6 +18,7 @@ use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, Store
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join2;
 use crate::substrate::memory::pause_jittered;
+use crate::substrate::mutant::mutant;
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
 
@@ -199,7 +200,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
                     self.settle(Kind::Unpublished, 0);
                     return Ok(Err(Missing::NotFound));
                 }
-                Change::Mismatch { current } if seen || cfg!(swarm_mutant = "fusee-cached-loser") => {
+                Change::Mismatch { current } if seen || mutant!("fusee-cached-loser") => {
                     self.paths.overwritten += 1;
                     self.cache.insert(key, current.location, current);
                     self.settle(Kind::Unpublished, current.word);
@@ -296,7 +297,7 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
                 join2(read_object(&records, mem, key, e.location), Box::pin(index.still(mem, key, &e))).await;
             // The mutant answers the cached object without looking at the
             // slot: stale after another client's update or delete.
-            let still = if cfg!(swarm_mutant = "fusee-stale-cache") { Ok(true) } else { still };
+            let still = if mutant!("fusee-stale-cache") { Ok(true) } else { still };
             if still? {
                 self.paths.cache_hits += 1;
                 return value.map(Got::Found);

@@ -34,6 +34,7 @@ use crate::kv::KvError;
 use crate::kv::seat::Seat;
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Payload, Resume, Resumed};
+use crate::substrate::mutant::mutant;
 use crate::substrate::space::slab::{ARENA_CLASS, Carry, SlabAllocator};
 
 /// The first head word of a lease payload that names a log anchor
@@ -223,7 +224,7 @@ async fn decide<M: Memory>(mem: &M, index: &mut SnapshotIndex, f: &Found, bytes:
     let current = Box::pin(index.lookup(mem, key)).await?;
     // The mutant redoes from whatever the key maps to now: an operation
     // that took effect and was overwritten since takes effect again.
-    let redo = |word: u64| e.base != 0 && (word == e.base || cfg!(swarm_mutant = "fusee-redo-moved-on"));
+    let redo = |word: u64| e.base != 0 && (word == e.base || mutant!("fusee-redo-moved-on"));
     let (outcome, old) = match current {
         Some(c) if c.location == location => (Outcome::Done, e.base),
         Some(c) if redo(c.word) => {

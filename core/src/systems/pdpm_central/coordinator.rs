@@ -60,6 +60,7 @@ use crate::kv::place::node_of;
 use crate::substrate::memory::read_word;
 use crate::substrate::msg::rpc::Status;
 use crate::substrate::msg::server::{Request, Service};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::slab::{SlabAllocator, class_of};
@@ -292,7 +293,7 @@ impl Coordinator {
         // Mutant `central-no-rdlock`: the answer is given without a read
         // lock, so a write frees the version while the client still reads
         // it, and the next write may reuse its copies.
-        if !cfg!(swarm_mutant = "central-no-rdlock") {
+        if !mutant!("central-no-rdlock") {
             *self.readers.entry(record).or_insert(0) += 1;
             if let Some(h) = self.holds.get_mut(c as usize) {
                 *h = Some(record);

@@ -19,6 +19,7 @@ use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::join::join2;
 use crate::substrate::memory::{pause, pause_jittered, word_at};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::space::{AllocError, RegionError};
 use crate::substrate::value::Value;
@@ -354,7 +355,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         let top = committed.iter().chain(&redo).map(|p| p.version).max().unwrap_or(0);
         let mut l = Locked { word, expiry, now: Payload { version: 0, deleted: false, value: 0..0 }, top, spaces };
         if unfinished
-            && !cfg!(swarm_mutant = "pdpm-no-redo")
+            && !mutant!("pdpm-no-redo")
             && let (Some(r), Some(bytes)) = (redo, replay)
         {
             self.paths.redo_replays += 1;
