@@ -26,7 +26,6 @@ use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::Layout;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
-use crate::swarm::writerlog::{EntryHeader, LogCopy};
 
 /// The layout of a DM-ABD register's objects.
 pub fn layout(max_value: u64) -> Result<Layout, RegError> {
@@ -57,7 +56,7 @@ pub async fn write<M: Memory, C: Clock>(
     // log's segments are found by time).
     let (time, place) = ctx.next_write(mem, m).await?;
     let w = Meta::new(time, place.slot, ctx.id).verify();
-    let copy = LogCopy { place, header: EntryHeader::of(w, reg.layout.tag, value) };
+    let copy = reg.own_entry(ctx, mem, w, place, value);
     reg.write(ctx, mem, cache, w, &copy, value).await?;
     Ok(w)
 }

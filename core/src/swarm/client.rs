@@ -76,6 +76,19 @@ paths! {
     reader_locks,
     /// Reads whose value came from a log entry (no matching in-place copy).
     out_of_place_reads,
+    /// Reads whose value came from a replica's home copy, read after the
+    /// metadata (a replica without in-place copy whose word says the value
+    /// moved home: [`crate::swarm::recycle`]).
+    home_reads,
+    /// Writes of this client whose log entries were given back: superseded
+    /// on a majority, or their value moved home on every replica that
+    /// held it ([`crate::swarm::recycle`]).
+    entries_recycled,
+    /// Of which those whose value this client moved home on some replica.
+    moved_home,
+    /// Log segments of this client given back on a node, for its next
+    /// segments there.
+    segments_recycled,
     /// Reads that wrote their tuple back to a majority.
     write_backs,
     /// Quorum operations that contacted more replicas than a majority (a
@@ -156,6 +169,20 @@ paths! {
     /// FUSEE: time they spent deciding the last entries (lookup, redo,
     /// commit), ns.
     log_redo_ns,
+    /// Writes of an id's previous holder that could not be resolved from
+    /// their entries alone (found on fewer than a majority of replicas: a
+    /// writer that crashed mid-write), checked again later.
+    entries_stuck,
+}
+
+/// The recycling delay R ([`crate::swarm::recycle`]) of a store on a memory
+/// whose operations time out after `timeout_ns`: eight time-outs, so that
+/// a read whose quorums wait out a late node (a time-out each) can still
+/// write back within R/2 ([`ClientCtx::fresh`]); at most a tenth of a
+/// second (a memory's time-out is the most an operation may take to fail,
+/// far above the time one takes to land: on shared memory, a second).
+pub fn recycle_delay_ns(timeout_ns: Option<u64>) -> u64 {
+    timeout_ns.map_or(100_000_000, |t| t.saturating_mul(8).min(100_000_000)).max(1)
 }
 
 /// One client's state.
@@ -185,8 +212,17 @@ pub struct ClientCtx<C> {
     /// the next write opens it).
     per_segment: u32,
     lease: Option<Held>,
-    /// The last segment the lease's record names as used by this holder.
-    named: u32,
+    /// The segment (number and start) the lease's record names as this
+    /// holder's current one.
+    named: (u32, u64),
+    /// When this client's last read started (ns of the memory's clock), for
+    /// [`ClientCtx::fresh`].
+    pub(crate) read_at: Option<u64>,
+    /// R, the recycling delay ([`crate::swarm::recycle`]), ns.
+    delay: u64,
+    /// What this client recycles of its log.
+    #[cfg(feature = "alloc")]
+    pub recycle: Heavy<crate::swarm::recycle::Recycler>,
 }
 
 /// Where a client's next write goes in its log: slot `next` of segment
@@ -298,7 +334,11 @@ impl<C: Clock> ClientCtx<C> {
             cursor: None,
             per_segment: 0,
             lease: None,
-            named: 0,
+            named: (u32::MAX, 0),
+            read_at: None,
+            delay: recycle_delay_ns(None),
+            #[cfg(feature = "alloc")]
+            recycle: Heavy::new(crate::swarm::recycle::Recycler::new(recycle_delay_ns(None))),
         })
     }
 
@@ -310,18 +350,75 @@ impl<C: Clock> ClientCtx<C> {
         let resume = held.resume();
         // The claim recorded the predecessor's cursor as taken.
         let (cursor, last) = Cursor::decode(&resume.payload);
-        ctx.named = cursor.segment;
+        ctx.named = (cursor.segment, cursor.start);
         ctx.cursor = Some(match resume.state {
             Resumed::Fresh => Cursor::default(),
             Resumed::Released => {
                 ctx.slab.take_over(&resume.payload);
                 cursor
             }
-            Resumed::Crashed => Cursor { segment: cursor.segment + 1, next: 0, start: 0 },
+            // Its segment is taken over with the others it left in use;
+            // the next write opens a new one.
+            Resumed::Crashed => Cursor { segment: cursor.segment, next: u32::MAX, start: cursor.start },
         });
         ctx.last_time = last.max(resume.floor);
         ctx.lease = Some(held);
         Ok(ctx)
+    }
+
+    /// Makes segment `segment`, started at `start`, the one this client
+    /// writes in: tests that name their writes' places by hand.
+    #[cfg(test)]
+    pub(crate) fn writing_in(&mut self, segment: u32, start: u64) {
+        self.cursor = Some(Cursor { segment, next: 0, start });
+        self.logs.write_in(self.id, segment, start);
+    }
+
+    /// R, the recycling delay ([`crate::swarm::recycle`]), ns.
+    pub fn delay(&self) -> u64 {
+        self.delay
+    }
+
+    /// Sets R ([`crate::swarm::recycle::delay_ns`]) and, for the writes of
+    /// an id's previous holder, the layout of the store's objects (their
+    /// tags aside).
+    pub fn configure(&mut self, delay_ns: u64, _layout: crate::swarm::inout::Layout) {
+        self.delay = delay_ns.max(1);
+        #[cfg(feature = "alloc")]
+        self.recycle.configure(_layout, self.delay);
+    }
+
+    /// Whether a reader may still act (write back, lock) on what its last
+    /// read found: within R/2 of its start ([`crate::swarm::recycle`]).
+    pub fn fresh<M: Memory>(&self, mem: &M) -> bool {
+        match (mem.now_ns(), self.read_at) {
+            (Some(now), Some(at)) => now.saturating_sub(at) <= self.delay / 2,
+            _ => true,
+        }
+    }
+
+    /// Notes the start of a read, for [`ClientCtx::fresh`].
+    pub fn note_read<M: Memory>(&mut self, mem: &M) {
+        self.read_at = mem.now_ns();
+    }
+
+    /// Remembers a write of this client, so that its log entries are
+    /// recycled ([`crate::swarm::recycle`]): `meta` of `value` to `reg`,
+    /// in `place`.
+    pub fn track<M: Memory>(
+        &mut self,
+        _mem: &M,
+        _reg: &crate::swarm::maxreg::Register,
+        _meta: Meta,
+        _place: Place,
+        _value: &[u8],
+    ) {
+        #[cfg(feature = "alloc")]
+        {
+            let home = (crate::swarm::inout::inplace_hash(_reg.layout.tag, _meta, _value), _value.len() as u64);
+            let now = _mem.now_ns().unwrap_or(0);
+            self.recycle.track(_meta, _place, _reg, home, now);
+        }
     }
 
     /// The clock.
@@ -400,34 +497,110 @@ impl<C: Clock> ClientCtx<C> {
     }
 
     /// Makes the cursor name a started segment with a free slot: the one
-    /// the client resumes, or the next when it is full. A segment starts
+    /// the client resumes, or a new one when it is full. A segment starts
     /// at a fresh time, below every time written in it and above every
-    /// time of the segments before; a lease names it before it is used, so
-    /// that a crash leaves the next holder after it.
+    /// time of the segments before (numbers are reused once recycled:
+    /// lookups go by start); a lease names it before it is used, so that a
+    /// crash leaves the next holder after it. A new segment is created on
+    /// every node at once, so that its entries' lock words exist wherever
+    /// a reader may look for them (readers create nothing).
     async fn open<M: Memory>(&mut self, mem: &M) -> Result<Cursor, ClientError> {
         let geo = self.geometry(mem).await?;
         self.per_segment = geo.per_segment as u32;
-        let mut c = match self.cursor {
-            Some(c) => c,
-            None => Cursor { segment: self.last_segment(mem).await?.map_or(0, |s| s + 1), next: 0, start: 0 },
+        self.adopt(mem).await?;
+        let c = match self.cursor {
+            Some(c) if c.start != 0 && c.next < self.per_segment => c,
+            old => {
+                let start = self.guess_time()?;
+                let segment = self.next_segment(old, geo)?;
+                Cursor { segment, next: 0, start }
+            }
         };
-        if c.start != 0 && c.next >= self.per_segment {
-            c = Cursor { segment: c.segment + 1, next: 0, start: 0 };
-        }
-        if c.segment as u64 >= geo.segments {
-            return Err(LogError::Full { client: self.id, capacity: geo.capacity() }.into());
-        }
-        if c.start == 0 {
-            c.start = self.guess_time()?;
-        }
         if let Some(held) = &mut self.lease
-            && c.segment > self.named
+            && (c.segment, c.start) != self.named
         {
             held.record(mem, &c.encode(self.last_time)).await?;
-            self.named = c.segment;
+            self.named = (c.segment, c.start);
         }
-        self.cursor = Some(c);
+        self.logs.write_in(self.id, c.segment, c.start);
+        if self.cursor != Some(c) {
+            self.cursor = Some(c);
+            self.create_everywhere(mem, c).await?;
+        }
         Ok(c)
+    }
+
+    /// The number of the segment after `old` (this client's current one).
+    fn next_segment(&mut self, _old: Option<Cursor>, geo: LogGeometry) -> Result<u32, ClientError> {
+        let full = || LogError::Full { client: self.id, capacity: geo.capacity() };
+        #[cfg(feature = "alloc")]
+        {
+            if let Some(c) = _old.filter(|c| c.start != 0) {
+                self.recycle.close(c.segment);
+            }
+            let start = self.last_time;
+            self.recycle.open(geo.segments, start).ok_or_else(|| full().into())
+        }
+        #[cfg(not(feature = "alloc"))]
+        {
+            let s = _old.map_or(0, |c| if c.start == 0 { c.segment } else { c.segment + 1 });
+            if s as u64 >= geo.segments { Err(full().into()) } else { Ok(s) }
+        }
+    }
+
+    /// Creates segment `c` on every node that answers (the writer's own
+    /// lookups then cost nothing); a node that does not is left for the
+    /// first write that reaches it.
+    async fn create_everywhere<M: Memory>(&mut self, mem: &M, c: Cursor) -> Result<(), ClientError> {
+        let place = Place { segment: c.segment, slot: 0, start: c.start };
+        let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
+            (0..mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+        for group in nodes.chunks(MAX_REPLICAS) {
+            for entry in
+                self.logs.entries(mem, group, self.id, place, Some(&mut self.slab), majority(group.len())).await
+            {
+                match entry {
+                    Ok(_) | Err(LogError::Mem(_) | LogError::Stale(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Learns, once, which of this id's segment numbers its previous
+    /// holders left in use on the nodes (their writes are recycled as this
+    /// client's own: [`crate::swarm::recycle`]).
+    async fn adopt<M: Memory>(&mut self, _mem: &M) -> Result<(), ClientError> {
+        #[cfg(feature = "alloc")]
+        if !self.recycle.adopted() {
+            // The rows of the nodes that answer. A number in use only on a
+            // node that does not answer now may be taken again: the node
+            // then holds the older segment under it, and refuses the new
+            // one's entries (`LogError::Stale`) as if it were down.
+            let mut used: alloc::vec::Vec<(u32, u64)> = alloc::vec::Vec::new();
+            let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
+                (0.._mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
+            let mut answered = 0;
+            for group in nodes.chunks(MAX_REPLICAS) {
+                answered += self
+                    .logs
+                    .in_use_on(_mem, group, self.id, majority(group.len()), |_, s, start| {
+                        if !used.contains(&(s, start)) {
+                            used.push((s, start));
+                        }
+                    })
+                    .await;
+            }
+            if answered == 0 {
+                return Err(
+                    LogError::NoQuorum(crate::MemError::new(NodeId(0), crate::MemErrorKind::Unreachable)).into()
+                );
+            }
+            let current = self.cursor.filter(|c| c.start != 0 && c.next < self.per_segment).map(|c| c.segment);
+            self.recycle.adopt(&used, current);
+        }
+        Ok(())
     }
 
     /// The log geometry, from the first node that answers.
@@ -442,20 +615,6 @@ impl<C: Clock> ClientCtx<C> {
         Err(last.unwrap_or(LogError::Corrupt { node: NodeId(0), what: "no nodes" }).into())
     }
 
-    /// The last segment this id's log has on any node that answers (a
-    /// fixed id, before its first write).
-    async fn last_segment<M: Memory>(&mut self, mem: &M) -> Result<Option<u32>, ClientError> {
-        let mut last = None;
-        for n in 0..mem.node_count() {
-            match self.logs.last_segment(mem, NodeId(n as u16), self.id).await {
-                Ok(s) => last = last.max(s),
-                Err(LogError::Mem(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(last)
-    }
-
     /// Takes, before the client's first operation, the roundtrips that
     /// would otherwise fall on it: opening every node's region and log
     /// directory, and the log segment of the next writes on every node (the
@@ -463,21 +622,13 @@ impl<C: Clock> ClientCtx<C> {
     /// No entry is used: a client that only reads leaves the segment to the
     /// id's next holder.
     pub async fn prepare<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
-        let c = self.open(mem).await?;
-        let place = Place { segment: c.segment, slot: c.next.min(self.per_segment - 1), start: c.start };
-        let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
-            (0..mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
-        for group in nodes.chunks(MAX_REPLICAS) {
-            for entry in
-                self.logs.entries(mem, group, self.id, place, Some(&mut self.slab), majority(group.len())).await
-            {
-                match entry {
-                    Ok(_) | Err(LogError::Mem(_)) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(())
+        let c = match self.open(mem).await {
+            Ok(c) => c,
+            // No node answered: the first write opens the log.
+            Err(ClientError::Log(LogError::NoQuorum(_) | LogError::Mem(_))) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.create_everywhere(mem, c).await
     }
 
     /// What connecting a key-value client does instead of

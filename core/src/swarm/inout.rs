@@ -8,6 +8,13 @@
 //! in-place     hash (8) | length (8) | value bytes (up to max_value)
 //! ```
 //!
+//! The in-place area is also the value's *home*: once a write is no longer
+//! going to be superseded soon, its writer moves the value there and marks
+//! the word ([`Meta::home`]), so that its log entry can be recycled
+//! ([`crate::swarm::recycle`]). Every object has the area; a replica
+//! without in-place copy ([`Layout::in_place`] false) only reads it for a
+//! word so marked, in a second roundtrip, as it would read the entry.
+//!
 //! A write puts its value out of place, in the writer's log entry
 //! ([`crate::swarm::writerlog`]), and MAXes its metadata word in, as one ordered
 //! pipeline (one roundtrip): whoever sees the word can find the value. The
@@ -48,9 +55,11 @@ pub struct Layout {
     pub meta_words: u32,
     /// Largest value, in bytes.
     pub max_value: u64,
-    /// Whether the object keeps an in-place copy. Without one, every value
-    /// is read out of place (two roundtrips): the classic out-of-place
-    /// update with a pointer swing, as DM-ABD uses (SWARM §4.1, §7).
+    /// Whether the object keeps an in-place copy: READ reads it with the
+    /// metadata, and writes post it. Without one, every value is read out
+    /// of place (two roundtrips): the classic out-of-place update with a
+    /// pointer swing, as DM-ABD uses (SWARM §4.1, §7). The area is there
+    /// either way, as the value's home.
     pub in_place: bool,
     /// Only a register's first replica keeps the in-place copy; the others
     /// hold the metadata alone (SWARM §6: less memory and bandwidth, and a
@@ -93,10 +102,9 @@ impl Layout {
         Layout { in_place: self.in_place && (!self.first_only || r == 0), first_only: false, ..*self }
     }
 
-    /// Bytes of one object (64-byte aligned).
+    /// Bytes of one object (64-byte aligned): the metadata and the home.
     pub fn size(&self) -> u64 {
-        let copy = if self.in_place { INPLACE_HEADER + self.max_value } else { 0 };
-        (8 * self.meta_words as u64 + copy).next_multiple_of(64)
+        (8 * self.meta_words as u64 + INPLACE_HEADER + self.max_value).next_multiple_of(64)
     }
 
     /// Bytes a READ of the object takes: the metadata, and the in-place
@@ -108,6 +116,12 @@ impl Layout {
 
     fn inplace(&self) -> u64 {
         8 * self.meta_words as u64
+    }
+
+    /// Bytes a probe of the object reads: the metadata and the home's
+    /// hash and length.
+    fn probe_len(&self) -> u64 {
+        8 * self.meta_words as u64 + INPLACE_HEADER
     }
 
     /// The metadata word writer `client` MAXes.
@@ -187,6 +201,17 @@ pub struct Replica {
     pub base: u64,
 }
 
+/// What a probe of an object saw ([`Replica::probe`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Probe {
+    /// The largest metadata word.
+    pub max: Meta,
+    /// The word of the client asked about.
+    pub word: Meta,
+    /// The home copy's hash and length.
+    pub home: (u64, u64),
+}
+
 /// What one WRITE of an object did and saw.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct WriteReply {
@@ -244,7 +269,7 @@ impl Replica {
         if value.len() as u64 > layout.max_value || meta.is_deleted() {
             return Err(InOutError::BadLayout);
         }
-        let head = header.encode();
+        let head = header.placed(self.base).encode();
         let ops = [
             Op::Write { offset: entry.offset + 8, data: &head },
             Op::Write { offset: entry.offset + ENTRY_HEADER, data: value },
@@ -333,6 +358,75 @@ impl Replica {
         mem.post_background(self.node, &[op]);
     }
 
+    /// The value of `meta` in this replica's home copy, which the
+    /// replica's word says holds it ([`Meta::home`]): what a reader of a
+    /// replica without in-place copy reads instead of the log entry. A
+    /// copy that does not match `meta` (the word moved on since) is
+    /// [`InOutError::Elsewhere`].
+    pub async fn read_home<M: Memory>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        meta: Meta,
+    ) -> Result<Value<M::Buf>, InOutError> {
+        let buf = mem.read(self.at(layout.inplace()), (INPLACE_HEADER + layout.max_value) as usize).await?;
+        let b = &*buf;
+        let (hash, vlen) = (word_at(b, 0).ok_or(InOutError::Corrupt(self.node))?, word_at(b, 8).unwrap_or(u64::MAX));
+        let end = INPLACE_HEADER as usize + vlen.min(layout.max_value) as usize;
+        if vlen > layout.max_value || b.len() < end || inplace_hash(layout.tag, meta, &b[16..end]) != hash {
+            return Err(InOutError::Elsewhere(self.node));
+        }
+        Ok(Value::in_buf(buf, 16..end))
+    }
+
+    /// What the object's writer needs to recycle a write's log entry
+    /// ([`crate::swarm::recycle`]): the largest metadata word, the word of
+    /// writer `client`, and the home's hash and length (one READ).
+    pub async fn probe<M: Memory>(&self, mem: &M, layout: &Layout, client: u8) -> Result<Probe, InOutError> {
+        let corrupt = InOutError::Corrupt(self.node);
+        let buf = mem.read(self.at(0), layout.probe_len() as usize).await?;
+        let ip = layout.inplace() as usize;
+        Ok(Probe {
+            max: max_word(&buf, layout.meta_words as usize),
+            word: Meta(word_at(&buf, layout.word_of(client) as usize).ok_or(corrupt)?),
+            home: (word_at(&buf, ip).ok_or(corrupt)?, word_at(&buf, ip + 8).ok_or(corrupt)?),
+        })
+    }
+
+    /// Moves the value of `meta` (VERIFIED, its value in the log entry) to
+    /// this replica's home: writes `value` there unless `None` (the home
+    /// holds it already), then CASes the writer's word from `meta` to
+    /// [`Meta::homed`], one ordered pipeline. Whether the word was `meta`
+    /// (else nothing is marked; a written home copy then only spoils an
+    /// in-place copy that readers check anyway). Only the writer of `meta`
+    /// does this, and only once no process may still post an older write's
+    /// in-place copy here ([`crate::swarm::recycle`] says why).
+    pub async fn move_home<M: Memory>(
+        &self,
+        mem: &M,
+        layout: &Layout,
+        meta: Meta,
+        value: Option<&[u8]>,
+    ) -> Result<bool, InOutError> {
+        if !meta.verified() || meta.home() || value.is_some_and(|v| v.len() as u64 > layout.max_value) {
+            return Err(InOutError::BadLayout);
+        }
+        let word = Op::Cas { offset: self.base + layout.word_of(meta.client()), expected: meta.0, new: meta.homed().0 };
+        let out = match value {
+            None => mem.pipeline(self.node, &[word]).await?,
+            Some(v) => {
+                let mut head = [0u8; INPLACE_HEADER as usize];
+                head[..8].copy_from_slice(&inplace_hash(layout.tag, meta, v).to_le_bytes());
+                head[8..].copy_from_slice(&(v.len() as u64).to_le_bytes());
+                let off = self.base + layout.inplace();
+                let ops =
+                    [Op::Write { offset: off, data: &head }, Op::Write { offset: off + INPLACE_HEADER, data: v }, word];
+                mem.pipeline(self.node, &ops).await?
+            }
+        };
+        Ok(out.last().and_then(OpOutput::cas) == Some(meta.0))
+    }
+
     /// READ (Alg. "ino-read"), first half: metadata and in-place copy in
     /// one READ. The value is present if the in-place copy matches the
     /// metadata; otherwise the caller follows the metadata with
@@ -366,7 +460,7 @@ impl Replica {
             return Err(InOutError::Corrupt(self.node));
         };
         let mut reply = self.reply(obj, layout, client)?;
-        if reply.value.is_none() && reply.meta == guess {
+        if reply.value.is_none() && reply.meta == guess.unhomed() {
             reply.value = self.entry_value(copy, &layout, guess).ok().map(|(_, v)| v);
         }
         Ok(reply)
@@ -426,7 +520,9 @@ impl Replica {
     ) -> Result<(EntryHeader, Value<B>), InOutError> {
         let b = &*buf;
         let header = EntryHeader::decode(b).ok_or(InOutError::Corrupt(self.node))?;
-        if !header.holds(meta) {
+        // An entry of another write, or of this write for another object
+        // (the memory was recycled): not the value sought.
+        if !header.holds(meta) || header.obj != self.base {
             return Err(InOutError::Elsewhere(self.node));
         }
         let end = usize::try_from(header.len).ok().and_then(|l| l.checked_add(ENTRY_ID_BYTES));
@@ -488,7 +584,7 @@ mod tests {
                         let place = Place { segment: 0, slot: k, start: 1 };
                         let entry = logs.entries(&m, &[node], w, place, Some(&mut slab), 1).await[0].unwrap().unwrap();
                         let value = value_of(meta, len);
-                        let header = EntryHeader::of(meta, 0, &value);
+                        let header = EntryHeader::of(meta, 0, 1, &value);
                         let r = rep.write(&m, &layout, entry, seed, meta, &header, &value).await.unwrap();
                         prop_assert!(r.seen >= meta);
                         seed = match r.outcome { MaxOutcome::Installed { .. } => meta.0, MaxOutcome::Superseded { found } => found };

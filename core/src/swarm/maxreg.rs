@@ -145,9 +145,11 @@ impl Register {
         majority(self.replicas.len())
     }
 
-    /// Whether this client knows a majority holds at least `meta`.
+    /// Whether this client knows a majority holds at least `meta` (a word
+    /// whose value moved home holds the same tuple).
     fn held_by_majority(&self, cache: &RegCache, meta: Meta) -> bool {
-        (0..self.replicas.len()).filter(|&r| cache.replicas[r].max >= meta).count() >= self.need()
+        let meta = meta.unhomed();
+        (0..self.replicas.len()).filter(|&r| cache.replicas[r].max.unhomed() >= meta).count() >= self.need()
     }
 
     /// Notes whether replica `r`'s node failed, from one of its answers.
@@ -174,6 +176,22 @@ impl Register {
     fn learn<C: Clock>(&self, ctx: &mut ClientCtx<C>, tally: &Tally, replica: impl Fn(usize) -> usize, want: usize) {
         ctx.nodes.learn(tally, |j| self.replicas[replica(j)].node);
         ctx.paths.widened += (tally.started.count_ones() as usize > want) as u64;
+    }
+
+    /// The log entry of this client's own write `meta` of `value` to this
+    /// register, in `place`; the write is remembered so that its entries
+    /// are recycled ([`crate::swarm::recycle`]), whether it completes or
+    /// not (a failed write may have reached a replica).
+    pub fn own_entry<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        meta: Meta,
+        place: Place,
+        value: &[u8],
+    ) -> LogCopy {
+        ctx.track(mem, self, meta, place, value);
+        LogCopy { place, header: EntryHeader::of(meta, self.layout.tag, self.replicas.len() as u8, value) }
     }
 
     /// Checks that `value` fits the register, before anything is spent on it.
@@ -258,9 +276,9 @@ impl Register {
         // write that must also read), and the largest tuple they hold.
         let (mut known, mut seen) = (0u16, meta);
         for (r, c) in cache.replicas[..n].iter().enumerate() {
-            if !read && c.max >= meta {
+            if !read && c.max.unhomed() >= meta {
                 known |= 1 << r;
-                seen = seen.max(c.max);
+                seen = seen.max(c.max.unhomed());
             }
         }
         // A write is done once a majority holds it; the mutant `ack-one`
@@ -341,7 +359,7 @@ impl Register {
                         MaxOutcome::Superseded { found } => found.max(c.mine),
                     };
                     c.max = c.max.max(reply.seen);
-                    seen = seen.max(reply.seen);
+                    seen = seen.max(reply.seen.unhomed());
                 }
                 Err(e) => first_err = first_err.or(Some(e)),
             }
@@ -448,8 +466,10 @@ impl Register {
     /// read to be written back). Run again when it failed for want of
     /// nodes after its quorum answered: the only replicas that held its
     /// tuple (and so the value's log entries) may have crashed between the
-    /// two roundtrips while a majority is still alive. Reading again is
-    /// safe: nothing was returned or written back yet, and a tuple that a
+    /// two roundtrips while a majority is still alive; or when the value's
+    /// copies were not the tuple's any more (recycled since:
+    /// [`crate::swarm::recycle`]) or not whole. Reading again is safe:
+    /// nothing was returned or written back yet, and a tuple that a
     /// completed operation wrote or returned is on a majority, which the
     /// next quorum meets. At most one restart per replica; past that, the
     /// error stands.
@@ -461,13 +481,13 @@ impl Register {
         value: bool,
     ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
         match self.read_once(ctx, mem, cache, value).await {
-            Err(RegError::NoQuorum(e)) => {
+            Err(first @ (RegError::NoQuorum(_) | RegError::Corrupt(_))) => {
                 cold(|| async move {
-                    let mut last = RegError::NoQuorum(e);
+                    let mut last = first;
                     for _ in 0..self.replicas.len() {
                         ctx.paths.read_restarts += 1;
                         match self.read_once(ctx, mem, cache, value).await {
-                            Err(e @ RegError::NoQuorum(_)) => last = e,
+                            Err(e @ (RegError::NoQuorum(_) | RegError::Corrupt(_))) => last = e,
                             done => return done,
                         }
                     }
@@ -487,13 +507,21 @@ impl Register {
         cache: &mut RegCache,
         value: bool,
     ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
-        let (max, in_place, holders) = self.read_replicas(ctx, mem, cache).await?;
-        // The mutant `abd-no-write-back` returns what it read as it is.
-        if self.held_by_majority(cache, max) || mutant!("abd-no-write-back") {
-            // The value: a matching in-place copy, else the out-of-place one.
+        let (max, in_place, holders, homes) = self.read_replicas(ctx, mem, cache).await?;
+        // A word whose value moved home says its tuple is on a majority
+        // (its writer saw it there first: [`crate::swarm::recycle`]). The
+        // mutant `abd-no-write-back` returns what it read as it is.
+        if homes != 0 || self.held_by_majority(cache, max) || mutant!("abd-no-write-back") {
+            // The value: a matching in-place copy, else a home or
+            // out-of-place one.
             return match in_place {
                 Some(v) => Ok((max, Some(v))),
                 None if !value => Ok((max, None)),
+                None if homes != 0 => {
+                    ctx.paths.home_reads += 1;
+                    let v = cold(|| self.read_home(ctx, mem, homes, holders, max)).await?;
+                    Ok((max, Some(v)))
+                }
                 None => {
                     ctx.paths.out_of_place_reads += 1;
                     let (_, v) = cold(|| self.read_out_of_place(ctx, mem, holders, max)).await?;
@@ -525,20 +553,30 @@ impl Register {
         let (copy, value) = self.read_out_of_place(ctx, mem, holders, max).await?;
         // A matching in-place copy is the same value; either will do.
         let _ = in_place;
+        // Written back only soon after the read that found it, or its
+        // writer may have recycled its entries since ([`ClientCtx::fresh`]):
+        // read again then.
+        if !ctx.fresh(mem) {
+            return Err(RegError::NoQuorum(InOutError::Elsewhere(self.replicas[0].node)));
+        }
         self.write(ctx, mem, cache, max, &copy, &value).await?;
         Ok((max, value))
     }
 
     /// READ's roundtrip: the largest tuple a majority holds, its value if
-    /// an in-place copy matched, and which replicas hold it (bit `r` for
-    /// replica `r`), folded from the replies as they arrive: only the
-    /// chosen in-place value outlives them.
+    /// an in-place copy matched, which replicas hold it (bit `r` for
+    /// replica `r`), and of those, which hold its value at home
+    /// ([`Meta::home`]), folded from the replies as they arrive: only the
+    /// chosen in-place value outlives them. The tuple is the word with
+    /// its value in its log entry ([`Meta::unhomed`]), whatever the
+    /// replicas say of where it is.
     async fn read_replicas<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
         mem: &M,
         cache: &mut RegCache,
-    ) -> Result<(Meta, Option<Value<M::Buf>>, u16), RegError> {
+    ) -> Result<(Meta, Option<Value<M::Buf>>, u16, u16), RegError> {
+        ctx.note_read(mem);
         let (layout, id) = (self.layout, ctx.id);
         let guess = self.guess(ctx, cache);
         let op = |r: usize| {
@@ -552,7 +590,7 @@ impl Register {
             }
         };
         let plan = self.plan(ctx, mem, |r| r, self.replicas.len());
-        let (mut max, mut holders, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, None, None);
+        let (mut max, mut holders, mut homes, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, 0u16, None, None);
         let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {
             self.note(ctx, r, &res);
             let reply = match res {
@@ -562,11 +600,15 @@ impl Register {
             let c = &mut cache.replicas[r];
             c.max = c.max.max(reply.meta);
             c.mine = reply.word;
-            if reply.meta > max {
-                (max, holders, in_place) = (reply.meta, 0, None);
+            let meta = reply.meta.unhomed();
+            if meta > max {
+                (max, holders, homes, in_place) = (meta, 0, 0, None);
             }
-            if reply.meta == max {
+            if meta == max {
                 holders |= 1 << r;
+                if reply.meta.home() {
+                    homes |= 1 << r;
+                }
                 // Any matching in-place copy will do: its hash binds it to `max`.
                 if in_place.is_none() {
                     in_place = reply.value;
@@ -578,7 +620,41 @@ impl Register {
         if !replies.reached(self.need()) {
             return Err(no_quorum(first_err));
         }
-        Ok((max, in_place, holders))
+        Ok((max, in_place, holders, homes))
+    }
+
+    /// The value of `max` from the home of one of the replicas that hold
+    /// it there (`homes`), one after the other; else from the log entry of
+    /// one of the other `holders`. A copy that is not the tuple's (the
+    /// word moved on since) is a retry of the whole read.
+    async fn read_home<M: Memory, C: Clock>(
+        &self,
+        ctx: &mut ClientCtx<C>,
+        mem: &M,
+        homes: u16,
+        holders: u16,
+        max: Meta,
+    ) -> Result<Value<M::Buf>, RegError> {
+        let mut last = RegError::NoQuorum(InOutError::Elsewhere(self.replicas[0].node));
+        let suspect = |ctx: &ClientCtx<C>, r: usize| ctx.nodes.suspects(self.replicas[r].node);
+        let mut order: heapless::Vec<usize, MAX_REPLICAS> =
+            (0..self.replicas.len()).filter(|&r| homes & (1 << r) != 0 && !suspect(ctx, r)).collect();
+        order.extend((0..self.replicas.len()).filter(|&r| homes & (1 << r) != 0 && suspect(ctx, r)));
+        for r in order {
+            let res = self.replicas[r].read_home(mem, &self.layout.of_replica(r), max).await;
+            self.note(ctx, r, &res);
+            match res {
+                Ok(v) => return Ok(v),
+                Err(InOutError::Elsewhere(n)) => last = RegError::NoQuorum(InOutError::Elsewhere(n)),
+                Err(InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
+                Err(e) => last = RegError::NoQuorum(e),
+            }
+        }
+        let others = holders & !homes;
+        if others == 0 {
+            return Err(last);
+        }
+        Ok(self.read_out_of_place(ctx, mem, others, max).await?.1)
     }
 
     /// While every replica with an in-place copy is suspected (the
@@ -705,7 +781,7 @@ impl Register {
             let (entry, place) = match cold(|| ctx.logs.locate(mem, rep.node, max)).await {
                 Ok(Some(found)) => found,
                 Ok(None) => {
-                    last = RegError::Corrupt(rep.node);
+                    last = RegError::NoQuorum(InOutError::Elsewhere(rep.node));
                     continue;
                 }
                 Err(e) => {
@@ -715,7 +791,9 @@ impl Register {
             };
             match rep.read_out_of_place(mem, &layout, entry, self.layout.max_value, max).await {
                 Ok((header, v)) => return Ok((LogCopy { place, header }, v)),
-                Err(InOutError::Elsewhere(n) | InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
+                // Recycled since the tuple was read: the read runs again.
+                Err(InOutError::Elsewhere(n)) => last = RegError::NoQuorum(InOutError::Elsewhere(n)),
+                Err(InOutError::Corrupt(n)) => last = RegError::Corrupt(n),
                 Err(e) => last = RegError::NoQuorum(e),
             }
         }
@@ -773,6 +851,7 @@ mod tests {
             let (reg, events, mem) = (reg.clone(), events.clone(), m.clone());
             sim.spawn(&m, async move {
                 let mut ctx = ClientCtx::new(id, || 0).unwrap();
+                ctx.writing_in(0, 1);
                 let mut cache = RegCache::default();
                 for k in 1..=5u64 {
                     mem.sleep(mem.random(0, 2_000)).await;
@@ -783,7 +862,7 @@ mod tests {
                         let v = [id; 16];
                         let copy = LogCopy {
                             place: Place { segment: 0, slot: k as u32, start: 1 },
-                            header: EntryHeader::of(meta, 0, &v),
+                            header: EntryHeader::of(meta, 0, 3, &v),
                         };
                         reg.write(&mut ctx, &mem, &mut cache, meta, &copy, &v).await.unwrap();
                         events.borrow_mut().push((id, meta, t0, mem.now(), true, false));
@@ -842,10 +921,11 @@ mod tests {
             // A completed write of `old`, then one of `new` that reached
             // replica 1 alone (its writer crashed).
             let mut w = ClientCtx::new(1, || 0).unwrap();
+            w.writing_in(0, 1);
             let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
             let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
                 place: Place { segment: 0, slot, start: 1 },
-                header: EntryHeader::of(meta, 0, v),
+                header: EntryHeader::of(meta, 0, 3, v),
             };
             r.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16]).await.unwrap();
             let c = copy(2, new, &[2; 16]);
@@ -878,7 +958,7 @@ mod tests {
         let write = |slot: u32, t: u64, v: u8| {
             let meta = Meta::new(t, slot, 1);
             let copy =
-                LogCopy { place: Place { segment: 0, slot, start: 1 }, header: EntryHeader::of(meta, 0, &[v; 16]) };
+                LogCopy { place: Place { segment: 0, slot, start: 1 }, header: EntryHeader::of(meta, 0, 3, &[v; 16]) };
             (meta, copy)
         };
         let now = sim.now();
@@ -886,6 +966,7 @@ mod tests {
         let (times, values) = sim
             .block_on(async move {
                 let (mut w, mut wc) = (ClientCtx::new(1, || 0).unwrap(), RegCache::default());
+                w.writing_in(0, 1);
                 let (mut r, mut rc) = (ClientCtx::new(2, || 0).unwrap(), RegCache::default());
                 let (meta, copy) = write(1, 1, 1);
                 reg.write(&mut w, &m, &mut wc, meta, &copy, &[1; 16]).await.unwrap();

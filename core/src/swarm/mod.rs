@@ -14,5 +14,7 @@ pub mod client;
 pub mod inout;
 pub mod maxreg;
 pub mod meta;
+#[cfg(feature = "alloc")]
+pub mod recycle;
 pub mod safeguess;
 pub mod writerlog;

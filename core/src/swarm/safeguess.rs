@@ -50,7 +50,7 @@ use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::InOutError;
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::{MAX_CLIENT, Meta};
-use crate::swarm::writerlog::{EntryHeader, LogCopy, LogError};
+use crate::swarm::writerlog::{LogCopy, LogError};
 use crate::{Memory, RemoteAddr};
 
 /// How a write completed, for statistics (the paper's §7.8 breakdown).
@@ -82,7 +82,7 @@ pub async fn write<M: Memory, C: Clock>(
     reg.check_value(value)?;
     let (time, place) = ctx.next_write(mem, Meta::BOTTOM).await?;
     let w = Meta::new(time, place.slot, ctx.id);
-    let copy = LogCopy { place, header: EntryHeader::of(w, reg.layout.tag, value) };
+    let copy = reg.own_entry(ctx, mem, w, place, value);
     let m = reg.write_and_read(ctx, mem, cache, w, &copy, value).await?;
     if m == w {
         mark_verified(mem, reg, cache, w, MarkOn::Installed);
@@ -130,7 +130,7 @@ async fn slow_write<M: Memory, C: Clock>(
     // The rewrite is a write of its own, in a log entry of its own.
     let (time2, place2) = ctx.next_write(mem, m).await?;
     let w2 = Meta::new(time2, place2.slot, ctx.id).verify();
-    let copy2 = LogCopy { place: place2, header: EntryHeader::of(w2, reg.layout.tag, value) };
+    let copy2 = reg.own_entry(ctx, mem, w2, place2, value);
     reg.write(ctx, mem, cache, w2, &copy2, value).await?;
     Ok((w2, WritePath::Rewritten))
 }
@@ -198,6 +198,12 @@ async fn lock_for_read<M: Memory, C: Clock>(
     m: Meta,
 ) -> Result<bool, RegError> {
     let (copy, _) = reg.read_out_of_place(ctx, mem, 0, m).await?;
+    // Only soon after the read that found `m`: its writer may recycle its
+    // entries, lock words included, later ([`ClientCtx::fresh`]). A lock
+    // not taken makes the reader read again.
+    if !ctx.fresh(mem) {
+        return Ok(false);
+    }
     lock(ctx, mem, reg, m, &copy, Mode::Read).await
 }
 

@@ -58,13 +58,64 @@ use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
 /// "SWARMLG2".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SWARMLG2");
-/// Bytes before an entry's value.
-pub const ENTRY_HEADER: u64 = 32;
+/// Bytes before an entry's value: its lock word and its header.
+pub const ENTRY_HEADER: u64 = 8 + ENTRY_ID_BYTES as u64;
 /// The most entries a segment may have (what a metadata word's slot names).
 pub const MAX_PER_SEGMENT: u64 = MAX_SLOT as u64 + 1;
+/// The most segments a client's log may have (numbers, reused once given
+/// back: what a [`SegmentSet`] holds).
+pub const MAX_SEGMENTS: u64 = 1024;
+
+/// A set of segment numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentSet([u64; MAX_SEGMENTS as usize / 64]);
+
+impl SegmentSet {
+    /// Adds `s` (ignored beyond [`MAX_SEGMENTS`]).
+    pub fn insert(&mut self, s: u32) {
+        if let Some(w) = self.0.get_mut(s as usize / 64) {
+            *w |= 1 << (s % 64);
+        }
+    }
+
+    /// Removes `s`.
+    pub fn remove(&mut self, s: u32) {
+        if let Some(w) = self.0.get_mut(s as usize / 64) {
+            *w &= !(1 << (s % 64));
+        }
+    }
+
+    /// Whether `s` is in.
+    pub fn contains(&self, s: u32) -> bool {
+        self.0.get(s as usize / 64).is_some_and(|w| w & (1 << (s % 64)) != 0)
+    }
+
+    /// The first number below `below` not in the set.
+    pub fn first_absent(&self, below: u64) -> Option<u32> {
+        (0..below.min(MAX_SEGMENTS) as u32).find(|&s| !self.contains(s))
+    }
+
+    /// How many are in.
+    pub fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The numbers in the set, in order.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..MAX_SEGMENTS as u32).filter(|&s| self.contains(s))
+    }
+}
 const HEADER_WORDS: u64 = 4;
 /// Segments of a node's directory this client remembers (direct-mapped).
 const CACHE: usize = 128;
+/// The start of a segment given back ([`Logs::mark_free`]): its memory stays
+/// with its number on that node, for the owner's next segment there.
+pub const FREE: u64 = u64::MAX;
 
 /// A failure to use a log.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -93,6 +144,10 @@ pub enum LogError {
     },
     /// No majority of nodes answered.
     NoQuorum(MemError),
+    /// The node holds another segment (an older one, not recycled there
+    /// yet, or a newer one) under the number asked for: the entry is not
+    /// there, as on a node that does not answer.
+    Stale(NodeId),
 }
 
 impl From<MemError> for LogError {
@@ -134,6 +189,7 @@ impl fmt::Display for LogError {
                  recycled yet)"
             ),
             LogError::NoQuorum(e) => write!(f, "no majority of nodes answered: {e}"),
+            LogError::Stale(node) => write!(f, "{node} holds another log segment under that number"),
         }
     }
 }
@@ -158,7 +214,7 @@ impl LogGeometry {
         }
         let entry_size = (ENTRY_HEADER + max_value).next_multiple_of(64);
         let per_segment = (chunk / entry_size).min(MAX_PER_SEGMENT);
-        if per_segment == 0 || segments == 0 || segments > u32::MAX as u64 {
+        if per_segment == 0 || segments == 0 || segments > MAX_SEGMENTS {
             return Err(LogError::Alloc(AllocError::BadSize { size: entry_size }));
         }
         Ok(LogGeometry { entry_size, segments, per_segment })
@@ -213,12 +269,21 @@ pub struct EntryHeader {
     pub id: Meta,
     /// Bytes of the value.
     pub len: u64,
-    /// The checksum of the value and its object's tag ([`value_sum`]).
+    /// Replicas of the register written (2f+1).
+    pub replicas: u8,
+    /// The object's tag ([`crate::swarm::inout::Layout::tag`]).
+    pub tag: u64,
+    /// The offset of the object's replica on this entry's node, 0 in a
+    /// template: what the entry's owner recycles it by
+    /// ([`crate::swarm::recycle`]), whoever wrote it.
+    pub obj: u64,
+    /// The checksum of the value, the tag, the object and the id: of the
+    /// value alone in a template ([`value_sum`]).
     pub sum: u64,
 }
 
 /// Bytes of an [`EntryHeader`] on memory.
-pub const ENTRY_ID_BYTES: usize = 24;
+pub const ENTRY_ID_BYTES: usize = 40;
 
 /// The checksum of `value` in the entry of write `id` to an object tagged
 /// `tag` ([`crate::swarm::inout::Layout::tag`]).
@@ -226,16 +291,44 @@ pub fn value_sum(id: Meta, tag: u64, value: &[u8]) -> u64 {
     xxh3_64_with_seed(value, id.guessed().0 ^ (value.len() as u64).rotate_left(29) ^ tag.rotate_left(11) ^ 0x5357_4c47)
 }
 
+/// What a header's place (object and replica count) adds to its checksum:
+/// 0 for a template (no object), so that placing a template is one XOR.
+fn place_sum(id: Meta, obj: u64, replicas: u8) -> u64 {
+    if obj == 0 {
+        return 0;
+    }
+    // splitmix64's finaliser: any changed bit changes half of the sum.
+    let mut z = obj ^ (replicas as u64) << 56 ^ id.guessed().0.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
+}
+
 impl EntryHeader {
-    /// The header of write `id` of `value` to an object tagged `tag`.
-    pub fn of(id: Meta, tag: u64, value: &[u8]) -> EntryHeader {
-        EntryHeader { id: id.guessed(), len: value.len() as u64, sum: value_sum(id, tag, value) }
+    /// The template of the headers of write `id` of `value` to a register
+    /// of `replicas` replicas tagged `tag`: [`EntryHeader::placed`] makes
+    /// each replica's.
+    pub fn of(id: Meta, tag: u64, replicas: u8, value: &[u8]) -> EntryHeader {
+        EntryHeader { id: id.guessed(), len: value.len() as u64, replicas, tag, obj: 0, sum: value_sum(id, tag, value) }
+    }
+
+    /// The header of this write in the entry that goes with the register's
+    /// replica at `obj` (on the entry's node).
+    pub fn placed(self, obj: u64) -> EntryHeader {
+        let t = self.template();
+        EntryHeader { obj, sum: t.sum ^ place_sum(t.id, obj, t.replicas), ..t }
+    }
+
+    /// The template this header was placed from.
+    pub fn template(self) -> EntryHeader {
+        EntryHeader { obj: 0, sum: self.sum ^ place_sum(self.id, self.obj, self.replicas), ..self }
     }
 
     /// Its bytes.
     pub fn encode(&self) -> [u8; ENTRY_ID_BYTES] {
         let mut b = [0u8; ENTRY_ID_BYTES];
-        for (i, w) in [self.id.0, self.len, self.sum].into_iter().enumerate() {
+        let len = self.len | (self.replicas as u64) << 56;
+        for (i, w) in [self.id.0, len, self.sum, self.tag, self.obj].into_iter().enumerate() {
             b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
         b
@@ -244,19 +337,30 @@ impl EntryHeader {
     /// Reads a header from `b` (the bytes after the lock word).
     pub fn decode(b: &[u8]) -> Option<EntryHeader> {
         let w = |i: usize| word_at(b, 8 * i);
-        Some(EntryHeader { id: Meta(w(0)?), len: w(1)?, sum: w(2)? })
+        let len = w(1)?;
+        Some(EntryHeader {
+            id: Meta(w(0)?),
+            len: len & ((1 << 56) - 1),
+            replicas: (len >> 56) as u8,
+            sum: w(2)?,
+            tag: w(3)?,
+            obj: w(4)?,
+        })
     }
 
-    /// Whether this entry holds the write of `meta` (either flag).
+    /// Whether this entry holds the write of `meta` (either flag, wherever
+    /// its value is now).
     pub fn holds(&self, meta: Meta) -> bool {
         let m = meta.guessed();
         !m.is_bottom() && self.id == m
     }
 
     /// Whether `value` is the value this header describes, whole, of an
-    /// object tagged `tag`.
+    /// object tagged `tag`, and the header whole with it.
     pub fn checks(&self, tag: u64, value: &[u8]) -> bool {
-        value.len() as u64 == self.len && value_sum(self.id, tag, value) == self.sum
+        value.len() as u64 == self.len
+            && self.tag == tag
+            && value_sum(self.id, tag, value) ^ place_sum(self.id, self.obj, self.replicas) == self.sum
     }
 }
 
@@ -296,9 +400,19 @@ fn slot_of(client: u8, segment: u32) -> usize {
 }
 
 impl NodeDir {
-    fn known(&self, client: u8, segment: u32) -> Option<Known> {
+    /// The segment `segment` of `client` that started at `start`, if this
+    /// client knows where it is (another segment under the same number, an
+    /// earlier one since given back, is not it).
+    fn known(&self, client: u8, segment: u32, start: u64) -> Option<Known> {
         let k = self.cache[slot_of(client, segment)];
-        (k.client == client as u16 + 1 && k.segment == segment).then_some(k)
+        (k.client == client as u16 + 1 && k.segment == segment && k.start == start).then_some(k)
+    }
+
+    fn forget(&mut self, client: u8, segment: u32) {
+        let k = &mut self.cache[slot_of(client, segment)];
+        if k.client == client as u16 + 1 && k.segment == segment {
+            *k = Known::default();
+        }
     }
 
     fn remember(&mut self, client: u8, segment: u32, start: u64, offset: u64) {
@@ -336,6 +450,9 @@ impl NodeDir {
 #[derive(Default)]
 pub struct Logs {
     nodes: heapless::Vec<NodeDir, { 4 * MAX_REPLICAS }>,
+    /// The segment its owner writes in now `(client, number, start)`: the
+    /// only one [`Logs::entries`] starts under a number given back.
+    writing: Option<(u8, u32, u64)>,
 }
 
 /// Creates the log directory on `node` (once, by whoever sets the node up,
@@ -358,6 +475,13 @@ impl Logs {
     /// A client that knows no directory yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Notes that `client`, whose view this is, now writes in segment
+    /// `segment` started at `start` ([`Logs::entries`] may start it under
+    /// a number given back).
+    pub fn write_in(&mut self, client: u8, segment: u32, start: u64) {
+        self.writing = Some((client, segment, start));
     }
 
     async fn dir<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<&mut NodeDir, LogError> {
@@ -424,7 +548,7 @@ impl Logs {
         out.clear();
         for &node in nodes {
             let Some(d) = self.nodes.iter().find(|d| d.node == node) else { return false };
-            match d.known(client, place.segment).map(|k| d.entry_at(k.offset, place.slot)) {
+            match d.known(client, place.segment, place.start).map(|k| d.entry_at(k.offset, place.slot)) {
                 Some(Ok(addr)) if out.push(addr).is_ok() => {}
                 _ => return false,
             }
@@ -463,21 +587,19 @@ impl Logs {
         let (base, geo) = (d.base, d.geo);
         let row = mem.read(RemoteAddr::new(node, base + geo.row(client)), geo.row_bytes() as usize).await?;
         let d = self.dir(mem, node).await?;
-        let (t, mut found, mut last_start) = (meta.time(), None, 0);
+        // Segment numbers are reused: the one that started last at or
+        // before the time, whatever its number.
+        let (t, mut found) = (meta.time(), None::<(u32, u64, u64)>);
         for s in 0..geo.segments as u32 {
             let (Some(start), Some(offset)) = (word_at(&row, 16 * s as usize), word_at(&row, 16 * s as usize + 8))
             else {
                 break;
             };
-            if offset == 0 {
+            if offset == 0 || start == FREE {
                 continue;
             }
-            if start < last_start {
-                return Err(LogError::Corrupt { node, what: "segments out of time order" });
-            }
-            last_start = start;
             d.remember(client, s, start, offset);
-            if start <= t {
+            if start <= t && found.is_none_or(|(_, best, _)| start > best) {
                 found = Some((s, start, offset));
             }
         }
@@ -548,7 +670,7 @@ impl Logs {
                 let _ = out.push(Err(LogError::Corrupt { node, what: "segment or client beyond the directory" }));
                 continue;
             }
-            match d.known(client, place.segment) {
+            match d.known(client, place.segment, place.start) {
                 Some(k) => {
                     let _ = out.push(d.entry_at(k.offset, place.slot).map(Some));
                 }
@@ -579,6 +701,34 @@ impl Logs {
             });
         }
         if let Some(slab) = alloc {
+            // A number given back on a node keeps its memory there, for its
+            // owner's next segment: its new start is all it takes. Nobody
+            // else starts a segment under it (a late write-back of an older
+            // write would start that write's segment again).
+            let owner = self.writing == Some((client, place.segment, place.start));
+            let reuse: heapless::Vec<usize, MAX_REPLICAS> = (0..missing.len())
+                .filter(|&k| owner && found[k].is_some_and(|(st, off)| st == FREE && off != 0))
+                .collect();
+            let start = place.start.to_le_bytes();
+            let futs = reuse
+                .iter()
+                .map(|&k| {
+                    let (at, start) = (missing[k].1, &start);
+                    async move { mem.write(at, start).await }
+                })
+                .collect();
+            let (reused, _) = join_timely(futs, need, Watch::on(mem), |j| late(missing[reuse[j]].1.node)).await;
+            for (j, r) in reused.results.into_iter().enumerate() {
+                let k = reuse[j];
+                found[k] = match r {
+                    Some(Ok(())) => found[k].map(|(_, off)| (place.start, off)),
+                    Some(Err(e)) => {
+                        out[missing[k].0] = Err(LogError::Mem(e));
+                        None
+                    }
+                    None => None,
+                };
+            }
             let empty: heapless::Vec<usize, MAX_REPLICAS> =
                 (0..missing.len()).filter(|&k| found[k].is_some_and(|(_, off)| off == 0)).collect();
             let targets: heapless::Vec<NodeId, MAX_REPLICAS> = empty.iter().map(|&k| missing[k].1.node).collect();
@@ -603,7 +753,6 @@ impl Logs {
                 }
             }
             // The start, then the offset: whoever sees the offset sees the start.
-            let start = place.start.to_le_bytes();
             let futs = claims
                 .iter()
                 .map(|&(k, chunk)| {
@@ -639,10 +788,10 @@ impl Logs {
             }
         }
         for (k, &(i, at)) in missing.iter().enumerate() {
-            let Some((start, offset)) = found[k].filter(|&(_, off)| off != 0) else { continue };
+            let Some((start, offset)) = found[k].filter(|&(st, off)| off != 0 && st != FREE) else { continue };
             let Some(d) = self.nodes.iter_mut().find(|d| d.node == at.node) else { continue };
             if start != place.start {
-                out[i] = Err(LogError::Corrupt { node: at.node, what: "a segment's start differs between nodes" });
+                out[i] = Err(LogError::Stale(at.node));
                 continue;
             }
             match d.entry_at(offset, place.slot) {
@@ -656,22 +805,92 @@ impl Logs {
         out
     }
 
-    /// The segments `client` holds on `node`, from its directory row (one
-    /// roundtrip): the highest segment number, if any. What a client that
-    /// resumes an id after a crash starts after.
-    pub async fn last_segment<M: Memory>(
+    /// The segments of `client` on `node` that are in use (not given back),
+    /// from its directory row (one roundtrip): by number, with their start
+    /// and offset. What a client that takes an id over goes through.
+    pub async fn in_use<M: Memory>(
         &mut self,
         mem: &M,
         node: NodeId,
         client: u8,
-    ) -> Result<Option<u32>, LogError> {
+        mut each: impl FnMut(u32, u64, u64),
+    ) -> Result<(), LogError> {
         if client > MAX_CLIENT {
             return Err(LogError::Corrupt { node, what: "client beyond the directory" });
         }
         let d = self.dir(mem, node).await?;
         let (base, geo) = (d.base, d.geo);
         let row = mem.read(RemoteAddr::new(node, base + geo.row(client)), geo.row_bytes() as usize).await?;
-        Ok((0..geo.segments as u32).rev().find(|&s| word_at(&row, 16 * s as usize + 8).is_some_and(|o| o != 0)))
+        for s in 0..geo.segments as u32 {
+            if let (Some(start), Some(offset)) = (word_at(&row, 16 * s as usize), word_at(&row, 16 * s as usize + 8))
+                && offset != 0
+                && start != FREE
+            {
+                each(s, start, offset);
+            }
+        }
+        Ok(())
+    }
+
+    /// The segments of `client` in use on each of `nodes`, read at once
+    /// (one roundtrip), leaving out those late once `need` answered:
+    /// `each(node index, number, start)`; how many answered.
+    pub async fn in_use_on<M: Memory>(
+        &mut self,
+        mem: &M,
+        nodes: &[NodeId],
+        client: u8,
+        need: usize,
+        mut each: impl FnMut(usize, u32, u64),
+    ) -> usize {
+        let nodes = &nodes[..nodes.len().min(MAX_REPLICAS)];
+        let opened = self.open_dirs(mem, nodes, need).await;
+        let mut rows: heapless::Vec<(usize, RemoteAddr, LogGeometry), MAX_REPLICAS> = heapless::Vec::new();
+        for (i, (&node, ok)) in nodes.iter().zip(opened).enumerate() {
+            if let (Ok(()), Some(d)) = (ok, self.nodes.iter().find(|d| d.node == node))
+                && client <= MAX_CLIENT
+            {
+                let _ = rows.push((i, RemoteAddr::new(node, d.base + d.geo.row(client)), d.geo));
+            }
+        }
+        let futs = rows.iter().map(|&(_, at, geo)| mem.read(at, geo.row_bytes() as usize)).collect();
+        let (read, _) = join_timely(futs, need, Watch::on(mem), |k| late(rows[k].1.node)).await;
+        let mut answered = 0;
+        for (k, r) in read.results.into_iter().enumerate() {
+            let Some(Ok(row)) = r else { continue };
+            answered += 1;
+            for s in 0..rows[k].2.segments as u32 {
+                if let (Some(start), Some(offset)) =
+                    (word_at(&row, 16 * s as usize), word_at(&row, 16 * s as usize + 8))
+                    && offset != 0
+                    && start != FREE
+                {
+                    each(rows[k].0, s, start);
+                }
+            }
+        }
+        answered
+    }
+
+    /// Gives `client`'s segment `segment` on `node` back (its owner, once
+    /// no entry of it is needed there): its memory stays with its number
+    /// on the node for the owner's next segment under it
+    /// ([`Logs::entries`]); lookups skip it from now on.
+    pub async fn mark_free<M: Memory>(
+        &mut self,
+        mem: &M,
+        node: NodeId,
+        client: u8,
+        segment: u32,
+    ) -> Result<(), LogError> {
+        let d = self.dir(mem, node).await?;
+        if segment as u64 >= d.geo.segments || client > MAX_CLIENT {
+            return Err(LogError::Corrupt { node, what: "segment or client beyond the directory" });
+        }
+        let at = RemoteAddr::new(node, d.base + d.geo.descriptor(client, segment));
+        d.forget(client, segment);
+        mem.write(at, &FREE.to_le_bytes()).await?;
+        Ok(())
     }
 }
 
@@ -692,7 +911,7 @@ async fn load_dir<M: Memory>(mem: &M, node: NodeId) -> Result<NodeDir, LogError>
     // At most what `LogGeometry::new` makes: every product of them fits
     // in 64 bits.
     let largest = (ENTRY_HEADER + crate::swarm::inout::MAX_VALUE).next_multiple_of(64);
-    if segments > 1 << 20 || per_segment > MAX_PER_SEGMENT || entry_size > largest {
+    if segments > MAX_SEGMENTS || per_segment > MAX_PER_SEGMENT || entry_size > largest {
         return Err(corrupt("impossible geometry"));
     }
     let geo = LogGeometry { entry_size, segments, per_segment };

@@ -511,8 +511,13 @@ fn operation_futures_are_small() {
 }
 
 /// Bytes of disaggregated memory per key, measured by loading keys of
-/// 1 KiB values (SWARM Table 3: 1M keys of 1 KiB; RAW 0.95 GiB, DM-ABD
-/// 3.00, SWARM-KV 4.06, FUSEE 2.04), against what the layouts predict.
+/// 1 KiB values with recycling running (SWARM Table 3: 1M keys of 1 KiB,
+/// recycling once per second; RAW 0.95 GiB, DM-ABD 3.00, SWARM-KV 4.06,
+/// FUSEE 2.04), against what the layouts predict: a key's objects (the
+/// metadata and the value's home on each replica), its index block and
+/// its descriptor. The log entries its writes took are recycled once the
+/// values are home; the log's own memory, a ring of segments, depends on
+/// how fast clients write, not on how many keys there are.
 #[test]
 fn bytes_per_key_against_table_3() {
     const VALUE: usize = 1024;
@@ -552,6 +557,15 @@ fn bytes_per_key_against_table_3() {
                 let mut s = connect_any(m.clone(), &c, Who::Id(1), clock(&m, 0)).await.unwrap();
                 for k in from..to {
                     s.insert(format!("user{k:020}").as_bytes(), &[7; VALUE]).await.unwrap();
+                    if k % 64 == 63 {
+                        s.keep().await.unwrap();
+                    }
+                }
+                // Recycling runs until the values are home.
+                let delay = crate::swarm::client::recycle_delay_ns(m.timeout_ns());
+                for _ in 0..6 {
+                    m.sleep(delay).await;
+                    s.keep().await.unwrap();
                 }
             })
             .unwrap();
@@ -573,9 +587,8 @@ fn bytes_per_key_against_table_3() {
         let predicted = match layout {
             None => class(crate::baselines::raw::RawRegister::size(VALUE as u64)) as f64 + block,
             Some(layout) => {
-                let entry = (crate::swarm::writerlog::ENTRY_HEADER + VALUE as u64).next_multiple_of(64);
                 let objects: u64 = (0..3).map(|r| class(layout.of_replica(r).size())).sum();
-                (objects + 3 * entry) as f64 + block + DESCRIPTOR_BYTES as f64
+                objects as f64 + block + DESCRIPTOR_BYTES as f64
             }
         };
         assert!(
@@ -594,7 +607,11 @@ fn bytes_per_key_against_table_3() {
         let paper_bytes = gib * (1u64 << 30) as f64 / 1e6;
         std::println!("| {} | {bytes:.0} | {:.2} | {paper_bytes:.0} | {:.2} |", system.name(), bytes / raw, gib / 0.95);
     }
-    assert!(rows[0].1 < rows[1].1 && rows[1].1 < rows[2].1, "RAW < DM-ABD < SWARM-KV, as in the paper");
+    // DM-ABD's objects have one metadata word, SWARM-KV's one per writer
+    // (§4.4), and both keep each value at home on every replica: the
+    // paper's 3.2 and 4.3 times RAW count out-of-place buffers that
+    // recycling gives back.
+    assert!(rows[0].1 < rows[1].1 && rows[1].1 <= rows[2].1, "RAW < DM-ABD <= SWARM-KV");
 }
 
 /// The store record of every system reads back as written; garbage is

@@ -83,7 +83,7 @@ use crate::swarm::client::{ClientCtx, ClientError};
 use crate::swarm::inout::{InOutError, Layout, Replica};
 use crate::swarm::maxreg::{RegCache, RegError, Register};
 use crate::swarm::meta::Meta;
-use crate::swarm::writerlog::{self, EntryHeader, LogCopy, LogError};
+use crate::swarm::writerlog::{self, LogError};
 use crate::{Memory, NodeId};
 
 use super::config::{NodeChunks, NodeShape, StoreConfig};
@@ -159,6 +159,7 @@ fn client_error(e: ClientError) -> KvError {
         ClientError::Log(LogError::Alloc(e)) => e.into(),
         ClientError::Lease(LeaseError::Region(e)) => e.into(),
         ClientError::Log(LogError::Corrupt { .. }) => KvError::Corrupt,
+        ClientError::Log(LogError::Stale(_)) => KvError::Unavailable,
         ClientError::Log(LogError::NoLog(_)) => KvError::NoStore,
         ClientError::BadId(_) => KvError::BadConfig("client ids go from 1 to 126"),
         ClientError::Lease(e) => KvError::Lease(e),
@@ -248,6 +249,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             Who::Lease(held) => ClientCtx::leased(held, clock),
         };
         let mut ctx = ctx.map_err(client_error)?;
+        ctx.configure(crate::swarm::client::recycle_delay_ns(mem.timeout_ns()), P::layout(cfg)?);
         let opened = match ctx.open_logs(&mem).await {
             Ok(()) => {
                 SnapshotIndex::open(&mem, &index_nodes(cfg, mem.node_count()), id as u32).await.map_err(KvError::from)
@@ -701,8 +703,13 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         self.io.ctx.release(&self.io.mem, self.index.carried()).await.map_err(client_error)
     }
 
+    /// Renews the lease if half of it passed, and recycles what can be of
+    /// this client's log ([`crate::swarm::recycle`]): what a client runs
+    /// between operations (`swarm bench` once per second at least).
     async fn keep(&mut self) -> Result<(), KvError> {
-        self.io.ctx.keep(&self.io.mem).await.map_err(client_error)
+        self.io.ctx.keep(&self.io.mem).await.map_err(client_error)?;
+        self.io.ctx.recycle(&self.io.mem).await;
+        Ok(())
     }
 
     fn paths(&self) -> crate::swarm::client::Paths {
@@ -784,6 +791,6 @@ async fn first_write<M: Memory, C: Clock>(
 ) -> Result<(), RegError> {
     let (time, place) = ctx.next_write(mem, Meta::BOTTOM).await?;
     let meta = Meta::new(time, place.slot, ctx.id).verify();
-    let copy = LogCopy { place, header: EntryHeader::of(meta, reg.layout.tag, value) };
+    let copy = reg.own_entry(ctx, mem, meta, place, value);
     reg.write(ctx, mem, rc, meta, &copy, value).await.map(|_| ())
 }

@@ -1,0 +1,257 @@
+//! Recycling in a store: a client's log stays bounded however much it
+//! writes, and nothing it recycled is ever read as a value.
+
+use alloc::format;
+use alloc::vec::Vec;
+
+use crate::check::clock;
+use crate::check::kv::CHUNK;
+use crate::kv::{AnyClient, Got, KvClient, StoreConfig, Who};
+use crate::sim::{Sim, SimConfig};
+use crate::substrate::rtt::Counted;
+use crate::substrate::space::region::{HEADER_SIZE, Region};
+use crate::swarm::client::Paths;
+use crate::systems::{connect_any, format, from_name};
+use crate::{Memory, NodeId};
+
+const NODE: u64 = 4 << 20;
+
+fn config(name: &str, keys: u64) -> StoreConfig {
+    let mut cfg = StoreConfig::new(from_name(name).unwrap(), keys);
+    cfg.replicas = 3;
+    cfg.max_key = 16;
+    cfg.max_value = 256;
+    cfg.writers = 4;
+    cfg.cache_capacity = 64;
+    cfg
+}
+
+/// Bytes claimed from the nodes' regions (chunks handed out), in all.
+async fn claimed<M: Memory>(mem: &M, nodes: usize) -> u64 {
+    let mut total = 0;
+    for n in 0..nodes {
+        total += Region::open(mem, NodeId(n as u16)).await.unwrap().cursor - HEADER_SIZE;
+    }
+    total
+}
+
+fn value(key: u64, seq: u64) -> Vec<u8> {
+    format!("k{key}-v{seq:08}").into_bytes()
+}
+
+/// One client updates 16 keys 30,000 times, about 30 MB of log entries
+/// over nodes of 4 MiB: with recycling (its `keep` between operations)
+/// the memory it claims stops growing once its log has warmed up, and a
+/// fresh client reads every key's last value.
+#[test]
+fn a_client_s_log_stays_bounded_as_it_writes() {
+    for name in ["swarm-kv", "dm-abd"] {
+        let cfg = config(name, 64);
+        let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE, ..SimConfig::default() }.fixed_latency(2_000));
+        let admin = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            for n in 0..3 {
+                Region::format_fresh(&admin, NodeId(n), NODE, CHUNK).await.unwrap();
+            }
+            format(&admin, &c, 1).await.unwrap();
+        })
+        .unwrap();
+        let (mem, check) = (Counted::new(sim.client()), Counted::new(sim.client()));
+        let c = cfg.clone();
+        let (warm, end, paths) = sim
+            .block_on(async move {
+                let mut s: AnyClient<'_, _> = connect_any(&mem, &c, Who::Id(1), clock(mem.inner(), 0)).await.unwrap();
+                let mut warm = 0;
+                for seq in 0..30_000u64 {
+                    let key = format!("key{}", seq % 16).into_bytes();
+                    s.insert(&key, &value(seq % 16, seq)).await.unwrap_or_else(|e| panic!("{name}: write {seq}: {e}"));
+                    if seq % 16 == 15 {
+                        s.keep().await.unwrap();
+                    }
+                    if seq == 5_000 {
+                        warm = claimed(mem.inner(), 3).await;
+                    }
+                }
+                (warm, claimed(mem.inner(), 3).await, s.paths())
+            })
+            .unwrap();
+        let c = cfg.clone();
+        let got = sim
+            .block_on(async move {
+                let mut r = connect_any(&check, &c, Who::Id(2), clock(check.inner(), 0)).await.unwrap();
+                let mut got = Vec::new();
+                for k in 0..16u64 {
+                    let g = r.get(format!("key{k}").as_bytes()).await.unwrap();
+                    got.push(match g {
+                        Got::Found(v) => Some(v.to_vec()),
+                        _ => None,
+                    });
+                }
+                got
+            })
+            .unwrap();
+        let p: Paths = paths;
+        std::println!(
+            "{name}: claimed {warm} B after 5,000 writes, {end} B after 30,000; recycled {} entries ({} moved home), {} segments",
+            p.entries_recycled,
+            p.moved_home,
+            p.segments_recycled
+        );
+        assert_eq!(warm, end, "{name}: memory grew after warm-up");
+        assert!(p.entries_recycled > 25_000 && p.segments_recycled > 100, "{name}: {p:?}");
+        for k in 0..16u64 {
+            assert_eq!(got[k as usize], Some(value(k, 29_984 + k)), "{name}: key {k}");
+        }
+    }
+}
+
+/// Runs `f` on a fresh simulated store of `name`'s, with clients made by
+/// `sim.client()`: the store's shape, the simulator.
+fn store(name: &str, keys: u64) -> (StoreConfig, Sim) {
+    let cfg = config(name, keys);
+    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE, ..SimConfig::default() }.fixed_latency(2_000));
+    let admin = sim.client();
+    let c = cfg.clone();
+    sim.block_on(async move {
+        for n in 0..3 {
+            Region::format_fresh(&admin, NodeId(n), NODE, CHUNK).await.unwrap();
+        }
+        format(&admin, &c, 1).await.unwrap();
+    })
+    .unwrap();
+    (cfg, sim)
+}
+
+/// Keys written once and never again keep their values at home: their
+/// writer moves them there, and gives their entries back with the rest of
+/// their segments, while it goes on writing other keys; fresh clients
+/// read them (from the in-place copy, and with the first replica's node
+/// down, from another replica's home).
+#[test]
+fn values_that_stay_are_moved_home_and_their_segments_recycled() {
+    for name in ["swarm-kv", "dm-abd"] {
+        let (cfg, mut sim) = store(name, 256);
+        let (mem, a, b) = (Counted::new(sim.client()), Counted::new(sim.client()), Counted::new(sim.client()));
+        let c = cfg.clone();
+        let (warm, end, p) = sim
+            .block_on(async move {
+                let mut s: AnyClient<'_, _> = connect_any(&mem, &c, Who::Id(1), clock(mem.inner(), 0)).await.unwrap();
+                for k in 0..200u64 {
+                    s.insert(format!("cold{k}").as_bytes(), &value(k, 0)).await.unwrap();
+                }
+                let mut warm = 0;
+                for seq in 0..20_000u64 {
+                    s.insert(format!("hot{}", seq % 4).as_bytes(), &value(seq % 4, seq)).await.unwrap();
+                    if seq % 16 == 15 {
+                        s.keep().await.unwrap();
+                    }
+                    if seq == 5_000 {
+                        warm = claimed(mem.inner(), 3).await;
+                    }
+                }
+                (warm, claimed(mem.inner(), 3).await, s.paths())
+            })
+            .unwrap();
+        std::println!(
+            "{name}: claimed {warm} B, then {end} B; recycled {} entries ({} moved home), {} segments; {} home reads",
+            p.entries_recycled,
+            p.moved_home,
+            p.segments_recycled,
+            p.home_reads
+        );
+        assert_eq!(warm, end, "{name}: memory grew after warm-up");
+        assert!(p.moved_home >= 200, "{name}: the cold keys' values were moved home: {p:?}");
+        let read_all = async |mem: Counted<crate::sim::SimMemory>, cfg: StoreConfig, id: u8| {
+            let mut r = connect_any(&mem, &cfg, Who::Id(id), clock(mem.inner(), 0)).await.unwrap();
+            let mut wrong = Vec::new();
+            for k in 0..200u64 {
+                match r.get(format!("cold{k}").as_bytes()).await {
+                    Ok(Got::Found(v)) if v.to_vec() == value(k, 0) => {}
+                    other => wrong.push((k, format!("{:?}", other.map(|g| matches!(g, Got::Found(_)))))),
+                }
+            }
+            (wrong, r.paths())
+        };
+        let c = cfg.clone();
+        let (wrong, _) = sim.block_on(async move { read_all(a, c, 2).await }).unwrap();
+        assert!(wrong.is_empty(), "{name}: {wrong:?}");
+        // The node of the keys' first replicas (and in-place copies) down:
+        // the values come from the other replicas' homes.
+        let now = sim.now();
+        sim.crash_node_at(0, now, crate::sim::CrashMode::FailFast);
+        let (wrong, p) = sim.block_on(async move { read_all(b, cfg, 3).await }).unwrap();
+        assert!(wrong.is_empty(), "{name} with node 0 down: {wrong:?}");
+        std::println!("{name}: with node 0 down, {} home reads", p.home_reads);
+    }
+}
+
+/// An id's next holder recycles what its previous holder left: a client
+/// that wrote without ever recycling (as one that crashed), then a new one
+/// with its id, which reads the segments left in use, resolves the writes
+/// it finds there from their entries (moving the values that stay home)
+/// and gives the segments back.
+#[test]
+fn the_next_holder_of_an_id_recycles_what_the_last_one_left() {
+    for name in ["swarm-kv", "dm-abd"] {
+        let (cfg, mut sim) = store(name, 256);
+        let (ma, mb, mc) = (Counted::new(sim.client()), Counted::new(sim.client()), Counted::new(sim.client()));
+        let c = cfg.clone();
+        let left = sim
+            .block_on(async move {
+                let mut s: AnyClient<'_, _> = connect_any(&ma, &c, Who::Id(1), clock(ma.inner(), 0)).await.unwrap();
+                for k in 0..100u64 {
+                    s.insert(format!("cold{k}").as_bytes(), &value(k, 0)).await.unwrap();
+                }
+                for seq in 0..3_000u64 {
+                    s.insert(format!("hot{}", seq % 4).as_bytes(), &value(seq % 4, seq)).await.unwrap();
+                }
+                claimed(ma.inner(), 3).await
+            })
+            .unwrap();
+        let c = cfg.clone();
+        let (warm, end, p) = sim
+            .block_on(async move {
+                let mut s: AnyClient<'_, _> = connect_any(&mb, &c, Who::Id(1), clock(mb.inner(), 0)).await.unwrap();
+                let mut warm = 0;
+                for seq in 3_000..23_000u64 {
+                    s.insert(format!("hot{}", seq % 4).as_bytes(), &value(seq % 4, seq)).await.unwrap();
+                    if seq % 16 == 15 {
+                        s.keep().await.unwrap();
+                    }
+                    if seq == 8_000 {
+                        warm = claimed(mb.inner(), 3).await;
+                    }
+                }
+                (warm, claimed(mb.inner(), 3).await, s.paths())
+            })
+            .unwrap();
+        std::println!(
+            "{name}: the first holder left {left} B claimed; the second {warm} B after 5,000 writes, {end} B at the \
+             end; it recycled {} entries ({} moved home), {} segments, {} stuck",
+            p.entries_recycled,
+            p.moved_home,
+            p.segments_recycled,
+            p.entries_stuck
+        );
+        // The segments left are reused: the second holder's own working
+        // set comes on top of them only while they are being resolved.
+        assert_eq!(warm, end, "{name}: memory grew after the second holder's warm-up");
+        assert!(end < left + left / 4, "{name}: {end} B claimed in all, against {left} B left");
+        assert!(p.entries_recycled >= 23_000 - 200 && p.moved_home >= 100, "{name}: {p:?}");
+        let wrong = sim
+            .block_on(async move {
+                let mut r = connect_any(&mc, &cfg, Who::Id(2), clock(mc.inner(), 0)).await.unwrap();
+                let mut wrong = Vec::new();
+                for k in 0..100u64 {
+                    match r.get(format!("cold{k}").as_bytes()).await {
+                        Ok(Got::Found(v)) if v.to_vec() == value(k, 0) => {}
+                        _ => wrong.push(k),
+                    }
+                }
+                wrong
+            })
+            .unwrap();
+        assert!(wrong.is_empty(), "{name}: cold keys not read back: {wrong:?}");
+    }
+}
