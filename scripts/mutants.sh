@@ -38,6 +38,7 @@ MUTANTS=(
   "fusee-stale-cache||a stale cached entry answered|cargo test -p swarm-core --release --lib systems::fusee::tests::a_stale"
   "fusee-cached-loser||not linearizable|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign"
   "fusee-redo-moved-on||moved on true, R crashed None: not linearizable|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_update"
+  "home-unsettled||not linearizable|cargo test -p swarm-core --release --lib swarm::recycle::tests::a_write_on"
 )
 
 only=${1:-}

@@ -76,6 +76,11 @@ pub struct KvCampaign {
     /// (systems on the replicated index only: it brings them back; the
     /// others' declared model assumes a crashed primary stays down).
     pub heal: bool,
+    /// Whether clients run `KvClient::keep` after each operation, and a
+    /// few times more after their last, a recycling delay apart (what
+    /// recycles SWARM-KV's and DM-ABD's logs: [`crate::swarm::recycle`]),
+    /// so that the last reads meet values moved home.
+    pub keep: bool,
 }
 
 impl KvCampaign {
@@ -96,6 +101,7 @@ impl KvCampaign {
             leases: seed % 4 >= 2,
             server_crash: !seed.is_multiple_of(5) && !seed.is_multiple_of(3),
             heal: seed % 3 == 1,
+            keep: seed % 2 == 1,
         }
     }
 
@@ -105,6 +111,12 @@ impl KvCampaign {
         cfg.replicas = self.replicas;
         cfg.max_key = 16;
         cfg.max_value = 256;
+        // The stores that recycle their logs, with room for 3 entries per
+        // segment (16 KiB values in 64 KiB chunks), so that their clients
+        // fill segments and start them again under recycled numbers.
+        if self.keep && matches!(self.system.name(), "swarm-kv" | "dm-abd") {
+            cfg.max_value = 16 << 10;
+        }
         // Spare ids: with a bare majority of the lease table's sites up, an
         // id a crashed client was claiming stays blocked until its words
         // there expire (with their grace), and the others claim around it.
@@ -388,7 +400,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let skew = sim.random(0, c.max_skew_ns) / TICK_NS;
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
         let (taken, excuses, excused) = (taken.clone(), excuses.clone(), excused.clone());
-        let (keys, ops, clients_n, leases) = (c.keys, c.ops, c.clients as u64, c.leases);
+        let (keys, ops, clients_n, leases, keep) = (c.keys, c.ops, c.clients as u64, c.leases, c.keep);
         let (done, server) = (done.clone(), server.clone());
         sim.spawn(&mem, async move {
             async {
@@ -420,6 +432,18 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                     match record(&mut s, &m, &hist, id as u32, op, &excuses).await {
                         Ok(excuse) => *excused.borrow_mut() += excuse as usize,
                         Err(e) => return failures.borrow_mut().push(e),
+                    }
+                    if keep {
+                        // Background work: a failure here (a lease not
+                        // renewed while nodes are down) is an operation's.
+                        let _ = s.keep().await;
+                    }
+                }
+                if keep {
+                    let delay = crate::swarm::client::recycle_delay_ns(m.timeout_ns());
+                    for _ in 0..4 {
+                        m.sleep(delay).await;
+                        let _ = s.keep().await;
                     }
                 }
                 taken.borrow_mut().add(&s.paths());

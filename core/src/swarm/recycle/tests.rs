@@ -255,3 +255,65 @@ fn the_next_holder_of_an_id_recycles_what_the_last_one_left() {
         assert!(wrong.is_empty(), "{name}: cold keys not read back: {wrong:?}");
     }
 }
+
+/// A write that reached a minority (its writer's other replicas were down)
+/// is settled before its value moves home: the mark says a majority holds
+/// the tuple, so a reader that meets it does not write it back. Moved home
+/// unsettled (the mutant `home-unsettled`), a reader returns it from one
+/// replica, and once that replica's node crashes the next read returns the
+/// value before it: a new value, then an old one.
+#[test]
+fn a_write_on_a_minority_is_settled_before_its_value_moves_home() {
+    use crate::check::register::setup;
+    use crate::sim::CrashMode;
+    use crate::swarm::inout::Layout;
+    use crate::swarm::maxreg::RegCache;
+    use crate::swarm::safeguess;
+
+    let mut sim = Sim::new(SimConfig { seed: 5, nodes: 3, node_size: 8 << 20, ..SimConfig::default() });
+    let reg = setup(&mut sim, 3, Layout::new(1, 64).unwrap());
+    let (w, r) = (sim.client(), sim.client());
+    let (reg_w, reg_r) = (reg.clone(), reg.clone());
+    let delay = crate::swarm::client::recycle_delay_ns(w.timeout_ns());
+    let at = sim.now();
+    // Nodes 1 and 2 are down while the second write is made, and back
+    // (with their memory) before the writer recycles.
+    sim.crash_node_at(1, at + 100_000, CrashMode::FailFast);
+    sim.crash_node_at(2, at + 100_000, CrashMode::FailFast);
+    sim.heal_node_at(1, at + 300_000);
+    sim.heal_node_at(2, at + 300_000);
+    sim.spawn(&w.clone(), async move {
+        let mut ctx = crate::swarm::client::ClientCtx::new(1, clock(&w, 0)).unwrap();
+        ctx.configure(delay, reg_w.layout);
+        let mut cache = RegCache::default();
+        safeguess::write(&mut ctx, &w, &reg_w, &mut cache, b"old").await.unwrap();
+        w.sleep(150_000).await;
+        assert!(safeguess::write(&mut ctx, &w, &reg_w, &mut cache, b"new").await.is_err(), "one replica of three");
+        w.sleep(250_000).await;
+        for _ in 0..8 {
+            ctx.recycle(&w).await;
+            w.sleep(delay).await;
+        }
+        assert!(ctx.paths.entries_recycled == 2 && ctx.paths.moved_home >= 1, "{:?}", ctx.paths);
+    });
+    sim.run().unwrap();
+    let r2 = sim.client();
+    let first = sim
+        .block_on(async move {
+            let mut ctx = crate::swarm::client::ClientCtx::new(2, clock(&r, 0)).unwrap();
+            let (_, v) = safeguess::read(&mut ctx, &r, &reg, &mut RegCache::default()).await.unwrap();
+            v.to_vec()
+        })
+        .unwrap();
+    let now = sim.now();
+    sim.crash_node_at(0, now + 1, CrashMode::FailFast);
+    let then = sim
+        .block_on(async move {
+            r2.sleep(10).await;
+            let mut ctx = crate::swarm::client::ClientCtx::new(3, clock(&r2, 0)).unwrap();
+            let (_, v) = safeguess::read(&mut ctx, &r2, &reg_r, &mut RegCache::default()).await.unwrap();
+            v.to_vec()
+        })
+        .unwrap();
+    assert!(first == then || first == b"old", "read {first:?}, then {then:?}: not linearizable");
+}
