@@ -2,7 +2,9 @@
 //! (`systems::tests`) go by chance: the roundtrips of each operation, a
 //! cached entry gone stale after another client's update or delete
 //! (detected in the get's one roundtrip and refreshed: the mutant
-//! `fusee-stale-cache` fails here), writers racing on one key, node 0 (an
+//! `fusee-stale-cache` fails here), the adaptive cache's bypass of a key
+//! that keeps going stale and its return once the key stops changing,
+//! writers racing on one key, node 0 (an
 //! index replica, the first primary) crashed under cached clients, and
 //! garbled objects; and a property of the objects' encoding.
 
