@@ -148,6 +148,11 @@ paths! {
     /// FUSEE: gets whose cached entry was stale (the slot changed), so
     /// that they looked the key up in the index again.
     stale_caches,
+    /// FUSEE: gets, updates and inserts of a cached key that skipped its
+    /// entry and went straight to the index, because more of the key's
+    /// accesses had found it stale than the store's `bypass` threshold
+    /// allows (the adaptive index cache, FUSEE §4.6).
+    cache_bypasses,
     /// FUSEE: changes of a key's slot that found another client's change
     /// there first (a lost SNAPSHOT round, or a stale cached entry) and
     /// were tried again from the slot's current word.

@@ -1,11 +1,13 @@
 //! One FUSEE client (`papers/fusee.txt` §4.3, §4.6): gets from the cached
 //! entry checked against the key's slot in the same roundtrip, updates
 //! that write a new object and then change the slot with SNAPSHOT from
-//! the cached entry, inserts and deletes (see [`super`] for the protocol
-//! and why it is linearizable).
+//! the cached entry, inserts and deletes, and the adaptive cache's bypass
+//! of keys whose entries keep going stale (see [`super`] for the protocol
+//! and why it is linearizable, [`super::cache`] for the bypass).
 
 use alloc::boxed::Box;
 
+use super::cache::Cached;
 use super::log::{self, Recovery};
 use super::object::{self, Kind, Log, Op};
 use crate::Memory;
@@ -28,9 +30,12 @@ pub struct FuseeClient<M, C> {
     /// Its id, lease and the replicated index (whose arena holds the
     /// objects).
     seat: Seat<C, SnapshotIndex>,
-    /// Key -> its entry as this client last saw it (FUSEE's index cache,
-    /// §4.6, without its bypass).
-    cache: LocationCache<Entry>,
+    /// Key -> its entry as this client last saw it and how often it was
+    /// stale (FUSEE's adaptive index cache, §4.6).
+    cache: LocationCache<Cached>,
+    /// The percentage of a key's accesses found stale above which the key
+    /// bypasses the cache (the store's `bypass` option).
+    bypass: u8,
     limits: Limits,
     paths: Paths,
     /// State of the jitter of a losing delete's waits (xorshift).
@@ -78,6 +83,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             mem,
             seat,
             cache,
+            bypass: super::bypass(cfg),
             limits: cfg.limits(),
             paths: Paths::default(),
             rng,
@@ -190,7 +196,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             let changed = Box::pin(self.seat.index.update(&self.mem, key, Expect::Entry(entry), location)).await?;
             match changed {
                 Change::Done { now: Some(now), .. } => {
-                    self.cache.insert(key, now.location, now);
+                    self.remember(key, now, false);
                     self.settle(Kind::Published, entry.word);
                     return Ok(Ok(Some(now)));
                 }
@@ -202,12 +208,14 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
                 }
                 Change::Mismatch { current } if seen || mutant!("fusee-cached-loser") => {
                     self.paths.overwritten += 1;
-                    self.cache.insert(key, current.location, current);
+                    self.remember(key, current, false);
                     self.settle(Kind::Unpublished, current.word);
                     return Ok(Ok(None));
                 }
                 Change::Mismatch { current } => {
+                    // The cached entry was stale.
                     self.paths.lost_changes += 1;
+                    self.remember(key, current, true);
                     (entry, seen) = (current, true);
                 }
             }
@@ -218,10 +226,54 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// The key's entry: cached (no roundtrip), or from the index (two
     /// roundtrips). `None` if the key is not mapped.
     async fn find(&mut self, key: &[u8]) -> Result<Option<Entry>, KvError> {
-        if let Some((_, e)) = self.cache.get(key) {
-            return Ok(Some(*e));
+        if let Some((_, c)) = self.cache.get(key) {
+            return Ok(Some(c.entry));
         }
         Ok(Box::pin(self.seat.index.lookup(&self.mem, key)).await?)
+    }
+
+    /// What the cache knows of `key` for a get, update or insert, which
+    /// this counts as an access of it ([`super::cache`]). No roundtrip.
+    fn cached(&mut self, key: &[u8]) -> Option<Known> {
+        let percent = self.bypass;
+        let (_, c) = self.cache.get(key)?;
+        let known = Known { entry: c.entry, bypass: c.bypassed(percent) };
+        c.access();
+        self.paths.cache_bypasses += known.bypass as u64;
+        Some(known)
+    }
+
+    /// Caches `entry` as the key's, with the counters of the entry cached
+    /// before if any; `stale`: this access found that entry's word
+    /// replaced by another client's change.
+    fn remember(&mut self, key: &[u8], entry: Entry, stale: bool) {
+        let c = self.cache.peek(key).map_or(Cached::new(entry), |(_, c)| c.seen(entry, stale));
+        self.cache.insert(key, entry.location, c);
+    }
+
+    /// Caches `entry`, which the index showed as the key's current one,
+    /// in an access that knew `known` from the cache: stale if the cached
+    /// word was another (the cache holds the last word this client saw,
+    /// its own changes' included, so another word is another client's).
+    fn looked_up(&mut self, key: &[u8], entry: Entry, known: Option<Known>) {
+        self.remember(key, entry, known.is_some_and(|k| k.entry.word != entry.word));
+    }
+}
+
+/// What the cache knows of a key, for one get, update or insert.
+#[derive(Clone, Copy)]
+struct Known {
+    /// The key's entry as this client last saw it.
+    entry: Entry,
+    /// Its entries were found stale too often: the operation goes to the
+    /// index as if the key were not cached (and counts what it finds).
+    bypass: bool,
+}
+
+impl Known {
+    /// The cached entry, if the operation takes it.
+    fn usable(self) -> Option<Entry> {
+        (!self.bypass).then_some(self.entry)
     }
 }
 
@@ -285,12 +337,12 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
 
     /// With the key's entry cached: the object it names and the key's slot
     /// on the index primary, read at once (one roundtrip); the value if the
-    /// slot still holds the cached word. Otherwise (or stale): the index,
-    /// then the object (three roundtrips).
+    /// slot still holds the cached word. Otherwise (stale, bypassed or not
+    /// cached): the index, then the object (three roundtrips).
     async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
-        if let Some((_, e)) = self.cache.get(key) {
-            let e = *e;
+        let known = self.cached(key);
+        if let Some(e) = known.and_then(Known::usable) {
             let records = self.seat.index.records();
             let (mem, index) = (&self.mem, &mut self.seat.index);
             let (value, still) =
@@ -303,28 +355,31 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
                 return value.map(Got::Found);
             }
             self.paths.stale_caches += 1;
-            self.cache.remove(key);
         }
         let Some(entry) = Box::pin(self.seat.index.lookup(&self.mem, key)).await? else {
+            self.cache.remove(key);
             return Ok(Got::NotFound);
         };
         let value = read_object(&self.seat.index.records(), &self.mem, key, entry.location).await?;
-        self.cache.insert(key, entry.location, entry);
+        self.looked_up(key, entry, known);
         Ok(Got::Found(value))
     }
 
     /// The new object (one roundtrip; in parallel with the index lookup if
-    /// the entry is not cached), then the slot changed from the entry
-    /// (SNAPSHOT's two phases).
+    /// the entry is not cached or the key bypassed), then the slot changed
+    /// from the entry (SNAPSHOT's two phases).
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
         self.seat.keep(&self.mem).await?;
-        let (entry, w, seen) = if let Some((_, e)) = self.cache.get(key) {
-            let e = *e;
+        let known = self.cached(key);
+        let (entry, w, seen) = if let Some(e) = known.and_then(Known::usable) {
             (Some(e), self.write_object(key, value, Op::Update, e.word).await?, false)
         } else {
             let (offset, w, anchor) = self.alloc(key, value).await?;
-            let bytes = self.encode(key, value, Op::Update, 0);
+            // A bypassed key's object logs its cached word as its base, as
+            // a cached update's object does: recovery redoes it only if
+            // the slot still holds that word (see [`super`]).
+            let bytes = self.encode(key, value, Op::Update, known.map_or(0, |k| k.entry.word));
             let records = self.seat.index.records();
             let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
             let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
@@ -334,6 +389,12 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
             )
             .await;
             let found = found?;
+            match found {
+                Some(e) => self.looked_up(key, e, known),
+                None => {
+                    self.cache.remove(key);
+                }
+            }
             if found.is_some() {
                 wrote?;
             }
@@ -432,9 +493,12 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
 impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// [`KvClient::insert`]'s work once checked: see there.
     async fn insert_object(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
-        let cached = self.cache.get(key).map(|(_, e)| *e);
+        // A mapped key's insert is an update: a bypassed key's goes as an
+        // uncached one does (the buckets' read beside the object's write).
+        let known = self.cached(key);
+        let cached = known.and_then(Known::usable);
         let (offset, w, mut anchor) = self.alloc(key, value).await?;
-        let bytes = self.encode(key, value, Op::Insert, cached.map_or(0, |e| e.word));
+        let bytes = self.encode(key, value, Op::Insert, known.map_or(0, |k| k.entry.word));
         let mut written = false;
         if let Some(e) = cached {
             let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
@@ -477,11 +541,14 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             let entry = match inserted? {
                 None => return Err(failed.unwrap_or(KvError::Unavailable)),
                 Some(Insert::New(e)) => {
-                    self.cache.insert(key, e.location, e);
+                    self.remember(key, e, false);
                     self.settle(Kind::Published, 0);
                     return Ok(Written);
                 }
-                Some(Insert::Exists(e)) => e,
+                Some(Insert::Exists(e)) => {
+                    self.looked_up(key, e, known);
+                    e
+                }
             };
             written = true;
             if self.swing(key, entry, w, true).await?.is_ok() {

@@ -2,7 +2,9 @@
 //! (`systems::tests`) go by chance: the roundtrips of each operation, a
 //! cached entry gone stale after another client's update or delete
 //! (detected in the get's one roundtrip and refreshed: the mutant
-//! `fusee-stale-cache` fails here), writers racing on one key, node 0 (an
+//! `fusee-stale-cache` fails here), the adaptive cache's bypass of a key
+//! that keeps going stale and its return once the key stops changing,
+//! writers racing on one key, node 0 (an
 //! index replica, the first primary) crashed under cached clients, and
 //! garbled objects; and a property of the objects' encoding.
 
@@ -12,6 +14,7 @@ use core::cell::RefCell;
 
 use proptest::prelude::*;
 
+use super::cache::{Cached, WINDOW};
 use super::object;
 use super::{Fusee, FuseeClient};
 use crate::check::kv::{CHUNK, NODE_SIZE};
@@ -37,8 +40,22 @@ fn config(writers: u8) -> StoreConfig {
 
 /// `nodes` nodes (as many replicas), 2 µs roundtrips, the store set up.
 fn setup(cfg: &mut StoreConfig, nodes: usize) -> Sim {
+    setup_on(cfg, SimConfig { nodes, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000))
+}
+
+/// [`setup`], 3 nodes whose operations time out after 5 ms rather than
+/// 50 µs: a client's lease on the index's view (4 time-outs) then outlasts
+/// a test, so that no renewal adds a roundtrip to those it counts.
+fn setup_long_leases(cfg: &mut StoreConfig) -> Sim {
+    let sim = SimConfig { nodes: 3, node_size: NODE_SIZE, timeout_ns: 5_000_000, ..SimConfig::default() };
+    setup_on(cfg, sim.fixed_latency(2_000))
+}
+
+/// The store set up on a simulator of `sim` (as many replicas as nodes).
+fn setup_on(cfg: &mut StoreConfig, sim: SimConfig) -> Sim {
+    let nodes = sim.nodes;
     cfg.replicas = nodes;
-    let mut sim = Sim::new(SimConfig { nodes, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
+    let mut sim = Sim::new(sim);
     let admin = sim.client();
     let cfg = cfg.clone();
     sim.block_on(async move {
@@ -151,6 +168,149 @@ fn a_stale_cached_entry_is_detected_and_refreshed() {
         assert_eq!(a.paths().stale_caches, 1);
     })
     .unwrap();
+}
+
+/// A key that another client writes between every get of this one (the
+/// adaptive cache, §4.6): its cached entry goes stale (4 roundtrips a get:
+/// the cached try, the lookup, the object) until the key is bypassed, and
+/// its gets then take 3 (the lookup and the object); likewise a key both
+/// clients update in turn, whose updates from a stale entry take 6 (the
+/// object, the lost round, the round again) and bypassed 4 (the object
+/// beside the lookup, the round). At each threshold of the `bypass`
+/// option.
+#[test]
+fn a_key_written_between_every_get_is_bypassed() {
+    for threshold in ["50", "10"] {
+        let mut cfg = config(2);
+        cfg.set_option("bypass", threshold).unwrap();
+        let mut sim = setup_long_leases(&mut cfg);
+        let mem = sim.client();
+        sim.block_on(async move {
+            let mb = Counted::new(mem.clone());
+            let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+            let mut b = client(&mb, &mem, &cfg, 2).await;
+            a.insert(b"k", b"0").await.unwrap();
+            a.insert(b"u", b"0").await.unwrap();
+            // b's first operation takes its lease on the index's view, and
+            // its first write an arena chunk.
+            b.insert(b"w", b"warm").await.unwrap();
+            let mut gets = Vec::new();
+            for i in 1..=12u8 {
+                a.update(b"k", &[i]).await.unwrap().unwrap();
+                let (g, n) = counted(&mb, async || found(b.get(b"k").await)).await;
+                assert_eq!(g, Ok(Some(alloc::vec![i])), "threshold {threshold}%, get {i}");
+                gets.push(n);
+            }
+            std::println!("threshold {threshold}%: gets' roundtrips {gets:?}, {:?}", b.paths());
+            // Not cached, then stale: one stale get at 10% (a stale access
+            // in two), two at 50% (two in three).
+            let stale = if threshold == "10" { 1 } else { 2 };
+            let mut expect = alloc::vec![3];
+            expect.extend(core::iter::repeat_n(4, stale));
+            expect.resize(gets.len(), 3);
+            assert_eq!(gets, expect, "threshold {threshold}%");
+            assert_eq!(b.paths().stale_caches, stale as u64);
+            assert_eq!(b.paths().cache_bypasses, (gets.len() - 1 - stale) as u64);
+            assert_eq!(b.paths().cache_hits, 0);
+
+            let mut updates = Vec::new();
+            for i in 1..=12u8 {
+                a.update(b"u", &[i]).await.unwrap().unwrap();
+                let (r, n) = counted(&mb, async || b.update(b"u", &[i, i]).await).await;
+                assert_eq!(r, Ok(Ok(Written)));
+                updates.push(n);
+            }
+            std::println!("threshold {threshold}%: updates' roundtrips {updates:?}");
+            let mut expect = alloc::vec![4];
+            expect.extend(core::iter::repeat_n(6, stale));
+            expect.resize(updates.len(), 4);
+            assert_eq!(updates, expect, "threshold {threshold}%");
+            assert_eq!(found(a.get(b"u").await), Ok(Some(alloc::vec![12, 12])));
+        })
+        .unwrap();
+    }
+}
+
+/// A bypassed key whose writes stop comes back to the cached 1-roundtrip
+/// get, after however long a run of writes (the counters are halved every
+/// [`WINDOW`] accesses): within 16 gets at the default threshold.
+#[test]
+fn a_bypassed_key_that_stops_changing_is_cached_again() {
+    let mut cfg = config(2);
+    let mut sim = setup_long_leases(&mut cfg);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let mb = Counted::new(mem.clone());
+        let mut a = client(mem.clone(), &mem, &cfg, 1).await;
+        let mut b = client(&mb, &mem, &cfg, 2).await;
+        a.insert(b"k", b"0").await.unwrap();
+        b.insert(b"w", b"warm").await.unwrap();
+        for i in 0..100u8 {
+            a.update(b"k", &[i]).await.unwrap().unwrap();
+            b.get(b"k").await.unwrap();
+        }
+        let before = b.paths();
+        assert!(before.cache_bypasses >= 90, "{before:?}");
+        let mut bypassed = 0;
+        loop {
+            let (g, n) = counted(&mb, async || found(b.get(b"k").await)).await;
+            assert_eq!(g, Ok(Some(alloc::vec![99])));
+            if n == 1 {
+                break;
+            }
+            assert_eq!(n, 3, "a bypassed get");
+            bypassed += 1;
+            assert!(bypassed <= 16, "still bypassed after {bypassed} gets of an unchanged key");
+        }
+        let p = b.paths().since(&before);
+        std::println!("cached again after {bypassed} bypassed gets: {p:?}");
+        assert_eq!((p.cache_bypasses, p.cache_hits, p.stale_caches), (bypassed, 1, 0));
+        // And stays cached; its updates take the cached path (3) too.
+        for _ in 0..40 {
+            let (_, n) = counted(&mb, async || found(b.get(b"k").await)).await;
+            assert_eq!(n, 1);
+        }
+        let (r, n) = counted(&mb, async || b.update(b"k", b"b's").await).await;
+        assert_eq!((r, n), (Ok(Ok(Written)), 3));
+    })
+    .unwrap();
+}
+
+/// The counters alone: after any run of stale accesses, a key is bypassed
+/// at most 16 clean accesses at 50%, 54 at 10% ([`WINDOW`]'s claim), and
+/// never before its stale share is above the threshold.
+#[test]
+fn bypass_counters_forget_old_writes() {
+    let entry = crate::index::Entry { location: 1, slot: RemoteAddr::new(NodeId(0), 8), word: 1 };
+    for (percent, most) in [(50, 16), (10, 54)] {
+        let mut worst = 0;
+        for run in 0..4 * WINDOW as usize {
+            let mut c = Cached::new(entry);
+            for _ in 0..run {
+                c.access();
+                c = c.seen(entry, true);
+                let (uses, stale) = c.counts();
+                assert!(stale <= uses && uses < WINDOW);
+                assert_eq!(c.bypassed(percent), stale as u32 * 100 > uses as u32 * percent as u32);
+            }
+            let mut clean = 0;
+            while c.bypassed(percent) {
+                c.access();
+                clean += 1;
+            }
+            worst = worst.max(clean);
+        }
+        assert_eq!(worst, most, "threshold {percent}%");
+    }
+    // One stale access after the one that cached the key does not bypass
+    // it at 50%; a second does.
+    let mut c = Cached::new(entry);
+    c.access();
+    c = c.seen(entry, true);
+    assert!(!c.bypassed(50) && c.bypassed(10));
+    c.access();
+    c = c.seen(entry, true);
+    assert!(c.bypassed(50));
 }
 
 /// Clients update one key at once, over and over: every update succeeds
