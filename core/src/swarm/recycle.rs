@@ -90,9 +90,6 @@ use crate::swarm::safeguess;
 use crate::swarm::writerlog::{ENTRY_ID_BYTES, EntryHeader, FREE, LogGeometry, Place, SegmentSet};
 use crate::{Memory, NodeId, RemoteAddr};
 
-/// Writes checked per [`ClientCtx::recycle`] call at most.
-const BUDGET: usize = 4096;
-
 /// One write of this client whose entries are not known free yet.
 #[derive(Clone, Debug)]
 struct Pending {
@@ -282,6 +279,50 @@ fn state(w: Meta, p: &Probe) -> State {
     }
 }
 
+/// What the probes of one write found, replica by replica.
+type States = heapless::Vec<(State, Option<Probe>), MAX_REPLICAS>;
+
+/// Due writes probed together at most (their probes' futures are held
+/// together).
+const BATCH: usize = 64;
+
+/// Probes every replica of write `p` at once.
+async fn probe_all<M: Memory>(mem: &M, p: &Pending, client: u8) -> States {
+    let layout = p.reg.layout;
+    let futs = p.reg.replicas.iter().map(|rep| rep.probe(mem, &layout, client)).collect();
+    let probes = join_all(futs).await;
+    probes
+        .results
+        .iter()
+        .map(|r| match r {
+            Some(Ok(probe)) => (state(p.meta, probe), Some(*probe)),
+            _ => (State::Failed, None),
+        })
+        .collect()
+}
+
+/// Runs `futs` together; their outputs in order.
+async fn join_vec<F: core::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
+    use core::pin::Pin;
+    use core::task::Poll;
+    let mut futs: Vec<Pin<alloc::boxed::Box<F>>> = futs.into_iter().map(alloc::boxed::Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    core::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("every future completed")).collect()
+}
+
 /// What a check decided for one write.
 enum Outcome {
     /// Its entries are free (at the time given, ns).
@@ -302,37 +343,30 @@ impl<C: Clock> ClientCtx<C> {
         let mut rec = core::mem::replace(&mut *self.recycle, Recycler::new(1));
         rec.delay = self.delay();
         let delay = rec.delay;
-        let mut budget = BUDGET;
         // Oldest first; a write not due yet ends the pass (those after it
-        // were written later), except the ones put back.
+        // were written later), except the ones put back. The due writes'
+        // probes go out together, a batch at a time (one roundtrip per
+        // batch); what they call for is done one write after the other.
         let mut again = VecDeque::new();
-        while budget > 0 {
-            let Some(mut p) = rec.pending.pop_front() else { break };
-            if p.since + delay > now {
-                rec.pending.push_front(p);
+        loop {
+            let mut batch: Vec<Pending> = Vec::new();
+            while batch.len() < BATCH {
+                match rec.pending.pop_front() {
+                    Some(p) if p.since + delay <= now => batch.push(p),
+                    Some(p) => {
+                        rec.pending.push_front(p);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            if batch.is_empty() {
                 break;
             }
-            budget -= 1;
-            match self.check(mem, &mut p, delay).await {
-                Outcome::Resolved => {
-                    self.paths.entries_recycled += 1;
-                    self.paths.moved_home += p.moved as u64;
-                    if let Seg::Used { pending, last, .. } = rec.seg(p.place.segment) {
-                        *pending = pending.saturating_sub(1);
-                        *last = now;
-                    }
-                }
-                Outcome::Again => again.push_back(p),
-                Outcome::Settle => {
-                    if p.whole {
-                        let mut cache = RegCache::default();
-                        let _ = safeguess::read(self, mem, &p.reg, &mut cache).await;
-                        p.changed = mem.now_ns().unwrap_or(now);
-                    } else {
-                        self.paths.entries_stuck += 1;
-                    }
-                    again.push_back(p);
-                }
+            let client = self.id;
+            let probes = join_vec(batch.iter().map(|p| probe_all(mem, p, client)).collect()).await;
+            for (p, states) in batch.into_iter().zip(probes) {
+                self.act(mem, &mut rec, p, states, delay, now, &mut again).await;
             }
         }
         // Checked again R after this pass, after the writes not due yet.
@@ -343,21 +377,48 @@ impl<C: Clock> ClientCtx<C> {
         *self.recycle = rec;
     }
 
-    /// One check of write `p` (the loop of [`crate::swarm::recycle`]).
-    async fn check<M: Memory>(&mut self, mem: &M, p: &mut Pending, delay: u64) -> Outcome {
+    /// What the probes of write `p` call for: its entries recycled, it
+    /// checked again later (put in `again`), or the register read first.
+    #[allow(clippy::too_many_arguments)]
+    async fn act<M: Memory>(
+        &mut self,
+        mem: &M,
+        rec: &mut Recycler,
+        mut p: Pending,
+        states: States,
+        delay: u64,
+        now: u64,
+        again: &mut VecDeque<Pending>,
+    ) {
+        match self.check(mem, &mut p, states, delay).await {
+            Outcome::Resolved => {
+                self.paths.entries_recycled += 1;
+                self.paths.moved_home += p.moved as u64;
+                if let Seg::Used { pending, last, .. } = rec.seg(p.place.segment) {
+                    *pending = pending.saturating_sub(1);
+                    *last = now;
+                }
+            }
+            Outcome::Again => again.push_back(p),
+            Outcome::Settle => {
+                if p.whole {
+                    let mut cache = RegCache::default();
+                    let _ = safeguess::read(self, mem, &p.reg, &mut cache).await;
+                    p.changed = mem.now_ns().unwrap_or(now);
+                } else {
+                    self.paths.entries_stuck += 1;
+                }
+                again.push_back(p);
+            }
+        }
+    }
+
+    /// One check of write `p` (the loop of [`crate::swarm::recycle`]), on
+    /// what its probes found.
+    async fn check<M: Memory>(&mut self, mem: &M, p: &mut Pending, states: States, delay: u64) -> Outcome {
         let client = self.id;
         let layout = p.reg.layout;
-        let futs = p.reg.replicas.iter().map(|rep| rep.probe(mem, &layout, client)).collect();
-        let probes = join_all(futs).await;
         let now = mem.now_ns().unwrap_or(p.since);
-        let states: heapless::Vec<(State, Option<Probe>), MAX_REPLICAS> = probes
-            .results
-            .iter()
-            .map(|r| match r {
-                Some(Ok(probe)) => (state(p.meta, probe), Some(*probe)),
-                _ => (State::Failed, None),
-            })
-            .collect();
         let count = |f: &dyn Fn(State) -> bool| states.iter().filter(|(s, _)| f(*s)).count();
         let maj = majority(p.replicas as usize);
         p.since = now;
