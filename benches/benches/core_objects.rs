@@ -70,7 +70,7 @@ fn nodes() -> Vec<NodeId> {
 fn next_meta(ctx: &mut ClientCtx<Clock>, mem: &ShmMemory, value: &[u8]) -> (Meta, LogCopy) {
     let (time, place) = block_on(ctx.next_write(mem, Meta::BOTTOM)).expect("next write");
     let meta = Meta::new(time, place.slot, ctx.id);
-    (meta, LogCopy { place, header: EntryHeader::of(meta, 0, value) })
+    (meta, LogCopy { place, header: EntryHeader::of(meta, 0, 1, value) })
 }
 
 fn inout(c: &mut Criterion) {

@@ -566,10 +566,22 @@ fn claim(mem: &ShmMemory, cfg: &StoreConfig, clock: &SystemClock, want: Want) ->
 
 /// The shell: one command per line of stdin; errors are printed and the
 /// shell goes on. A prompt when stdin is a terminal. Stdin is read on a
-/// thread of its own, so that while no command comes the shell renews its
-/// lease every `renew` (a shell waiting for input keeps its client id).
+/// thread of its own, so that the shell keeps its client (renews its lease,
+/// recycles its log: `KvClient::keep`) every `renew` or
+/// [`swarm_ycsb::runner::KEEP_EVERY_NS`], whichever is shorter, whether commands come
+/// (between two of them) or not: a shell waiting for input keeps its id,
+/// and one fed a stream of writes reuses its log.
 fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
     use std::sync::mpsc::{RecvTimeoutError, channel};
+    use std::time::{Duration, Instant};
+
+    let every = renew.min(Duration::from_nanos(swarm_ycsb::runner::KEEP_EVERY_NS));
+    let keep = |s: &mut Client, out: &mut std::io::Stdout| {
+        if let Err(e) = block_on(s.keep()) {
+            let _ = writeln!(out, "error: cannot keep the client id: {e}");
+        }
+        Instant::now()
+    };
 
     let interactive = std::io::stdin().is_terminal();
     let (tx, rx) = channel();
@@ -587,22 +599,22 @@ fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
         }
     });
     let mut out = std::io::stdout();
+    let mut kept = Instant::now();
     loop {
         if interactive {
             let _ = write!(out, "swarm> ");
             let _ = out.flush();
         }
         let line = loop {
-            match rx.recv_timeout(renew) {
+            match rx.recv_timeout(every.saturating_sub(kept.elapsed())) {
                 Ok(read) => break read,
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(e) = block_on(s.keep()) {
-                        let _ = writeln!(out, "error: cannot keep the client id: {e}");
-                    }
-                }
+                Err(RecvTimeoutError::Timeout) => kept = keep(s, &mut out),
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
         };
+        if kept.elapsed() >= every {
+            kept = keep(s, &mut out);
+        }
         let line = match line {
             Ok(Some(line)) => line_text(line),
             Ok(None) => return Ok(()),

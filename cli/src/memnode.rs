@@ -23,7 +23,7 @@ use swarm_backend_shm::{Fault, ShmCluster};
 use swarm_core::kv::{KvError, MinNode, NodeShape, StoreConfig, System};
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::space::region::{HEADER_SIZE, Region, RegionError};
-use swarm_core::swarm::writerlog::{self, LogError, LogGeometry, Logs};
+use swarm_core::swarm::writerlog::{self, LogError, LogGeometry, Logs, MAX_SEGMENTS};
 use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
@@ -33,12 +33,10 @@ use crate::args::{
 
 /// The control file every cluster directory holds.
 const CONTROL: &str = "control";
-/// The log directory takes 1 KiB per segment (a word in each of the 128
-/// client rows); it is kept to about 1/16 of a node by allowing one segment
-/// per this many bytes of node.
+/// The log directory takes 2 KiB per segment (a two-word descriptor in
+/// each of the 129 client rows); it is kept to about 1/8 of a node by
+/// allowing one segment per this many bytes of node.
 const BYTES_PER_SEGMENT_LIMIT: u64 = 16 << 10;
-/// Most segments the log directory may declare (clients reject more).
-const MAX_SEGMENTS: u64 = 1 << 20;
 
 /// The writer-log geometry for a node of `size` bytes: entries for values up
 /// to `max_value`, and enough segments that one client could fill the node,
@@ -435,8 +433,11 @@ mod tests {
     fn geometry_fills_a_node_and_keeps_the_directory_small() {
         let g = log_geometry(64 << 20, 1 << 20, 8192).unwrap();
         assert_eq!((g.segments, g.max_value() >= 8192), (64, true));
-        // 4 KiB chunks: limited by the directory's share, not the chunk count.
-        assert_eq!(log_geometry(64 << 20, 4096, 64).unwrap().segments, 4096);
+        // 4 KiB chunks: limited by the most segments a log may have, not
+        // the chunk count.
+        assert_eq!(log_geometry(64 << 20, 4096, 64).unwrap().segments, MAX_SEGMENTS);
+        // Small nodes: by the directory's share.
+        assert_eq!(log_geometry(4 << 20, 4096, 64).unwrap().segments, 256);
         assert_eq!(log_geometry(12 << 10, 4096, 64).unwrap().segments, 1);
         assert!(log_geometry(1 << 20, 4096, 8192).is_err());
     }

@@ -127,7 +127,7 @@ fn bench_checks_the_cluster_it_is_given() {
     let line = fails(&["bench-register", "--dir", dir.arg(), "--replicas", "5", "--ops", "10"], 1);
     assert!(line.contains("--replicas 5 needs 5 nodes"), "{line}");
     let line = fails(&["bench-register", "--dir", dir.arg(), "--value-size", "200", "--ops", "10"], 1);
-    assert!(line.contains("values of up to 96 bytes, not 200"), "{line}");
+    assert!(line.contains("values of up to 80 bytes, not 200"), "{line}");
     let line = fails(&["bench-register", "--dir", dir.arg(), "--ops", "100000"], 1);
     assert!(line.contains("exceed"), "{line}");
     let line = fails(&["bench-register", "--dir", dir.arg(), "--ops", "20000"], 1);

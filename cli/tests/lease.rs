@@ -216,3 +216,77 @@ impl WaitRef for Child {
         (status.code(), err)
     }
 }
+
+/// Sends `line` to a shell and returns its answer, skipping the lines it
+/// printed meanwhile about its id (a shell whose lease lapsed says so when
+/// it next tries to keep it).
+fn answer(stdin: &mut ChildStdin, out: &mut impl BufRead, line: &str) -> String {
+    writeln!(stdin, "{line}").unwrap();
+    stdin.flush().unwrap();
+    loop {
+        let mut answer = String::new();
+        out.read_line(&mut answer).unwrap();
+        if !answer.starts_with("error: cannot keep the client id") {
+            return answer;
+        }
+    }
+}
+
+/// A SWARM-KV shell holding id 5 is stopped with SIGSTOP past its lease;
+/// a second process claims id 5, overwrites every key, and recycles what
+/// the first left in its log (moving on into the same segments). The
+/// first is then continued: its writes fail with a lease error, and
+/// nothing it does corrupts the memory the second recycled: every key
+/// reads the second's values.
+#[test]
+fn a_client_stopped_past_its_lease_fails_cleanly_and_corrupts_nothing() {
+    let dir = store("sigstop", "1s");
+    let d = dir.arg();
+    let mut first = shell(d, "5");
+    let mut stdin = first.stdin.take().unwrap();
+    let mut out = BufReader::new(first.stdout.take().unwrap());
+    for k in 0..40 {
+        assert_eq!(say(&mut stdin, &mut out, &format!("put k{k} first-{k}")), "OK\n");
+    }
+    let signal = |sig: &str| {
+        let status = Command::new("kill").args([sig, &first.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill {sig}");
+    };
+    signal("-STOP");
+    let stopped = Instant::now();
+    // The second holder of id 5, once the lease and the grace are over.
+    let mut second = loop {
+        let mut child = shell(d, "5");
+        thread::sleep(Duration::from_millis(300));
+        match child.try_wait().unwrap() {
+            None => break child,
+            Some(_) => {
+                let (_, err) = child.wait_with_output_ref();
+                assert!(err.contains("is held by a live client"), "{err}");
+                assert!(stopped.elapsed() < Duration::from_secs(15), "id 5 still held 15 s after its holder stopped");
+            }
+        }
+    };
+    let mut stdin2 = second.stdin.take().unwrap();
+    let mut out2 = BufReader::new(second.stdout.take().unwrap());
+    for round in 0..3 {
+        for k in 0..40 {
+            assert_eq!(answer(&mut stdin2, &mut out2, &format!("put k{k} second-{round}-{k}")), "OK\n");
+        }
+        // Idle for a while: the shell keeps its id and recycles its log
+        // (and what the first holder left in it).
+        thread::sleep(Duration::from_millis(700));
+    }
+    signal("-CONT");
+    for k in 0..40 {
+        let got = answer(&mut stdin, &mut out, &format!("put k{k} late-{k}"));
+        assert!(got.starts_with("error:") && got.contains("lease"), "the stopped holder's put answered {got:?}");
+    }
+    drop(stdin);
+    let _ = first.wait();
+    drop(stdin2);
+    assert!(second.wait().unwrap().success());
+    for k in 0..40 {
+        assert_eq!(ok(&["kv", "--dir", d, "get", &format!("k{k}")]), format!("second-2-{k}\n"), "key k{k}");
+    }
+}

@@ -97,7 +97,12 @@ impl fmt::Display for KvError {
                 "the index's arena is used up: {used} of {size} bytes (index blocks are not recycled yet; make the store for more keys)"
             ),
             KvError::NodeFull { node, need, free } => {
-                write!(f, "{node} is full: {} needed, {} free (memory is not recycled)", Bytes(*need), Bytes(*free))
+                write!(
+                    f,
+                    "{node} is full: {} needed, {} free (claimed chunks stay claimed: writer logs reuse theirs, deleted keys' objects are not recycled yet)",
+                    Bytes(*need),
+                    Bytes(*free)
+                )
             }
             KvError::Corrupt => write!(f, "corrupt data in memory"),
             KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),

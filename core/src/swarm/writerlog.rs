@@ -1,20 +1,25 @@
 //! Writers' logs: where out-of-place copies of values and the timestamp
 //! locks of writes live (SWARM §4.3; the layout of the authors' code, with
-//! segments found by time).
+//! segments found by time), as a ring of segments that their writer
+//! recycles ([`crate::swarm::recycle`]).
 //!
-//! Every client owns a log on every memory node. A log is a sequence of
+//! Every client owns a log on every memory node. A log is a set of
 //! *segments* of `per_segment` entries, numbered the same on every node: a
-//! client writes into slot after slot of its current segment, and starts
-//! the next segment when that one is full (or when it resumes its id after
-//! a crash). Segment `s` starts at `start(s)`, the time of its first write,
-//! so that a client's times (strictly increasing) fall in its segments in
-//! order. A metadata word names `(client, time, slot)`
-//! ([`crate::swarm::meta::Meta`]); its entry is slot `slot` of the last
-//! segment that started at or before `time`. A node holds the segments that
-//! writes (or readers writing values back) reached it with; each node's log
-//! directory says where they are and when they started, so any process can
-//! find a write's copy, write it back to a lagging replica (identical
-//! bytes), or lock the write's timestamp.
+//! client writes into slot after slot of its current segment, and starts a
+//! new segment when that one is full (or when it resumes its id after a
+//! crash), under a number that is free: never used, or given back once no
+//! entry of its segment was needed any more ([`Logs::mark_free`]; the
+//! segment's memory on each node stays with its number there, for the
+//! writer's next segment under it). A segment starts at `start`, the time
+//! of its first write, so that a client's times (strictly increasing) fall
+//! in its segments in order. A metadata word names `(client, time, slot)`
+//! ([`crate::swarm::meta::Meta`]); its entry is slot `slot` of the segment
+//! that started last at or before `time`, whatever its number. A node holds
+//! the segments its writer created there (on every node at once, when it
+//! starts one) and those readers writing values back created where it was
+//! missing; each node's log directory says where they are and when they
+//! started, so any process can find a write's copy, write it back to a
+//! lagging replica (identical bytes), or lock the write's timestamp.
 //!
 //! A node's log directory, found through root slot [`roots::LOG_DIR`]:
 //!
@@ -25,23 +30,31 @@
 //!
 //! A segment is created on a node with one ordered pipeline, its start time
 //! then a CAS of its offset, so whoever sees the offset sees the start; the
-//! writer and a reader writing a value back agree on one segment.
+//! writer and a reader writing a value back agree on one segment. A
+//! segment given back has the start [`FREE`] and keeps its offset: only
+//! its writer starts a new one under the number ([`Logs::write_in`]). A
+//! node that answers for a number with another start than the one asked
+//! for holds another segment under it ([`LogError::Stale`]).
 //!
 //! An entry says which write it holds, so that a reader who guessed its
-//! segment from what it knows of the directory (no roundtrip) can check:
+//! segment from what it knows of the directory (no roundtrip) can check,
+//! and so that its writer can recycle it without remembering it:
 //!
 //! ```text
-//! entry    lock word (8) | id (8) | value length (8) | checksum (8)
-//!          | value bytes
+//! entry    lock word (8) | id (8) | replicas (8 bits) value length (56) | checksum (8)
+//!          | tag (8) | object (8) | value bytes
 //! ```
 //!
-//! `id` is the write's metadata word, GUESSED; the checksum (xxh3 of the
-//! value, seeded by `id` and the length) catches a torn or garbled copy.
-//! An entry belongs to one write: Safe-Guess' slow-path rewrite (§3.2) is a
-//! write of its own, in an entry of its own, so that every copy of an entry
-//! is the same bytes however late a copy lands. Entries are not recycled yet (issue #20): a
-//! client's log holds `segments × per_segment` writes over the life of its
-//! id ([`LogError::Full`] says so, with the numbers).
+//! `id` is the write's metadata word, GUESSED; `object` the offset of the
+//! register's replica on this node, `tag` its tag, `replicas` how many
+//! the register has; the checksum (xxh3 of the value, seeded by `id`, the
+//! length and the tag, and mixed with the object and the replicas) catches
+//! a torn or garbled copy, and an entry that was recycled for another write
+//! or object. An entry belongs to one write: Safe-Guess' slow-path rewrite
+//! (§3.2) is a write of its own, in an entry of its own, so that every copy
+//! of an entry is the same bytes however late a copy lands. A client's log
+//! holds `segments × per_segment` writes that are not recycled yet
+//! ([`LogError::Full`] says so, with the numbers).
 
 use core::fmt;
 
@@ -134,8 +147,9 @@ pub enum LogError {
     },
     /// The node has no log directory: it was not set up for SWARM.
     NoLog(NodeId),
-    /// The client's log is full: every entry of its id was used (entries
-    /// are not recycled yet).
+    /// The client's log is full: every entry of its id holds a write that
+    /// is not recycled yet (its writer does not run `keep`, or a node that
+    /// holds its segments is down).
     Full {
         /// The client id.
         client: u8,
@@ -185,8 +199,8 @@ impl fmt::Display for LogError {
             LogError::NoLog(node) => write!(f, "{node}: no writer logs (the node was not set up for SWARM)"),
             LogError::Full { client, capacity } => write!(
                 f,
-                "client id {client} has used all {capacity} entries of its log (out-of-place buffers are not \
-                 recycled yet)"
+                "client id {client} has used all {capacity} entries of its log: none is recycled yet (the \
+                 client must run keep between operations; a node down keeps the segments it holds)"
             ),
             LogError::NoQuorum(e) => write!(f, "no majority of nodes answered: {e}"),
             LogError::Stale(node) => write!(f, "{node} holds another log segment under that number"),

@@ -42,9 +42,11 @@
 //!   value write hides in the first, so an insert of a new key costs three
 //!   roundtrips.
 //! - New replicas are not cleared: they come from fresh chunks of nodes
-//!   that start zeroed, and objects are never recycled (§5.4 is not
-//!   implemented). Memory recycling will need the paper's pre-cleared
-//!   buffers.
+//!   that start zeroed. Writers' log entries are recycled
+//!   ([`crate::swarm::recycle`]: a value that stays moves to its object's
+//!   home copy), but objects, descriptors and index blocks are not yet: a
+//!   deleted key's replicas stay claimed (issue #20). Recycling them will
+//!   need the paper's pre-cleared buffers.
 //! - A delete with a cached location first checks that the index slot
 //!   still holds it (one more roundtrip, two in all; see
 //!   [`Replicated::delete`]); see [`super`] for what deletes answer.

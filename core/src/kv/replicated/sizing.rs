@@ -15,9 +15,10 @@ use crate::kv::{KvError, NodeChunks, NodeShape, StoreConfig};
 use crate::substrate::space::region::HEADER_SIZE;
 use crate::substrate::space::slab::{CLASSES, class_of};
 
-/// Most log segments per client and node: with 1 MiB chunks, 2 million
-/// writes of 64 B per client, 126 thousand of 8 KiB (log entries are not
-/// recycled). Fewer on nodes that could not hold as many.
+/// Most log segments per client and node: with 1 MiB chunks, a million
+/// writes of 64 B per client not recycled yet, 126 thousand of 8 KiB
+/// (entries are recycled a few recycling delays after their write:
+/// `crate::swarm::recycle`). Fewer on nodes that could not hold as many.
 const LOG_SEGMENTS: u64 = 1024;
 
 /// Changes of its mapping (insert, removal, a replica restored) per key
