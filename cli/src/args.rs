@@ -146,6 +146,8 @@ pub enum Memnode {
     Remove(RemoveArgs),
     /// Fail, stall or heal a node of a running shm cluster, for every process using it (experiments).
     Fault(FaultArgs),
+    /// Show how each node's memory is used: claimed, free, writer logs in use and given back.
+    Stats(StatsArgs),
 }
 
 /// Where `swarm memnode` lays out nodes.
@@ -202,6 +204,17 @@ pub struct ListArgs {
     /// Show the cxl cluster on these devices or files instead; repeat for several.
     #[arg(long, value_name = "PATH")]
     pub path: Vec<PathBuf>,
+}
+
+/// `swarm memnode stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Where.
+    #[command(flatten)]
+    pub place: Place,
+    /// Print the table again every DURATION (e.g. 1s, 500ms), until interrupted: a store left running.
+    #[arg(long, value_name = "DURATION", value_parser = crate::bench::timed::parse_duration)]
+    pub every: Option<u64>,
 }
 
 /// `swarm memnode remove`.

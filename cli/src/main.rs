@@ -46,6 +46,7 @@ fn main() -> ExitCode {
             Some(Memnode::List(a)) => memnode::list(&a),
             Some(Memnode::Remove(a)) => memnode::remove(&a),
             Some(Memnode::Fault(a)) => memnode::fault(&a),
+            Some(Memnode::Stats(a)) => memnode::stats(&a),
             None => rdma::serve(&m.serve),
         },
         Command::Bench(a) => bench::ycsb::run(&a),

@@ -28,7 +28,7 @@ use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::args::{
-    CreateArgs, FaultArgs, FaultState, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, format_size,
+    CreateArgs, FaultArgs, FaultState, ListArgs, NAME_PREFIX, NodeBackend, Place, RemoveArgs, StatsArgs, format_size,
 };
 
 /// The control file every cluster directory holds.
@@ -423,6 +423,73 @@ pub fn fault(a: &FaultArgs) -> Result<(), String> {
     cluster.set_fault(node, state).map_err(|e| e.to_string())?;
     println!("{node} of {} is {said}", dir.display());
     Ok(())
+}
+
+/// `swarm memnode stats`: how each node's memory is used, once or every
+/// `--every`.
+pub fn stats(a: &StatsArgs) -> Result<(), String> {
+    let table = || -> Result<String, String> {
+        if a.place.backend == NodeBackend::Cxl {
+            let paths = cxl_paths(&a.place.path, a.place.dir.as_deref())?;
+            let cluster = CxlCluster::open(&paths, &CxlConfig::default()).map_err(|e| e.to_string())?;
+            Ok(usage_table(&cluster.memory()))
+        } else {
+            let cluster = ShmCluster::open(shm_dir(&a.place)?).map_err(|e| e.to_string())?;
+            Ok(usage_table(&cluster.memory()))
+        }
+    };
+    let Some(every) = a.every else {
+        print!("{}", table()?);
+        return Ok(());
+    };
+    let began = std::time::Instant::now();
+    loop {
+        println!("at {:.1} s", began.elapsed().as_secs_f64());
+        print!("{}", table()?);
+        std::thread::sleep(std::time::Duration::from_nanos(every));
+    }
+}
+
+/// The table of [`stats`]: per node, its bytes live (claimed and not given
+/// back), reclaimable (writer-log segments given back, which their client
+/// id reuses) and free (never claimed), and its log segments; a node that
+/// does not answer says so.
+pub fn usage_table<M: Memory>(mem: &M) -> String {
+    let mut rows = vec![
+        ["NODE", "SIZE", "LIVE", "RECLAIMABLE", "FREE", "LOG SEGMENTS IN USE", "GIVEN BACK", "CLIENT IDS"]
+            .map(String::from),
+    ];
+    let mut logs = Logs::new();
+    for n in 0..mem.node_count() {
+        let node = NodeId(n as u16);
+        let usage = block_on(async {
+            let region = Region::open(mem, node).await.map_err(|e| e.to_string())?;
+            let logs = logs.usage(mem, node).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((region, logs))
+        });
+        rows.push(match usage {
+            Ok((region, logs)) => {
+                let reclaimable = logs.free * region.chunk;
+                let share = |b: u64| format!("{} ({:.1}%)", format_size(b), 100.0 * b as f64 / region.size as f64);
+                [
+                    node.to_string(),
+                    format_size(region.size),
+                    share(region.cursor.saturating_sub(reclaimable)),
+                    share(reclaimable),
+                    share(region.size.saturating_sub(region.cursor)),
+                    logs.in_use.to_string(),
+                    logs.free.to_string(),
+                    logs.ids.to_string(),
+                ]
+            }
+            Err(e) => {
+                let mut row = [node.to_string(), format!("unusable: {e}")].to_vec();
+                row.resize(8, String::new());
+                row.try_into().expect("eight columns")
+            }
+        });
+    }
+    crate::report::table(&rows)
 }
 
 #[cfg(test)]

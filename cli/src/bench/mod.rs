@@ -19,7 +19,7 @@ mod cxl;
 pub mod procs;
 mod shm;
 mod sim;
-mod timed;
+pub(crate) mod timed;
 pub mod ycsb;
 
 use std::fs::File;

@@ -12,6 +12,7 @@ use super::KvError;
 use super::place::{INDEX_NODE, lease_nodes};
 use super::system::System;
 use crate::NodeId;
+#[cfg(feature = "alloc")]
 use crate::index::cache::{CacheConfig, Eviction};
 use crate::index::{BLOCK_ALIGN, Geometry, IndexConfig, MAX_KEY, block_len};
 use crate::substrate::lease;
@@ -242,6 +243,7 @@ impl StoreConfig {
 
     /// The location cache of each client: [`StoreConfig::cache_capacity`]
     /// keys, least recently used out first.
+    #[cfg(feature = "alloc")]
     pub fn cache(&self) -> CacheConfig {
         CacheConfig { capacity: self.cache_capacity, max_key: self.max_key, eviction: Eviction::Lru }
     }

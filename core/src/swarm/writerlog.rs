@@ -263,6 +263,29 @@ impl LogGeometry {
     }
 }
 
+/// How the client logs use one node's memory (each segment takes one
+/// chunk of it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogUsage {
+    /// Segments holding entries that may still be needed.
+    pub in_use: u64,
+    /// Segments given back by their writer ([`FREE`]): their memory waits,
+    /// with their number, for that client id's next segment.
+    pub free: u64,
+    /// Client ids with at least one segment on the node.
+    pub ids: u32,
+}
+
+/// The segments a directory row describes (`geo`'s), with memory on the
+/// node: `(number, start, offset)`; a row cut short ends early.
+fn descriptors(row: &[u8], geo: LogGeometry) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+    (0..geo.segments as u32).map_while(move |s| {
+        let at = 16 * s as usize;
+        Some((s, word_at(row, at)?, word_at(row, at + 8)?))
+    })
+    .filter(|&(_, _, offset)| offset != 0)
+}
+
 /// Where a write's entry is in its client's log, the same on every node:
 /// the segment and the slot, and the segment's start time (which a node
 /// that does not hold the segment yet is given when it is created there).
@@ -873,17 +896,32 @@ impl Logs {
         for (k, r) in read.results.into_iter().enumerate() {
             let Some(Ok(row)) = r else { continue };
             answered += 1;
-            for s in 0..rows[k].2.segments as u32 {
-                if let (Some(start), Some(offset)) =
-                    (word_at(&row, 16 * s as usize), word_at(&row, 16 * s as usize + 8))
-                    && offset != 0
-                    && start != FREE
-                {
+            for (s, start, _) in descriptors(&row, rows[k].2) {
+                if start != FREE {
                     each(rows[k].0, s, start);
                 }
             }
         }
         answered
+    }
+
+    /// How the logs of every client id use `node`'s memory, from its
+    /// directory (one read): what `swarm memnode stats` reports.
+    pub async fn usage<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<LogUsage, LogError> {
+        let d = self.dir(mem, node).await?;
+        let (base, geo) = (d.base, d.geo);
+        let rows = mem.read(RemoteAddr::new(node, base + geo.row(0)), geo.dir_bytes() as usize - geo.row(0) as usize);
+        let rows = rows.await?;
+        let mut usage = LogUsage::default();
+        for row in rows.chunks(geo.row_bytes() as usize) {
+            let mut held = false;
+            for (_, start, _) in descriptors(row, geo) {
+                held = true;
+                if start == FREE { usage.free += 1 } else { usage.in_use += 1 }
+            }
+            usage.ids += u32::from(held);
+        }
+        Ok(usage)
     }
 
     /// Gives `client`'s segment `segment` on `node` back (its owner, once
