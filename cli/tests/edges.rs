@@ -216,6 +216,22 @@ fn a_log_written_over_is_recycled_and_a_full_node_is_not_too_few_nodes() {
     let errors: Vec<&str> = out.lines().filter(|l| *l != "OK").collect();
     assert!(errors.is_empty(), "{} errors, the first {:?}", errors.len(), &errors[..errors.len().min(3)]);
     assert_eq!(ok(&["kv", "--dir", d, "get", "k"]), format!("{}\n", value(24 * 960 - 1)));
+    // `memnode stats` shows the log given back segment by segment: on each
+    // node, segments in use and given back, with bytes free to spare.
+    let stats = ok(&["memnode", "stats", "--dir", d]);
+    let lines: Vec<&str> = stats.lines().collect();
+    assert!(lines[0].starts_with("NODE") && lines.len() == 4, "{stats}");
+    for (n, line) in lines[1..].iter().enumerate() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&cols[..4], ["node", &n.to_string(), "8", "MiB"], "{line}");
+        let (in_use, given_back, ids): (u64, u64, u64) = (
+            cols[cols.len() - 3].parse().unwrap(),
+            cols[cols.len() - 2].parse().unwrap(),
+            cols[cols.len() - 1].parse().unwrap(),
+        );
+        assert!(in_use >= 1 && given_back >= 1 && in_use + given_back < 128 && ids == 1, "{line}");
+        assert!(!line.contains("FREE") && !cols[cols.len() - 5].starts_with("(0.0%"), "no memory left: {line}");
+    }
 
     // Every node without a free chunk: client id 1 goes on in its
     // segment and chunks; id 2 needs a new segment on the key's nodes.

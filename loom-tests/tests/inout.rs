@@ -76,7 +76,8 @@ mod checks {
                 logs.entries(mem, &[NODE], WRITER, place, Some(&mut slab), 1).await[0].unwrap().unwrap()
             };
             let (e0, e1) = (entry(M0).await, entry(M1).await);
-            let out = replica.write(mem, &layout, e0, 0, M0, &EntryHeader::of(M0, 0, 1, &V0), &V0).await.unwrap().outcome;
+            let out =
+                replica.write(mem, &layout, e0, 0, M0, &EntryHeader::of(M0, 0, 1, &V0), &V0).await.unwrap().outcome;
             assert_eq!(out, MaxOutcome::Installed { prev: 0 });
             (replica, e1)
         })
@@ -137,9 +138,10 @@ mod checks {
                 let (replica, e1) = setup(&cluster.memory());
                 let mem = cluster.memory();
                 let writer = loom::thread::spawn(move || {
-                    let out = block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &EntryHeader::of(M1, 0, 1, &V1), &V1))
-                        .unwrap()
-                        .outcome;
+                    let out =
+                        block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &EntryHeader::of(M1, 0, 1, &V1), &V1))
+                            .unwrap()
+                            .outcome;
                     assert_eq!(
                         out,
                         MaxOutcome::Installed { prev: M0.0 },
@@ -201,7 +203,8 @@ mod checks {
                 let (replica, e1) = setup(&cluster.memory());
                 let mem = cluster.memory();
                 let writer = loom::thread::spawn(move || {
-                    block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &EntryHeader::of(M1, 0, 1, &V1), &V1)).unwrap();
+                    block_on(replica.write(&mem, &layout(), e1, M0.0, M1, &EntryHeader::of(M1, 0, 1, &V1), &V1))
+                        .unwrap();
                 });
                 let snapshot = block_on(read_in_place(&cluster.memory(), replica, &layout())).unwrap();
                 let InPlace { meta, hash, value } = snapshot;

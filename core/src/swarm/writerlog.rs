@@ -279,11 +279,12 @@ pub struct LogUsage {
 /// The segments a directory row describes (`geo`'s), with memory on the
 /// node: `(number, start, offset)`; a row cut short ends early.
 fn descriptors(row: &[u8], geo: LogGeometry) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
-    (0..geo.segments as u32).map_while(move |s| {
-        let at = 16 * s as usize;
-        Some((s, word_at(row, at)?, word_at(row, at + 8)?))
-    })
-    .filter(|&(_, _, offset)| offset != 0)
+    (0..geo.segments as u32)
+        .map_while(move |s| {
+            let at = 16 * s as usize;
+            Some((s, word_at(row, at)?, word_at(row, at + 8)?))
+        })
+        .filter(|&(_, _, offset)| offset != 0)
 }
 
 /// Where a write's entry is in its client's log, the same on every node:

@@ -173,3 +173,34 @@ fn concurrent_creations_agree() {
     assert_eq!(found.len(), 3);
     assert!(found.iter().all(|f| *f == found[0]), "{found:?}");
 }
+
+/// `usage` counts, per node, the segments in use and those given back,
+/// and the client ids holding any; a node whose segment was not created
+/// there counts nothing for it.
+#[test]
+fn usage_counts_segments_in_use_and_given_back() {
+    let mut sim = Sim::new(SimConfig { seed: 5, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+    let mem = sim.client();
+    let usage = sim
+        .block_on(async move {
+            setup(&mem, &NODES).await;
+            let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+            let fresh = logs.usage(&mem, NodeId(0)).await.unwrap();
+            for (client, segment, nodes) in [(5, 0, &NODES[..]), (5, 1, &NODES[..]), (9, 0, &NODES[..1])] {
+                for e in logs.entries(&mem, nodes, client, place(segment, 0, 10), Some(&mut slab), nodes.len()).await {
+                    e.unwrap().unwrap();
+                }
+            }
+            logs.mark_free(&mem, NodeId(0), 5, 1).await.unwrap();
+            let mut out = [fresh; 4];
+            for (n, &node) in NODES.iter().enumerate() {
+                out[n + 1] = logs.usage(&mem, node).await.unwrap();
+            }
+            out
+        })
+        .unwrap();
+    assert_eq!(usage[0], LogUsage::default(), "a fresh node");
+    assert_eq!(usage[1], LogUsage { in_use: 2, free: 1, ids: 2 }, "node 0: 5's two, one given back; 9's");
+    assert_eq!(usage[2], LogUsage { in_use: 2, free: 0, ids: 1 }, "node 1: 5's two");
+    assert_eq!(usage[3], usage[2]);
+}
