@@ -39,6 +39,7 @@ MUTANTS=(
   "fusee-cached-loser||not linearizable|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign"
   "fusee-redo-moved-on||moved on true, R crashed None: not linearizable|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_update"
   "home-unsettled||not linearizable|cargo test -p swarm-core --release --lib swarm::recycle::tests::a_write_on"
+  "release-goes-on||cold key|cargo test -p swarm-core --release --lib swarm::recycle::tests::holders_of_a_leased"
 )
 
 only=${1:-}

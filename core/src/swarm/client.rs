@@ -19,6 +19,7 @@ use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::{Heavy, cold};
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::{Held, LeaseError, Resumed};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::space::slab::{Carry, SlabAllocator};
 use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
@@ -348,8 +349,9 @@ impl<C: Clock> ClientCtx<C> {
     }
 
     /// A client with the id of lease `held`, going on in its log where the
-    /// id's previous holder stopped: in the same segment if it released the
-    /// lease, in the next one if it crashed, at times after all of its.
+    /// id's previous holder stopped: in a new segment (in the same one if
+    /// it released the lease and nothing is recycled), at times after all
+    /// of its.
     pub fn leased(held: Held, clock: C) -> Result<Self, ClientError> {
         let mut ctx = Self::new(held.id, clock)?;
         let resume = held.resume();
@@ -360,7 +362,14 @@ impl<C: Clock> ClientCtx<C> {
             Resumed::Fresh => Cursor::default(),
             Resumed::Released => {
                 ctx.slab.take_over(&resume.payload);
-                cursor
+                // With recycling, the segment is taken over with the others
+                // (its writes are resolved like theirs) and the next write
+                // opens a new one; a segment this client went on in would
+                // be given back once its own writes in it were resolved,
+                // its predecessor's with it (the mutant `release-goes-on`:
+                // a value written last before the release is lost).
+                let recycled = cfg!(feature = "alloc") && !mutant!("release-goes-on");
+                if recycled { Cursor { next: u32::MAX, ..cursor } } else { cursor }
             }
             // Its segment is taken over with the others it left in use;
             // the next write opens a new one.

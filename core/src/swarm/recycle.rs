@@ -575,7 +575,7 @@ impl<C: Clock> ClientCtx<C> {
                 .ok()?;
             let Some(offset) = at else { continue };
             let geo = self.logs.geometry(mem, node).await.ok()?;
-            self.scan(mem, node, offset, &geo, layout, &mut found).await?;
+            self.scan(mem, node, (offset, start), &geo, layout, &mut found).await?;
         }
         // One pending write per id, with the replicas its entries name.
         let mut count = 0;
@@ -614,13 +614,17 @@ impl<C: Clock> ClientCtx<C> {
         Some(count)
     }
 
-    /// The writes of this client in the segment at `offset` on `node`:
-    /// headers that check, with the object they name.
+    /// The writes of this client in the segment at `offset` on `node` that
+    /// started at `start`: headers that check, with the object they name.
+    /// An entry older than the start is an earlier segment's under the
+    /// same number (its slot was not written again there: a write's
+    /// entries are on the replicas that do not hold it in place), resolved
+    /// before that segment was given back.
     async fn scan<M: Memory>(
         &mut self,
         mem: &M,
         node: NodeId,
-        offset: u64,
+        (offset, start): (u64, u64),
         geo: &LogGeometry,
         layout: Layout,
         found: &mut Vec<(EntryHeader, Replica, Vec<u8>)>,
@@ -629,7 +633,8 @@ impl<C: Clock> ClientCtx<C> {
             let at = RemoteAddr::new(node, offset.checked_add(slot * geo.entry_size)?.checked_add(8)?);
             let b = mem.read(at, ENTRY_ID_BYTES + layout.max_value as usize).await.ok()?;
             let Some(h) = EntryHeader::decode(&b) else { continue };
-            if h.id.is_bottom() || h.id.client() != self.id || h.id.slot() as u64 != slot || h.len > layout.max_value {
+            let mine = h.id.client() == self.id && h.id.slot() as u64 == slot && h.id.time() >= start;
+            if h.id.is_bottom() || !mine || h.len > layout.max_value {
                 continue;
             }
             let end = ENTRY_ID_BYTES + h.len as usize;

@@ -8,6 +8,7 @@ use crate::check::clock;
 use crate::check::kv::CHUNK;
 use crate::kv::{AnyClient, Got, KvClient, StoreConfig, Who};
 use crate::sim::{Sim, SimConfig};
+use crate::substrate::clock::Clock;
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::region::{HEADER_SIZE, Region};
 use crate::swarm::client::Paths;
@@ -110,7 +111,10 @@ fn a_client_s_log_stays_bounded_as_it_writes() {
 /// `sim.client()`: the store's shape, the simulator.
 fn store(name: &str, keys: u64) -> (StoreConfig, Sim) {
     let cfg = config(name, keys);
-    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE, ..SimConfig::default() }.fixed_latency(2_000));
+    let mut sim = Sim::new(
+        SimConfig { nodes: 3, node_size: NODE, time_limit_ns: 200_000_000_000, ..SimConfig::default() }
+            .fixed_latency(2_000),
+    );
     let admin = sim.client();
     let c = cfg.clone();
     sim.block_on(async move {
@@ -316,4 +320,83 @@ fn a_write_on_a_minority_is_settled_before_its_value_moves_home() {
         })
         .unwrap();
     assert!(first == then || first == b"old", "read {first:?}, then {then:?}: not linearizable");
+}
+
+/// Leased clients that follow one another on one id, each releasing it
+/// (the next goes on in the same segment) or crashing (the next opens a
+/// new one once the lease ran out): the memory the nodes have claimed
+/// stops growing after the first few, and every key reads its last value.
+#[test]
+fn holders_of_a_leased_id_in_turn_keep_the_log_bounded() {
+    use crate::substrate::lease::Want;
+    use crate::systems::claim;
+    for name in ["swarm-kv", "dm-abd"] {
+        for crash in [false, true] {
+            let (cfg, mut sim) = store(name, 256);
+            let lease_ns = cfg.lease_ms as u64 * 1_000_000;
+            let mem = Counted::new(sim.client());
+            let c = cfg.clone();
+            let (claims, got, p) = sim
+                .block_on(async move {
+                    let clk = clock(mem.inner(), 0);
+                    let mut claims = Vec::new();
+                    let mut p = Paths::default();
+                    let mut seq = 0u64;
+                    for _turn in 0..8 {
+                        let held = claim(&mem, &c, &clk, Want::Id(1), 7).await.unwrap();
+                        let mut s: AnyClient<'_, _> =
+                            connect_any(&mem, &c, Who::Lease(held), clock(mem.inner(), 0)).await.unwrap();
+                        for _ in 0..2_000 {
+                            let k = seq % 16;
+                            s.insert(format!("k{k}").as_bytes(), &value(k, seq)).await.unwrap();
+                            seq += 1;
+                            if seq % 16 == 0 {
+                                s.keep().await.unwrap();
+                            }
+                        }
+                        // The first holder's last writes stay its keys' values:
+                        // they are in the segment the next holder goes on in.
+                        if claims.is_empty() {
+                            for k in 0..8u64 {
+                                s.insert(format!("cold{k}").as_bytes(), &value(k, 7)).await.unwrap();
+                            }
+                        }
+                        p = s.paths();
+                        if crash {
+                            drop(s);
+                            let grace = crate::substrate::lease::grace(&clk) * clk.tick_ns();
+                            mem.inner().sleep(lease_ns + grace + 1_000_000).await;
+                        } else {
+                            s.close().await.unwrap();
+                        }
+                        claims.push(claimed(mem.inner(), 3).await);
+                    }
+                    let held = claim(&mem, &c, &clk, Want::Id(2), 7).await.unwrap();
+                    let mut r: AnyClient<'_, _> =
+                        connect_any(&mem, &c, Who::Lease(held), clock(mem.inner(), 0)).await.unwrap();
+                    let mut got = Vec::new();
+                    for k in (0..16u64).map(|k| format!("k{k}")).chain((0..8u64).map(|k| format!("cold{k}"))) {
+                        got.push(match r.get(k.as_bytes()).await {
+                            Ok(Got::Found(v)) => Some(v.to_vec()),
+                            _ => None,
+                        });
+                    }
+                    (claims, got, p)
+                })
+                .unwrap();
+            std::println!("{name}, crash {crash}: claimed after each holder {claims:?}; the last one's paths {p:?}");
+            if !crash {
+                // At most one segment more on each node (the ring's high
+                // water mark), not one per holder.
+                let chunks = (claims[7] - claims[3]) / (3 * CHUNK);
+                assert!(chunks <= 1, "{name}: memory grew holder after holder: {claims:?}");
+            }
+            for k in 0..16u64 {
+                assert_eq!(got[k as usize], Some(value(k, 16_000 - 16 + k)), "{name} (crash {crash}): key {k}");
+            }
+            for k in 0..8u64 {
+                assert_eq!(got[16 + k as usize], Some(value(k, 7)), "{name} (crash {crash}): cold key {k}");
+            }
+        }
+    }
 }
