@@ -146,12 +146,31 @@ pub struct Recycler {
     /// Whether the directory rows were read (the numbers a predecessor left
     /// in use are known).
     adopted: bool,
+    /// This client's own metadata words that recycling changed (marked
+    /// VERIFIED or H) since its last write to them: address, the word it
+    /// replaced, the word now. The next write there expects the new word
+    /// rather than the one its key's cache holds, so that recycling costs
+    /// it no roundtrip ([`Recycler::reseed`]).
+    rewritten: hashbrown::HashMap<RemoteAddr, (u64, u64)>,
 }
+
+/// Rewritten words remembered at most, about 20 MiB (a write to a word
+/// forgotten takes one more roundtrip: its CAS fails once and is retried):
+/// the words of a few hundred thousand keys moved home and not written
+/// since, as many as a client caches.
+const MAX_REWRITTEN: usize = 1 << 19;
 
 impl Recycler {
     /// A recycler with delay `delay_ns` ([`delay_ns`]).
     pub fn new(delay_ns: u64) -> Self {
-        Recycler { delay: delay_ns.max(1), layout: None, pending: VecDeque::new(), segs: Vec::new(), adopted: false }
+        Recycler {
+            delay: delay_ns.max(1),
+            layout: None,
+            pending: VecDeque::new(),
+            segs: Vec::new(),
+            adopted: false,
+            rewritten: hashbrown::HashMap::new(),
+        }
     }
 
     /// R, ns.
@@ -172,6 +191,28 @@ impl Recycler {
             self.segs.resize(i + 1, Seg::Free);
         }
         &mut self.segs[i]
+    }
+
+    /// Notes that recycling changed this client's word at `at` from `old`
+    /// to `new`.
+    fn rewrote(&mut self, at: RemoteAddr, old: u64, new: u64) {
+        if self.rewritten.len() >= MAX_REWRITTEN {
+            self.rewritten.clear();
+        }
+        self.rewritten.insert(at, (old, new));
+    }
+
+    /// What a write to this client's word at `at` should expect there,
+    /// its cache saying `seed`: the word recycling put in its place, if
+    /// that is what it replaced.
+    pub fn reseed(&mut self, at: RemoteAddr, seed: u64) -> u64 {
+        if self.rewritten.is_empty() {
+            return seed;
+        }
+        match self.rewritten.remove(&at) {
+            Some((old, new)) if old == seed => new,
+            _ => seed,
+        }
     }
 
     /// Writes not known free yet.
@@ -390,7 +431,7 @@ impl<C: Clock> ClientCtx<C> {
         now: u64,
         again: &mut VecDeque<Pending>,
     ) {
-        match self.check(mem, &mut p, states, delay).await {
+        match self.check(mem, rec, &mut p, states, delay).await {
             Outcome::Resolved => {
                 self.paths.entries_recycled += 1;
                 self.paths.moved_home += p.moved as u64;
@@ -415,7 +456,14 @@ impl<C: Clock> ClientCtx<C> {
 
     /// One check of write `p` (the loop of [`crate::swarm::recycle`]), on
     /// what its probes found.
-    async fn check<M: Memory>(&mut self, mem: &M, p: &mut Pending, states: States, delay: u64) -> Outcome {
+    async fn check<M: Memory>(
+        &mut self,
+        mem: &M,
+        rec: &mut Recycler,
+        p: &mut Pending,
+        states: States,
+        delay: u64,
+    ) -> Outcome {
         let client = self.id;
         let layout = p.reg.layout;
         let now = mem.now_ns().unwrap_or(p.since);
@@ -445,6 +493,7 @@ impl<C: Clock> ClientCtx<C> {
                         && prev == p.meta.guessed().0
                     {
                         p.changed = now;
+                        rec.rewrote(word, prev, p.meta.verify().0);
                     }
                     busy = true;
                 }
@@ -465,6 +514,8 @@ impl<C: Clock> ClientCtx<C> {
                     };
                     if let Ok(true) = moved {
                         p.moved = true;
+                        let word = RemoteAddr::new(rep.node, rep.base + layout.word_of(client));
+                        rec.rewrote(word, want.0, want.homed().0);
                     }
                     p.changed = now;
                     busy = true;

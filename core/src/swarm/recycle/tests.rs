@@ -350,7 +350,7 @@ fn holders_of_a_leased_id_in_turn_keep_the_log_bounded() {
                             let k = seq % 16;
                             s.insert(format!("k{k}").as_bytes(), &value(k, seq)).await.unwrap();
                             seq += 1;
-                            if seq % 16 == 0 {
+                            if seq.is_multiple_of(16) {
                                 s.keep().await.unwrap();
                             }
                         }
