@@ -19,6 +19,7 @@ use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::{Heavy, cold};
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::{Held, LeaseError, Resumed};
+#[cfg(feature = "alloc")]
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::space::slab::{Carry, SlabAllocator};
@@ -349,9 +350,8 @@ impl<C: Clock> ClientCtx<C> {
     }
 
     /// A client with the id of lease `held`, going on in its log where the
-    /// id's previous holder stopped: in a new segment (in the same one if
-    /// it released the lease and nothing is recycled), at times after all
-    /// of its.
+    /// id's previous holder stopped: in the same segment if it released the
+    /// lease, in the next one if it crashed, at times after all of its.
     pub fn leased(held: Held, clock: C) -> Result<Self, ClientError> {
         let mut ctx = Self::new(held.id, clock)?;
         let resume = held.resume();
@@ -362,14 +362,16 @@ impl<C: Clock> ClientCtx<C> {
             Resumed::Fresh => Cursor::default(),
             Resumed::Released => {
                 ctx.slab.take_over(&resume.payload);
-                // With recycling, the segment is taken over with the others
-                // (its writes are resolved like theirs) and the next write
-                // opens a new one; a segment this client went on in would
-                // be given back once its own writes in it were resolved,
-                // its predecessor's with it (the mutant `release-goes-on`:
-                // a value written last before the release is lost).
-                let recycled = cfg!(feature = "alloc") && !mutant!("release-goes-on");
-                if recycled { Cursor { next: u32::MAX, ..cursor } } else { cursor }
+                // Its predecessor's writes in the segment it goes on in are
+                // read and resolved once its own are, before the segment
+                // is given back (the mutant `release-goes-on` gives it back
+                // under them: a value written last before the release is
+                // lost).
+                #[cfg(feature = "alloc")]
+                if cursor.start != 0 && !mutant!("release-goes-on") {
+                    ctx.recycle.resumed(cursor.segment, cursor.start);
+                }
+                cursor
             }
             // Its segment is taken over with the others it left in use;
             // the next write opens a new one.

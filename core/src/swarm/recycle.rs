@@ -124,8 +124,11 @@ enum Seg {
     #[default]
     Free,
     /// Holds writes: `pending` not resolved yet, the last resolved at
-    /// `last` (ns); `open` while writes may still go to it.
-    Used { start: u64, pending: u32, last: u64, open: bool },
+    /// `last` (ns); `open` while writes may still go to it; `scan` if it
+    /// also holds a predecessor's writes (the segment a released id's next
+    /// holder goes on in), read like an inherited segment's once this
+    /// client's own are resolved.
+    Used { start: u64, pending: u32, last: u64, open: bool, scan: bool },
     /// A predecessor's, not read yet.
     Inherited { start: u64 },
     /// Marked free where it could be; `owed` nodes (bits) still hold it
@@ -234,13 +237,26 @@ impl Recycler {
     /// from the directory rows): `used` with their starts.
     pub fn adopt(&mut self, used: &[(u32, u64)], current: Option<u32>) {
         for &(s, start) in used {
+            if !matches!(self.seg(s), Seg::Free) {
+                continue;
+            }
             if Some(s) == current {
-                *self.seg(s) = Seg::Used { start, pending: 0, last: 0, open: true };
-            } else if matches!(self.seg(s), Seg::Free) {
+                // The mutant `release-goes-on` forgets its predecessor's
+                // writes there (see `ClientCtx::leased`).
+                let scan = !mutant!("release-goes-on");
+                *self.seg(s) = Seg::Used { start, pending: 0, last: 0, open: true, scan };
+            } else {
                 *self.seg(s) = Seg::Inherited { start };
             }
         }
         self.adopted = true;
+    }
+
+    /// The segment a released id's holder goes on in (`s`, started at
+    /// `start`): its predecessor's writes there are read once this
+    /// client's own are resolved.
+    pub fn resumed(&mut self, s: u32, start: u64) {
+        *self.seg(s) = Seg::Used { start, pending: 0, last: 0, open: true, scan: true };
     }
 
     /// A number for the next segment: free everywhere this client knows of,
@@ -253,7 +269,7 @@ impl Recycler {
             }
         }
         let s = taken.first_absent(limit)?;
-        *self.seg(s) = Seg::Used { start, pending: 0, last: 0, open: true };
+        *self.seg(s) = Seg::Used { start, pending: 0, last: 0, open: true, scan: false };
         Some(s)
     }
 
@@ -270,7 +286,7 @@ impl Recycler {
     pub fn track(&mut self, meta: Meta, place: Place, reg: &Register, home: (u64, u64), now: u64) {
         match self.seg(place.segment) {
             Seg::Used { pending, .. } => *pending += 1,
-            s => *s = Seg::Used { start: place.start, pending: 1, last: 0, open: true },
+            s => *s = Seg::Used { start: place.start, pending: 1, last: 0, open: true, scan: false },
         }
         let replicas = reg.replicas.len() as u8;
         self.pending.push_back(Pending {
@@ -555,7 +571,11 @@ impl<C: Clock> ClientCtx<C> {
         for s in 0..rec.segs.len() {
             let seg = rec.segs[s];
             match seg {
-                Seg::Used { start, pending: 0, last, open: false } if now >= last + rec.delay => {
+                // Its own writes resolved: its predecessor's are read now.
+                Seg::Used { start, pending: 0, last, open: false, scan: true } if now >= last + rec.delay => {
+                    rec.segs[s] = Seg::Inherited { start };
+                }
+                Seg::Used { start, pending: 0, last, open: false, scan: false } if now >= last + rec.delay => {
                     let mut owed = 0u32;
                     for n in 0..nodes {
                         if self.logs.mark_free(mem, NodeId(n as u16), self.id, s as u32).await.is_err() {
@@ -576,7 +596,7 @@ impl<C: Clock> ClientCtx<C> {
                 }
                 Seg::Inherited { start } => {
                     if let Some(n) = self.take_over(mem, rec, s as u32, start, now).await {
-                        rec.segs[s] = Seg::Used { start, pending: n, last: now, open: false };
+                        rec.segs[s] = Seg::Used { start, pending: n, last: now, open: false, scan: false };
                     }
                 }
                 _ => {}
