@@ -476,7 +476,7 @@ impl NodeDir {
     fn guess(&self, client: u8, t: u64) -> Option<Known> {
         let mut best: Option<Known> = None;
         for k in self.cache.iter().filter(|k| k.client == client as u16 + 1 && k.start <= t) {
-            if best.is_none_or(|b| k.segment > b.segment) {
+            if best.is_none_or(|b| k.start > b.start) {
                 best = Some(*k);
             }
         }
