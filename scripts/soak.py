@@ -198,7 +198,7 @@ def main():
     began = time.time()
     for w in writers:
         w.start()
-    samples, next_kill, victim = [], began + opts.kill_every, 0
+    samples, next_kill, victim, kills = [], began + opts.kill_every, 0, 0
     while any(w.is_alive() for w in writers):
         time.sleep(min(opts.sample_every, 1.0))
         now = time.time()
@@ -213,6 +213,7 @@ def main():
         if opts.kill_every > 0 and now >= next_kill:
             writers[victim % len(writers)].kill()
             victim += 1
+            kills += 1
             next_kill = now + opts.kill_every
     stop.set()
 
@@ -236,7 +237,7 @@ def main():
     # is what it was at the half.
     half = [s for s in samples if s[1] >= samples[-1][1] / 2]
     grew = half[-1][2] - half[0][2] if len(half) > 1 else 0
-    print(f"soak: {puts} puts, {gets} gets, {restarts} shells killed and restarted in {took:.0f} s; "
+    print(f"soak: {puts} puts, {gets} gets, {kills} shells killed ({restarts} restarts) in {took:.0f} s; "
           f"claimed {samples[-1][2] / 2**20:.1f} MiB of {opts.size} at the end, "
           f"{grew / 2**20:+.1f} MiB over the second half; {len(errors)} errors; {len(wrong)} keys wrong")
     for e in errors[:5]:

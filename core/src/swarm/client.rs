@@ -180,6 +180,30 @@ paths! {
     /// their entries alone (found on fewer than a majority of replicas: a
     /// writer that crashed mid-write), checked again later.
     entries_stuck,
+    /// Waits of a write for recycling to give one of its writer's segments
+    /// back (backpressure): every segment number in use, or a node without
+    /// room for another segment.
+    room_waits,
+}
+
+/// How long a write waits for its writer's log to give a segment back
+/// when it has none left or a node has no room for another
+/// ([`ClientCtx::open`]), in units of R: long enough for a segment whose
+/// last write was just written to be recycled (at most about 4 R, its
+/// values moved home) and for an id's new holder to take over what its
+/// predecessor left.
+pub const ROOM_WAIT_R: u64 = 16;
+
+/// Whether `e` says there is no room for a new segment: every number in
+/// use, or a node out of memory.
+#[cfg(feature = "alloc")]
+fn no_room(e: &ClientError) -> bool {
+    use crate::substrate::space::region::RegionError;
+    use crate::substrate::space::slab::AllocError;
+    matches!(
+        e,
+        ClientError::Log(LogError::Full { .. } | LogError::Alloc(AllocError::Region(RegionError::Exhausted { .. })))
+    )
 }
 
 /// The recycling delay R ([`crate::swarm::recycle`]) of a store on a memory
@@ -230,6 +254,11 @@ pub struct ClientCtx<C> {
     /// What this client recycles of its log.
     #[cfg(feature = "alloc")]
     pub recycle: Heavy<crate::swarm::recycle::Recycler>,
+    /// The segment numbers from which a new segment does not fit, and
+    /// what the first of them found: a node without room (segments keep
+    /// their memory with their number, so the numbers below have theirs).
+    #[cfg(feature = "alloc")]
+    room: Option<(u32, LogError)>,
 }
 
 /// Where a client's next write goes in its log: slot `next` of segment
@@ -346,6 +375,8 @@ impl<C: Clock> ClientCtx<C> {
             delay: recycle_delay_ns(None),
             #[cfg(feature = "alloc")]
             recycle: Heavy::new(crate::swarm::recycle::Recycler::new(recycle_delay_ns(None))),
+            #[cfg(feature = "alloc")]
+            room: None,
         })
     }
 
@@ -531,7 +562,44 @@ impl<C: Clock> ClientCtx<C> {
     /// crash leaves the next holder after it. A new segment is created on
     /// every node at once, so that its entries' lock words exist wherever
     /// a reader may look for them (readers create nothing).
+    ///
+    /// A client whose every segment number is in use, or that finds a node
+    /// without room for a new segment, recycles and waits for one of its
+    /// segments to be given back (backpressure), up to [`ROOM_WAIT_R`]
+    /// times R; past that, the error stands.
     async fn open<M: Memory>(&mut self, mem: &M) -> Result<Cursor, ClientError> {
+        #[cfg(feature = "alloc")]
+        {
+            let began = mem.now_ns();
+            loop {
+                let err = match self.open_once(mem).await {
+                    Err(e) if no_room(&e) => e,
+                    done => return done,
+                };
+                let waited = match (began, mem.now_ns()) {
+                    (Some(t0), Some(now)) => now.saturating_sub(t0),
+                    _ => return Err(err),
+                };
+                // Nothing of this client's to give back: waiting is vain.
+                if waited >= ROOM_WAIT_R * self.delay || self.recycle.segments_in_use() == 0 {
+                    return Err(err);
+                }
+                self.paths.room_waits += 1;
+                // Recycling reads registers: the read a write-back of this
+                // operation may rest on keeps its own start.
+                let read_at = self.read_at;
+                self.keep(mem).await?;
+                self.recycle(mem).await;
+                self.read_at = read_at;
+                crate::substrate::memory::pause(mem, (self.delay / 8).max(1)).await;
+            }
+        }
+        #[cfg(not(feature = "alloc"))]
+        self.open_once(mem).await
+    }
+
+    /// One try of [`ClientCtx::open`].
+    async fn open_once<M: Memory>(&mut self, mem: &M) -> Result<Cursor, ClientError> {
         let geo = self.geometry(mem).await?;
         self.per_segment = geo.per_segment as u32;
         self.adopt(mem).await?;
@@ -552,7 +620,21 @@ impl<C: Clock> ClientCtx<C> {
         self.logs.write_in(self.id, c.segment, c.start);
         if self.cursor != Some(c) {
             self.cursor = Some(c);
-            self.create_everywhere(mem, c).await?;
+            if let Err(e) = self.create_everywhere(mem, c).await {
+                // No room for it: the numbers from it on are not tried
+                // again, and it is given back (created on some nodes).
+                #[cfg(feature = "alloc")]
+                if let ClientError::Log(found) = e
+                    && no_room(&e)
+                {
+                    if self.room.is_none_or(|(s, _)| c.segment < s) {
+                        self.room = Some((c.segment, found));
+                    }
+                    self.recycle.close(c.segment);
+                    self.cursor = None;
+                }
+                return Err(e);
+            }
         }
         Ok(c)
     }
@@ -566,7 +648,12 @@ impl<C: Clock> ClientCtx<C> {
                 self.recycle.close(c.segment);
             }
             let start = self.last_time;
-            self.recycle.open(geo.segments, start).ok_or_else(|| full().into())
+            // Every number that fits in use: the log is full, or a node.
+            let (limit, err) = match self.room {
+                Some((s, found)) if (s as u64) < geo.segments => (s as u64, found),
+                _ => (geo.segments, full()),
+            };
+            self.recycle.open(limit, start).ok_or(err.into())
         }
         #[cfg(not(feature = "alloc"))]
         {

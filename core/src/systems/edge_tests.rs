@@ -266,10 +266,13 @@ fn running_out_of_time_and_a_clock_ahead_are_their_own_errors() {
     }
 }
 
-/// A writer log with no entry left is its own error with its numbers,
-/// whichever path meets it: not "too few memory nodes answered".
+/// A writer log with no entry left waits for its entries to be recycled
+/// (backpressure); one whose entries cannot be (segments a previous
+/// holder of its id left, on a node that is down) fails, once the wait
+/// is over, with its own error and its numbers, whichever path meets it:
+/// not "too few memory nodes answered".
 #[test]
-fn a_full_writer_log_is_not_a_missing_quorum() {
+fn a_full_writer_log_waits_then_is_not_a_missing_quorum() {
     for &system in ALL.iter().filter(|&&s| logs(s)) {
         let cfg = config(system, 2);
         // One segment of 4 entries per client, and a chunk that takes one.
@@ -287,19 +290,29 @@ fn a_full_writer_log_is_not_a_missing_quorum() {
         })
         .unwrap();
         let mem = sim.client();
+        let c = cfg.clone();
+        let waits = sim
+            .block_on(async move {
+                let mut s = connect(&mem, &c, 1, 0).await;
+                for i in 0..10 {
+                    s.insert(format!("k{i}").as_bytes(), b"v").await.unwrap_or_else(|e| panic!("{system}: {e}"));
+                }
+                s.paths().room_waits
+            })
+            .unwrap();
+        assert!(waits > 0, "{system}: ten writes in a log of four waited for none");
+        // The next holder of id 1 cannot read what the last one left on
+        // node 2, so it cannot give it back.
+        let now = sim.now();
+        sim.crash_node_at(2, now, CrashMode::FailFast);
+        let mem = sim.client();
         sim.block_on(async move {
             let mut s = connect(&mem, &cfg, 1, 0).await;
-            let mut last = Ok(());
-            for i in 0..10 {
-                last = s.insert(format!("k{i}").as_bytes(), b"v").await.map(|_| ());
-                if last.is_err() {
-                    break;
-                }
-            }
-            let e = last.unwrap_err();
+            let e = s.insert(b"k0", b"w").await.map(|_| ()).unwrap_err();
             let full = ClientError::Log(LogError::Full { client: 1, capacity: 4 });
             assert_eq!(e, KvError::Client(full), "{system}");
             assert!(format!("{e}").contains("has used all 4 entries of its log"), "{e}");
+            assert!(s.paths().room_waits > 0, "{system}: it failed without waiting");
         })
         .unwrap();
     }

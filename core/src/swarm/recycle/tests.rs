@@ -127,6 +127,32 @@ fn store(name: &str, keys: u64) -> (StoreConfig, Sim) {
     (cfg, sim)
 }
 
+/// A writer that never runs `keep`, writing about twice the nodes' memory
+/// in log entries: when its log has no segment left, or a node no room
+/// for another, it recycles and waits for a segment of its own to be given
+/// back (backpressure) instead of failing; every write succeeds, and the
+/// memory claimed stays within the nodes.
+#[test]
+fn a_writer_out_of_room_waits_for_its_log_to_be_recycled() {
+    for name in ["swarm-kv", "dm-abd"] {
+        let (cfg, mut sim) = store(name, 64);
+        let mem = Counted::new(sim.client());
+        let (end, p) = sim
+            .block_on(async move {
+                let mut s: AnyClient<'_, _> = connect_any(&mem, &cfg, Who::Id(1), clock(mem.inner(), 0)).await.unwrap();
+                for seq in 0..30_000u64 {
+                    let key = format!("key{}", seq % 16).into_bytes();
+                    s.insert(&key, &value(seq % 16, seq)).await.unwrap_or_else(|e| panic!("{name}: write {seq}: {e}"));
+                }
+                (claimed(mem.inner(), 3).await, s.paths())
+            })
+            .unwrap();
+        std::println!("{name}: {} waits for room; {end} B claimed; {p:?}", p.room_waits);
+        assert!(p.room_waits > 0 && p.segments_recycled > 10, "{name}: {p:?}");
+        assert!(end <= 3 * (NODE - HEADER_SIZE), "{name}");
+    }
+}
+
 /// Keys written once and never again keep their values at home: their
 /// writer moves them there, and gives their entries back with the rest of
 /// their segments, while it goes on writing other keys; fresh clients

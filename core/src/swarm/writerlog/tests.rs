@@ -14,6 +14,18 @@ async fn setup(mem: &SimMemory, nodes: &[NodeId]) {
     }
 }
 
+/// What `f` returns, run on a fresh simulator (seed `seed`) whose three
+/// nodes are set up.
+fn on_nodes<T: 'static, F: Future<Output = T> + 'static>(seed: u64, f: impl FnOnce(SimMemory) -> F + 'static) -> T {
+    let mut sim = Sim::new(SimConfig { seed, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
+    let mem = sim.client();
+    sim.block_on(async move {
+        setup(&mem, &NODES).await;
+        f(mem).await
+    })
+    .unwrap()
+}
+
 fn place(segment: u32, slot: u32, start: u64) -> Place {
     Place { segment, slot, start }
 }
@@ -22,26 +34,21 @@ fn place(segment: u32, slot: u32, start: u64) -> Place {
 /// answers only what the client already knows.
 #[test]
 fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
-    let mut sim = Sim::new(SimConfig { seed: 3, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
-    let mem = sim.client();
-    let out = sim
-        .block_on(async move {
-            setup(&mem, &NODES).await;
-            let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
-            let cached = |logs: &Logs, client, p| {
-                let mut out = heapless::Vec::new();
-                logs.cached_entries(&NODES, client, p, &mut out).then_some(out)
-            };
-            let unknown = cached(&logs, 5, place(1, 3, 10));
-            let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(&mut slab), NODES.len()).await;
-            let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> = made.into_iter().map(|e| e.unwrap().unwrap()).collect();
-            let same_segment = cached(&logs, 5, place(1, 4, 10));
-            let next_segment = cached(&logs, 5, place(2, 0, 20));
-            let other_client = cached(&logs, 6, place(1, 3, 10));
-            let beyond = cached(&logs, 5, place(1, geo().per_segment as u32, 10));
-            (unknown, made, cached(&logs, 5, place(1, 3, 10)), same_segment, next_segment, other_client, beyond)
-        })
-        .unwrap();
+    let out = on_nodes(3, |mem| async move {
+        let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+        let cached = |logs: &Logs, client, p| {
+            let mut out = heapless::Vec::new();
+            logs.cached_entries(&NODES, client, p, &mut out).then_some(out)
+        };
+        let unknown = cached(&logs, 5, place(1, 3, 10));
+        let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(&mut slab), NODES.len()).await;
+        let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> = made.into_iter().map(|e| e.unwrap().unwrap()).collect();
+        let same_segment = cached(&logs, 5, place(1, 4, 10));
+        let next_segment = cached(&logs, 5, place(2, 0, 20));
+        let other_client = cached(&logs, 6, place(1, 3, 10));
+        let beyond = cached(&logs, 5, place(1, geo().per_segment as u32, 10));
+        (unknown, made, cached(&logs, 5, place(1, 3, 10)), same_segment, next_segment, other_client, beyond)
+    });
     let (unknown, made, cached, same_segment, next_segment, other_client, beyond) = out;
     assert_eq!(unknown, None, "nothing is known before the first lookup");
     assert_eq!(cached.as_ref(), Some(&made), "the cache gives what entries made");
@@ -57,34 +64,28 @@ fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
 /// says so.
 #[test]
 fn entries_are_found_by_time_and_checked_by_header() {
-    let mut sim = Sim::new(SimConfig { seed: 7, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
-    let mem = sim.client();
-    let out = sim
-        .block_on(async move {
-            setup(&mem, &NODES).await;
-            let (mut writer, mut slab) = (Logs::new(), SlabAllocator::new());
-            // Segment 0 from time 10, segment 1 from time 50, on node 0.
-            let (w0, w1) = (Meta::new(12, 2, 5), Meta::new(55, 2, 5));
-            for (m, p) in [(w0, place(0, 2, 10)), (w1, place(1, 2, 50))] {
-                let e =
-                    writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), NODES.len()).await[0].unwrap().unwrap();
-                let header = EntryHeader::of(m, 0, 1, b"v");
-                mem.write(RemoteAddr::new(e.node, e.offset + 8), &header.encode()).await.unwrap();
-            }
-            let mut reader = Logs::new();
-            let before = reader.guess(NodeId(0), w1);
-            let l0 = reader.locate(&mem, NodeId(0), w0).await.unwrap().unwrap();
-            let l1 = reader.locate(&mem, NodeId(0), w1).await.unwrap().unwrap();
-            let early = reader.locate(&mem, NodeId(0), Meta::new(5, 2, 5)).await.unwrap();
-            let elsewhere = reader.locate(&mem, NodeId(1), w1).await.unwrap();
-            let read = async |at: RemoteAddr| {
-                EntryHeader::decode(&mem.read(RemoteAddr::new(at.node, at.offset + 8), ENTRY_ID_BYTES).await.unwrap())
-                    .unwrap()
-            };
-            let (h0, h1) = (read(l0.0).await, read(l1.0).await);
-            (before, l0.1, l1.1, early, elsewhere, h0.holds(w0), h1.holds(w1), h1.holds(w0))
-        })
-        .unwrap();
+    let out = on_nodes(7, |mem| async move {
+        let (mut writer, mut slab) = (Logs::new(), SlabAllocator::new());
+        // Segment 0 from time 10, segment 1 from time 50, on node 0.
+        let (w0, w1) = (Meta::new(12, 2, 5), Meta::new(55, 2, 5));
+        for (m, p) in [(w0, place(0, 2, 10)), (w1, place(1, 2, 50))] {
+            let e = writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), NODES.len()).await[0].unwrap().unwrap();
+            let header = EntryHeader::of(m, 0, 1, b"v");
+            mem.write(RemoteAddr::new(e.node, e.offset + 8), &header.encode()).await.unwrap();
+        }
+        let mut reader = Logs::new();
+        let before = reader.guess(NodeId(0), w1);
+        let l0 = reader.locate(&mem, NodeId(0), w0).await.unwrap().unwrap();
+        let l1 = reader.locate(&mem, NodeId(0), w1).await.unwrap().unwrap();
+        let early = reader.locate(&mem, NodeId(0), Meta::new(5, 2, 5)).await.unwrap();
+        let elsewhere = reader.locate(&mem, NodeId(1), w1).await.unwrap();
+        let read = async |at: RemoteAddr| {
+            EntryHeader::decode(&mem.read(RemoteAddr::new(at.node, at.offset + 8), ENTRY_ID_BYTES).await.unwrap())
+                .unwrap()
+        };
+        let (h0, h1) = (read(l0.0).await, read(l1.0).await);
+        (before, l0.1, l1.1, early, elsewhere, h0.holds(w0), h1.holds(w1), h1.holds(w0))
+    });
     let (before, p0, p1, early, elsewhere, holds0, holds1, cross) = out;
     assert_eq!(before, None, "a reader knows no segment before it looks");
     assert_eq!((p0, p1), (place(0, 2, 10), place(1, 2, 50)));
@@ -99,23 +100,18 @@ fn entries_are_found_by_time_and_checked_by_header() {
 /// guessed a segment given back long ago and cost 5 roundtrips at p90).
 #[test]
 fn guesses_take_the_latest_start_not_the_largest_number() {
-    let mut sim = Sim::new(SimConfig { seed: 9, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
-    let mem = sim.client();
-    let out = sim
-        .block_on(async move {
-            setup(&mem, &NODES).await;
-            let (mut writer, mut slab) = (Logs::new(), SlabAllocator::new());
-            // Segment 1 from time 10, then segment 0 (a number given back
-            // and reused) from time 50, on node 0.
-            for p in [place(1, 0, 10), place(0, 0, 50)] {
-                writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), 1).await[0].unwrap().unwrap();
-            }
-            let mut reader = Logs::new();
-            reader.locate(&mem, NodeId(0), Meta::new(12, 3, 5)).await.unwrap().unwrap();
-            let (old, new) = (Meta::new(12, 3, 5), Meta::new(55, 3, 5));
-            (reader.guess(NodeId(0), old).map(|g| g.1), reader.guess(NodeId(0), new).map(|g| g.1))
-        })
-        .unwrap();
+    let out = on_nodes(9, |mem| async move {
+        let (mut writer, mut slab) = (Logs::new(), SlabAllocator::new());
+        // Segment 1 from time 10, then segment 0 (a number given back
+        // and reused) from time 50, on node 0.
+        for p in [place(1, 0, 10), place(0, 0, 50)] {
+            writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), 1).await[0].unwrap().unwrap();
+        }
+        let mut reader = Logs::new();
+        reader.locate(&mem, NodeId(0), Meta::new(12, 3, 5)).await.unwrap().unwrap();
+        let (old, new) = (Meta::new(12, 3, 5), Meta::new(55, 3, 5));
+        (reader.guess(NodeId(0), old).map(|g| g.1), reader.guess(NodeId(0), new).map(|g| g.1))
+    });
     assert_eq!(out.0, Some(place(1, 3, 10)), "before segment 0 started: segment 1");
     assert_eq!(out.1, Some(place(0, 3, 50)), "after: segment 0, which started last");
 }
@@ -206,26 +202,21 @@ fn concurrent_creations_agree() {
 /// there counts nothing for it.
 #[test]
 fn usage_counts_segments_in_use_and_given_back() {
-    let mut sim = Sim::new(SimConfig { seed: 5, nodes: 3, node_size: 1 << 20, ..SimConfig::default() });
-    let mem = sim.client();
-    let usage = sim
-        .block_on(async move {
-            setup(&mem, &NODES).await;
-            let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
-            let fresh = logs.usage(&mem, NodeId(0)).await.unwrap();
-            for (client, segment, nodes) in [(5, 0, &NODES[..]), (5, 1, &NODES[..]), (9, 0, &NODES[..1])] {
-                for e in logs.entries(&mem, nodes, client, place(segment, 0, 10), Some(&mut slab), nodes.len()).await {
-                    e.unwrap().unwrap();
-                }
+    let usage = on_nodes(5, |mem| async move {
+        let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+        let fresh = logs.usage(&mem, NodeId(0)).await.unwrap();
+        for (client, segment, nodes) in [(5, 0, &NODES[..]), (5, 1, &NODES[..]), (9, 0, &NODES[..1])] {
+            for e in logs.entries(&mem, nodes, client, place(segment, 0, 10), Some(&mut slab), nodes.len()).await {
+                e.unwrap().unwrap();
             }
-            logs.mark_free(&mem, NodeId(0), 5, 1).await.unwrap();
-            let mut out = [fresh; 4];
-            for (n, &node) in NODES.iter().enumerate() {
-                out[n + 1] = logs.usage(&mem, node).await.unwrap();
-            }
-            out
-        })
-        .unwrap();
+        }
+        logs.mark_free(&mem, NodeId(0), 5, 1).await.unwrap();
+        let mut out = [fresh; 4];
+        for (n, &node) in NODES.iter().enumerate() {
+            out[n + 1] = logs.usage(&mem, node).await.unwrap();
+        }
+        out
+    });
     assert_eq!(usage[0], LogUsage::default(), "a fresh node");
     assert_eq!(usage[1], LogUsage { in_use: 2, free: 1, ids: 2 }, "node 0: 5's two, one given back; 9's");
     assert_eq!(usage[2], LogUsage { in_use: 2, free: 0, ids: 1 }, "node 1: 5's two");
