@@ -18,7 +18,7 @@ use swarm_core::kv::System;
 use swarm_core::swarm::client::Paths;
 
 use crate::fault;
-use crate::runner::{RunSpec, SystemRun};
+use crate::runner::{MemoryUse, RunSpec, SystemRun};
 use crate::stats::{OpSummary, PhaseStats, paths_json, round3};
 use crate::timeline::{Span, Timeline};
 use crate::workload::OpKind;
@@ -85,6 +85,8 @@ pub struct SystemSummary {
     pub load_s: f64,
     /// One per in-flight setting, in sweep order.
     pub runs: Vec<RunSummary>,
+    /// Its store's memory after the run (of the last round).
+    pub memory: Option<MemoryUse>,
 }
 
 /// Everything a report shows.
@@ -114,6 +116,7 @@ impl Report {
                     load: l.op(OpKind::Insert).summary(l.window_ns()),
                     load_s: l.window_ns() as f64 / 1e9,
                     runs: spec.inflight.iter().zip(&r.result.runs).map(|(&k, p)| RunSummary::new(k, p)).collect(),
+                    memory: r.result.memory,
                 }
             })
             .collect();
@@ -316,8 +319,34 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             let _ = writeln!(out, "{line}");
         }
         self.paths_text(&mut out);
+        self.memory_text(&mut out);
         self.availability_text(&mut out);
         out
+    }
+
+    /// Each store's memory after its run, per key (SWARM Table 3), with
+    /// recycling running as the clients ran it: live (claimed less log
+    /// segments given back), claimed, and live against RAW's.
+    fn memory_text(&self, out: &mut String) {
+        if self.systems.iter().all(|s| s.memory.is_none()) {
+            return;
+        }
+        let w = self.name_width();
+        let raw = self.raw().and_then(|r| r.memory).map(|m| m.live_per_key());
+        let _ =
+            writeln!(out, "\nmemory per key after the run (all nodes; live: claimed less log segments given back):");
+        for sys in &self.systems {
+            let Some(m) = sys.memory else { continue };
+            let vs = raw.map_or("-".into(), |r| format!("{:.2}x raw", ratio(m.live_per_key(), r)));
+            let _ = writeln!(
+                out,
+                "{:<w$} {:>9.0} B live, {:>9.0} B claimed ({} keys), {vs}",
+                sys.system.name(),
+                m.live_per_key(),
+                m.claimed_per_key(),
+                m.keys
+            );
+        }
     }
 
     /// The rare paths each system's measured operations took (chain hops,
@@ -396,6 +425,15 @@ rare paths per 1,000 measured operations ({} in flight):",
                 v["load"] = sys.load.to_json();
                 v["load"]["window_s"] = json!(sys.load_s);
                 v["sweep"] = Value::Array(sweep);
+                if let Some(m) = sys.memory {
+                    v["memory"] = json!({
+                        "claimed_bytes": m.claimed,
+                        "reclaimable_bytes": m.reclaimable,
+                        "keys": m.keys,
+                        "live_bytes_per_key": round3(m.live_per_key()),
+                        "claimed_bytes_per_key": round3(m.claimed_per_key()),
+                    });
+                }
                 v
             })
             .collect();

@@ -355,18 +355,76 @@ pub struct ClientResult {
     pub load: PhaseStats,
     /// The measured phase of each in-flight setting, in sweep order.
     pub runs: Vec<PhaseStats>,
+    /// The store's memory once its clients were done (the runners that see
+    /// its nodes whole: simulator, threads).
+    pub memory: Option<MemoryUse>,
+}
+
+/// The disaggregated memory a store holds (SWARM Table 3), all nodes
+/// together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Bytes claimed from the nodes' regions (chunks handed out).
+    pub claimed: u64,
+    /// Of which writer-log segments given back, which their client id's
+    /// next segments reuse.
+    pub reclaimable: u64,
+    /// Keys the store holds (loaded and inserted).
+    pub keys: u64,
+}
+
+impl MemoryUse {
+    /// What `mem`'s nodes hold for a store of `keys` keys.
+    pub async fn of<M: Memory>(mem: &M, keys: u64) -> Result<MemoryUse, String> {
+        use swarm_core::NodeId;
+        use swarm_core::substrate::space::region::Region;
+        use swarm_core::swarm::writerlog::{LogError, Logs};
+        let mut out = MemoryUse { keys, ..MemoryUse::default() };
+        let mut logs = Logs::new();
+        for n in 0..mem.node_count() {
+            let node = NodeId(n as u16);
+            let region = Region::open(mem, node).await.map_err(|e| format!("{node}: {e}"))?;
+            out.claimed += region.cursor;
+            out.reclaimable += match logs.usage(mem, node).await {
+                Ok(u) => u.free * region.chunk,
+                // A store without writer logs (RAW) on nodes without one.
+                Err(LogError::NoLog(_)) => 0,
+                Err(e) => return Err(format!("{node}: {e}")),
+            };
+        }
+        Ok(out)
+    }
+
+    /// Bytes live (claimed, less what is reclaimable) per key.
+    pub fn live_per_key(&self) -> f64 {
+        self.claimed.saturating_sub(self.reclaimable) as f64 / self.keys.max(1) as f64
+    }
+
+    /// Bytes claimed per key.
+    pub fn claimed_per_key(&self) -> f64 {
+        self.claimed as f64 / self.keys.max(1) as f64
+    }
+
+    /// The keys of the store of a run of `spec` that measured `result`:
+    /// those loaded and those its clients inserted.
+    pub fn keys_after(spec: &RunSpec, result: &ClientResult) -> u64 {
+        spec.keys + result.runs.iter().map(|r| r.op(OpKind::Insert).count()).sum::<u64>()
+    }
 }
 
 impl ClientResult {
     /// Adds a client on the same clock.
     pub fn merge(&mut self, o: &ClientResult) {
         self.combine(o, PhaseStats::merge);
+        self.memory = self.memory.or(o.memory);
     }
 
     /// Adds a later round of the same clients (see [`RunSpec::round`]): the
-    /// operations add up, and so do the measured windows.
+    /// operations add up, and so do the measured windows; the memory is the
+    /// last round's.
     pub fn append(&mut self, o: &ClientResult) {
         self.combine(o, PhaseStats::append);
+        self.memory = o.memory.or(self.memory);
     }
 
     /// Adds the clients of another process (its own clock).
@@ -394,6 +452,7 @@ impl ClientResult {
         Ok(ClientResult {
             load: PhaseStats::from_json(&v["load"])?,
             runs: runs.iter().map(PhaseStats::from_json).collect::<Result<_, _>>()?,
+            memory: None,
         })
     }
 }
@@ -749,7 +808,7 @@ async fn client_phases<S: Counting, E: Env>(
     for slot in &mut slots {
         slot.store.close().await.map_err(|e| Some(format!("client {client}: close: {e}")))?;
     }
-    Ok(ClientResult { load, runs })
+    Ok(ClientResult { load, runs, memory: None })
 }
 
 /// What one system measured in a run.

@@ -30,7 +30,7 @@ use swarm_core::systems;
 use swarm_core::{Memory, NodeId};
 
 use crate::fault::{FaultKind, NodeFault};
-use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
+use crate::runner::{ClientResult, Env, MemoryUse, RunSpec, chooser, run_client};
 
 /// The fixed roundtrip of the simulated network, ns.
 pub const RTT_NS: u64 = 2_000;
@@ -188,6 +188,8 @@ pub fn run_sim(spec: &RunSpec, system: System, progress: Option<Arc<AtomicU64>>)
             Err(None) => {}
         }
     }
+    let (mem, keys) = (sim.client(), MemoryUse::keys_after(spec, &merged));
+    merged.memory = sim.block_on(async move { MemoryUse::of(&mem, keys).await.ok() }).ok().flatten();
     Ok(merged)
 }
 

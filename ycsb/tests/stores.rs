@@ -59,6 +59,15 @@ fn sim_gives_the_papers_roundtrips_for_ycsb_b() {
         assert_eq!((rtt(name, "get", "rtt_p50"), rtt(name, "update", "rtt_p50")), (get, update), "{name}");
         assert_eq!((rtt(name, "get", "rtt_p99"), rtt(name, "update", "rtt_p99")), (get, update), "{name}");
     }
+    // Each store's memory per key after the run (SWARM Table 3's measure):
+    // RAW's one copy holds less than the replicated stores' three.
+    let live = |name: &str| {
+        let sys = j["systems"].as_array().unwrap().iter().find(|v| v["name"] == name).unwrap();
+        assert_eq!(sys["memory"]["keys"].as_u64(), Some(200), "{name}");
+        sys["memory"]["live_bytes_per_key"].as_f64().unwrap()
+    };
+    assert!(live("raw") > 0.0 && live("raw") < live("dm-abd") && live("raw") < live("swarm-kv"));
+    assert!(report.text().contains("memory per key after the run"));
     // The same seed replays the same virtual run.
     let again = run_sim(&s, systems::from_name("swarm-kv").unwrap(), None).unwrap();
     let first = &runs[2].result.runs[0];
