@@ -515,7 +515,7 @@ impl<C: Clock> ClientCtx<C> {
     #[inline]
     pub fn reseed(&mut self, _at: crate::RemoteAddr, seed: u64) -> u64 {
         #[cfg(feature = "alloc")]
-        return self.recycle.reseed(_at, seed);
+        return self.recycle.reseed(_at, seed, self.id);
         #[cfg(not(feature = "alloc"))]
         seed
     }

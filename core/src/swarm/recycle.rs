@@ -208,8 +208,12 @@ impl Recycler {
     /// What a write to this client's word at `at` should expect there,
     /// its cache saying `seed`: the word recycling put in its place, if
     /// that is what it replaced.
-    pub fn reseed(&mut self, at: RemoteAddr, seed: u64) -> u64 {
-        if self.rewritten.is_empty() {
+    pub fn reseed(&mut self, at: RemoteAddr, seed: u64, client: u8) -> u64 {
+        // Only this client's own words not moved home are rewritten: any
+        // other seed is not one a rewrite replaced, and the lookup (a cache
+        // miss on a large map) is skipped.
+        let m = Meta(seed);
+        if self.rewritten.is_empty() || m.client() != client || m.home() || m.is_bottom() || m.is_deleted() {
             return seed;
         }
         match self.rewritten.remove(&at) {
