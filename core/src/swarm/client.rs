@@ -620,21 +620,20 @@ impl<C: Clock> ClientCtx<C> {
         self.logs.write_in(self.id, c.segment, c.start);
         if self.cursor != Some(c) {
             self.cursor = Some(c);
-            if let Err(e) = self.create_everywhere(mem, c).await {
-                // No room for it: the numbers from it on are not tried
-                // again, and it is given back (created on some nodes).
-                #[cfg(feature = "alloc")]
-                if let ClientError::Log(found) = e
-                    && no_room(&e)
-                {
-                    if self.room.is_none_or(|(s, _)| c.segment < s) {
-                        self.room = Some((c.segment, found));
-                    }
-                    self.recycle.close(c.segment);
-                    self.cursor = None;
+            let created = self.create_everywhere(mem, c).await;
+            // No room for it: the numbers from it on are not tried again,
+            // and it is given back (created on some nodes).
+            #[cfg(feature = "alloc")]
+            if let Err(e @ ClientError::Log(found)) = created
+                && no_room(&e)
+            {
+                if self.room.is_none_or(|(s, _)| c.segment < s) {
+                    self.room = Some((c.segment, found));
                 }
-                return Err(e);
+                self.recycle.close(c.segment);
+                self.cursor = None;
             }
+            created?;
         }
         Ok(c)
     }
