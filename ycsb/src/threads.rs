@@ -26,7 +26,7 @@ use swarm_core::substrate::rtt::Counted;
 use swarm_core::systems;
 
 use crate::fault::{FaultControl, Injector};
-use crate::runner::{ClientResult, Env, MemoryUse, RunSpec, chooser, run_client};
+use crate::runner::{ClientResult, Env, RunSpec, chooser, run_client};
 
 /// Stack of each client thread: store handles are large while they are
 /// built inside a future that lives on the stack.
@@ -188,8 +188,6 @@ pub fn run_threads<M: Memory, F: Fn() -> M + Sync>(
     if aborted {
         return Err(format!("{}: the run was aborted", system.name()));
     }
-    let keys = MemoryUse::keys_after(spec, &merged);
-    merged.memory = swarm_core::substrate::exec::block_on(MemoryUse::of(&make(), keys)).ok();
     Ok(merged)
 }
 

@@ -38,6 +38,7 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 use swarm_backend_cxl::{CxlCluster, CxlConfig, FlushMode};
 use swarm_backend_shm::ShmCluster;
+use swarm_core::Memory;
 use swarm_core::kv::System;
 use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
@@ -46,7 +47,7 @@ use swarm_ycsb::fault::{self, NodeFault};
 use swarm_ycsb::plot::write_plots;
 use swarm_ycsb::progress::Progress;
 use swarm_ycsb::report::Report;
-use swarm_ycsb::runner::{MAX_HANDLES, RunSpec, SystemRun};
+use swarm_ycsb::runner::{MAX_HANDLES, MemoryUse, RunSpec, SystemRun};
 use swarm_ycsb::sim::{RTT_NS, format_cluster, run_sim};
 use swarm_ycsb::threads::{Extras, run_threads};
 use swarm_ycsb::{ClientResult, Distribution, Workload};
@@ -514,7 +515,8 @@ fn run_system(
                 let make = || cluster.memory().with_latency(rtt);
                 let extras =
                     Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None, serve: true };
-                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
+                let out = run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)?;
+                Ok(with_memory(out, spec, &cluster.memory()))
             }
         },
         YcsbBackend::Cxl => {
@@ -526,7 +528,8 @@ fn run_system(
                 let make = || cluster.memory().with_latency(rtt);
                 let extras =
                     Extras { progress: Some(progress), faults: Some(cluster.nodes()), hook: None, serve: true };
-                run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)
+                let out = run_threads(spec, system, 0..spec.clients, make, SystemClock::starting_now(), extras)?;
+                Ok(with_memory(out, spec, &cluster.memory()))
             });
             drop(cluster);
             let removed =
@@ -540,6 +543,14 @@ fn run_system(
             rdma::bench(cluster, spec, system, progress)
         }
     }
+}
+
+/// `result` with the memory its store holds on `mem` once its clients are
+/// done (SWARM Table 3's measure).
+fn with_memory<M: Memory>(mut result: ClientResult, spec: &RunSpec, mem: &M) -> ClientResult {
+    let keys = MemoryUse::keys_after(spec, &result);
+    result.memory = block_on(MemoryUse::of(mem, keys)).ok();
+    result
 }
 
 #[cfg(test)]
