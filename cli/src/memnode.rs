@@ -462,24 +462,18 @@ pub fn usage_table<M: Memory>(mem: &M) -> String {
     let mut logs = Logs::new();
     for n in 0..mem.node_count() {
         let node = NodeId(n as u16);
-        let usage = block_on(async {
-            let region = Region::open(mem, node).await.map_err(|e| e.to_string())?;
-            let logs = logs.usage(mem, node).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((region, logs))
-        });
-        rows.push(match usage {
-            Ok((region, logs)) => {
-                let reclaimable = logs.free * region.chunk;
-                let share = |b: u64| format!("{} ({:.1}%)", format_size(b), 100.0 * b as f64 / region.size as f64);
+        rows.push(match block_on(logs.memory(mem, node)) {
+            Ok(m) => {
+                let share = |b: u64| format!("{} ({:.1}%)", format_size(b), 100.0 * b as f64 / m.size as f64);
                 [
                     node.to_string(),
-                    format_size(region.size),
-                    share(region.cursor.saturating_sub(reclaimable)),
-                    share(reclaimable),
-                    share(region.size.saturating_sub(region.cursor)),
-                    logs.in_use.to_string(),
-                    logs.free.to_string(),
-                    logs.ids.to_string(),
+                    format_size(m.size),
+                    share(m.live()),
+                    share(m.reclaimable),
+                    share(m.free()),
+                    m.log.in_use.to_string(),
+                    m.log.free.to_string(),
+                    m.log.ids.to_string(),
                 ]
             }
             Err(e) => {

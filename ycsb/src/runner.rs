@@ -376,21 +376,13 @@ pub struct MemoryUse {
 impl MemoryUse {
     /// What `mem`'s nodes hold for a store of `keys` keys.
     pub async fn of<M: Memory>(mem: &M, keys: u64) -> Result<MemoryUse, String> {
-        use swarm_core::NodeId;
-        use swarm_core::substrate::space::region::Region;
-        use swarm_core::swarm::writerlog::{LogError, Logs};
         let mut out = MemoryUse { keys, ..MemoryUse::default() };
-        let mut logs = Logs::new();
+        let mut logs = swarm_core::swarm::writerlog::Logs::new();
         for n in 0..mem.node_count() {
-            let node = NodeId(n as u16);
-            let region = Region::open(mem, node).await.map_err(|e| format!("{node}: {e}"))?;
-            out.claimed += region.cursor;
-            out.reclaimable += match logs.usage(mem, node).await {
-                Ok(u) => u.free * region.chunk,
-                // A store without writer logs (RAW) on nodes without one.
-                Err(LogError::NoLog(_)) => 0,
-                Err(e) => return Err(format!("{node}: {e}")),
-            };
+            let node = swarm_core::NodeId(n as u16);
+            let m = logs.memory(mem, node).await.map_err(|e| format!("{node}: {e}"))?;
+            out.claimed += m.claimed;
+            out.reclaimable += m.reclaimable;
         }
         Ok(out)
     }

@@ -276,6 +276,34 @@ pub struct LogUsage {
     pub ids: u32,
 }
 
+/// How one node's memory is used, for reports (`swarm memnode stats`, the
+/// memory per key of `swarm bench`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeMemory {
+    /// The region's size, bytes.
+    pub size: u64,
+    /// Bytes claimed from the region (its header and the chunks handed
+    /// out).
+    pub claimed: u64,
+    /// Of which log segments given back: their client id's next segments
+    /// reuse them.
+    pub reclaimable: u64,
+    /// The client logs' segments (none on a node without a log directory).
+    pub log: LogUsage,
+}
+
+impl NodeMemory {
+    /// Bytes claimed and not given back.
+    pub fn live(&self) -> u64 {
+        self.claimed.saturating_sub(self.reclaimable)
+    }
+
+    /// Bytes never claimed.
+    pub fn free(&self) -> u64 {
+        self.size.saturating_sub(self.claimed)
+    }
+}
+
 /// The segments a directory row describes (`geo`'s), with memory on the
 /// node: `(number, start, offset)`; a row cut short ends early.
 fn descriptors(row: &[u8], geo: LogGeometry) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
@@ -923,6 +951,19 @@ impl Logs {
             usage.ids += u32::from(held);
         }
         Ok(usage)
+    }
+
+    /// How `node`'s memory is used: its region's header and its log
+    /// directory (two reads).
+    pub async fn memory<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<NodeMemory, LogError> {
+        let region = Region::open(mem, node).await?;
+        let log = match self.usage(mem, node).await {
+            Ok(u) => u,
+            // A store without writer logs, on nodes without a directory.
+            Err(LogError::NoLog(_)) => LogUsage::default(),
+            Err(e) => return Err(e),
+        };
+        Ok(NodeMemory { size: region.size, claimed: region.cursor, reclaimable: log.free * region.chunk, log })
     }
 
     /// Gives `client`'s segment `segment` on `node` back (its owner, once
