@@ -175,6 +175,19 @@ impl<P> LocationCache<P> {
         Some((s.location, s.hash, s.payload.as_mut()?))
     }
 
+    /// The payload of a cached key whose [`key_hash`] is `hash` and that
+    /// `is` accepts, without counting a use: for a store that learned
+    /// something of a key it knows only by its hash (which keys may
+    /// share; `is` tells them apart).
+    pub fn find_hashed(&mut self, hash: u64, mut is: impl FnMut(&P) -> bool) -> Option<&mut P> {
+        let slots = &self.slots;
+        let i = *self.table.find(hash, |&i| {
+            let s = &slots[i as usize];
+            s.hash == hash && s.payload.as_ref().is_some_and(&mut is)
+        })?;
+        self.slots[i as usize].payload.as_mut()
+    }
+
     /// The key's location and payload, without counting a use.
     pub fn peek(&self, key: &[u8]) -> Option<(u64, &P)> {
         let s = &self.slots[self.find(key)? as usize];

@@ -509,17 +509,6 @@ impl<C: Clock> ClientCtx<C> {
         }
     }
 
-    /// What a write of this client to its own word at `at` expects there,
-    /// its key's cache saying `seed` (recycling may have changed the word
-    /// since: [`crate::swarm::recycle::Recycler::reseed`]).
-    #[inline]
-    pub fn reseed(&mut self, _at: crate::RemoteAddr, seed: u64) -> u64 {
-        #[cfg(feature = "alloc")]
-        return self.recycle.reseed(_at, seed, self.id);
-        #[cfg(not(feature = "alloc"))]
-        seed
-    }
-
     /// The time and log place of this client's next write: a fresh guess,
     /// or a time after `after` (bottom for none). The lease, if any, is
     /// renewed first when half of it has passed.

@@ -334,8 +334,7 @@ impl Register {
         let (layout, id) = (self.layout, ctx.id);
         let mut seeds = [0u64; MAX_REPLICAS];
         for (j, &(r, _)) in targets.iter().enumerate() {
-            let word = RemoteAddr::new(self.replicas[r].node, self.replicas[r].base + layout.word_of(id));
-            seeds[j] = ctx.reseed(word, cache.replicas[r].mine);
+            seeds[j] = cache.replicas[r].mine;
         }
         let op = |j: usize| {
             let (r, entry) = targets[j];

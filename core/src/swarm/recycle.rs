@@ -150,18 +150,35 @@ pub struct Recycler {
     /// in use are known).
     adopted: bool,
     /// This client's own metadata words that recycling changed (marked
-    /// VERIFIED or H) since its last write to them: address, the word it
-    /// replaced, the word now. The next write there expects the new word
-    /// rather than the one its key's cache holds, so that recycling costs
-    /// it no roundtrip ([`Recycler::reseed`]).
-    rewritten: hashbrown::HashMap<RemoteAddr, (u64, u64)>,
+    /// VERIFIED or H) since the last [`Recycler::take_rewrites`]: the next
+    /// write to such a word must expect the new word rather than the one
+    /// its key's cache holds, or its CAS fails and costs a roundtrip. The
+    /// owner of the keys' caches applies them between operations, so that
+    /// an operation looks nothing up.
+    rewrites: Vec<Rewrite>,
 }
 
-/// Rewritten words remembered at most, about 20 MiB (a write to a word
-/// forgotten takes one more roundtrip: its CAS fails once and is retried):
-/// the words of a few hundred thousand keys moved home and not written
-/// since, as many as a client caches.
-const MAX_REWRITTEN: usize = 1 << 19;
+/// A metadata word of this client that recycling changed, on the replica
+/// at `base` on `node` of the register whose layout tag (a key-value
+/// store's key hash) is `tag`: from `old` to `new`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The register's layout tag.
+    pub tag: u64,
+    /// The replica's node.
+    pub node: crate::NodeId,
+    /// The replica's object.
+    pub base: u64,
+    /// The word before.
+    pub old: u64,
+    /// The word now.
+    pub new: u64,
+}
+
+/// Rewrites kept for [`Recycler::take_rewrites`] at most (a client that
+/// never takes them, a register's own test, forgets them: a write to a
+/// word forgotten takes one more roundtrip, its CAS failing once).
+const MAX_REWRITES: usize = 1 << 16;
 
 impl Recycler {
     /// A recycler with delay `delay_ns` ([`delay_ns`]).
@@ -172,7 +189,7 @@ impl Recycler {
             pending: VecDeque::new(),
             segs: Vec::new(),
             adopted: false,
-            rewritten: hashbrown::HashMap::new(),
+            rewrites: Vec::new(),
         }
     }
 
@@ -196,30 +213,19 @@ impl Recycler {
         &mut self.segs[i]
     }
 
-    /// Notes that recycling changed this client's word at `at` from `old`
-    /// to `new`.
-    fn rewrote(&mut self, at: RemoteAddr, old: u64, new: u64) {
-        if self.rewritten.len() >= MAX_REWRITTEN {
-            self.rewritten.clear();
+    /// Notes that recycling changed this client's word on `rep`, of the
+    /// register tagged `tag`, from `old` to `new`.
+    fn rewrote(&mut self, tag: u64, rep: Replica, old: u64, new: u64) {
+        if self.rewrites.len() >= MAX_REWRITES {
+            self.rewrites.clear();
         }
-        self.rewritten.insert(at, (old, new));
+        self.rewrites.push(Rewrite { tag, node: rep.node, base: rep.base, old, new });
     }
 
-    /// What a write to this client's word at `at` should expect there,
-    /// its cache saying `seed`: the word recycling put in its place, if
-    /// that is what it replaced.
-    pub fn reseed(&mut self, at: RemoteAddr, seed: u64, client: u8) -> u64 {
-        // Only this client's own words not moved home are rewritten: any
-        // other seed is not one a rewrite replaced, and the lookup (a cache
-        // miss on a large map) is skipped.
-        let m = Meta(seed);
-        if self.rewritten.is_empty() || m.client() != client || m.home() || m.is_bottom() || m.is_deleted() {
-            return seed;
-        }
-        match self.rewritten.remove(&at) {
-            Some((old, new)) if old == seed => new,
-            _ => seed,
-        }
+    /// The words recycling changed since the last call, for the owner of
+    /// the caches that hold them to apply.
+    pub fn take_rewrites(&mut self) -> Vec<Rewrite> {
+        core::mem::take(&mut self.rewrites)
     }
 
     /// Writes not known free yet.
@@ -513,7 +519,7 @@ impl<C: Clock> ClientCtx<C> {
                         && prev == p.meta.guessed().0
                     {
                         p.changed = now;
-                        rec.rewrote(word, prev, p.meta.verify().0);
+                        rec.rewrote(layout.tag, rep, prev, p.meta.verify().0);
                     }
                     busy = true;
                 }
@@ -534,8 +540,7 @@ impl<C: Clock> ClientCtx<C> {
                     };
                     if let Ok(true) = moved {
                         p.moved = true;
-                        let word = RemoteAddr::new(rep.node, rep.base + layout.word_of(client));
-                        rec.rewrote(word, want.0, want.homed().0);
+                        rec.rewrote(layout.tag, rep, want.0, want.homed().0);
                     }
                     p.changed = now;
                     busy = true;

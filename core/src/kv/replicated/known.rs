@@ -148,6 +148,31 @@ impl Cached {
     }
 }
 
+impl Cached {
+    /// Which of the key's replicas is the object at `base` on `node`.
+    pub fn replica(&self, node: NodeId, base: u64) -> Option<usize> {
+        match self {
+            Cached::Inline(c) => (0..usize::from(c.len)).find(|&i| c.nodes[i] == node && c.bases[i] == base),
+            Cached::Boxed(k) => k.reg.replicas.iter().position(|r| r.node == node && r.base == base),
+        }
+    }
+
+    /// Notes that this client's word on replica `i` is now `new`, if what
+    /// is kept says `old` (recycling changed it:
+    /// [`crate::swarm::recycle::Rewrite`]).
+    pub fn rewritten(&mut self, i: usize, old: u64, new: u64) {
+        let c = match self {
+            Cached::Inline(c) => c.rc.get_mut(i),
+            Cached::Boxed(k) => k.rc.replicas.get_mut(i),
+        };
+        if let Some(c) = c
+            && c.mine == old
+        {
+            c.mine = new;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -711,6 +711,17 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
     async fn keep(&mut self) -> Result<(), KvError> {
         self.io.ctx.keep(&self.io.mem).await.map_err(client_error)?;
         self.io.ctx.recycle(&self.io.mem).await;
+        // The words recycling marked: their keys' next writes expect them.
+        // (The mutant `rewrites-forgotten` leaves the cache as it was: the
+        // next writes' CASes fail once.)
+        let rewrites = self.io.ctx.recycle.take_rewrites();
+        for w in rewrites.iter().filter(|_| !mutant!("rewrites-forgotten")) {
+            if let Some(c) = self.cache.find_hashed(w.tag, |c| c.replica(w.node, w.base).is_some())
+                && let Some(i) = c.replica(w.node, w.base)
+            {
+                c.rewritten(i, w.old, w.new);
+            }
+        }
         Ok(())
     }
 
