@@ -81,9 +81,9 @@ use alloc::vec::Vec;
 
 use crate::substrate::clock::Clock;
 use crate::substrate::mutant::mutant;
-use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
+use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::swarm::client::ClientCtx;
-use crate::swarm::inout::{InOutError, Layout, Probe, Replica, inplace_hash};
+use crate::swarm::inout::{Layout, Probe, Replica, inplace_hash};
 use crate::swarm::maxreg::{RegCache, Register};
 use crate::swarm::meta::Meta;
 use crate::swarm::safeguess;
@@ -353,17 +353,21 @@ type States = heapless::Vec<(State, Option<Probe>), MAX_REPLICAS>;
 /// together).
 const BATCH: usize = 64;
 
-/// Probes every replica of write `p` at once.
-async fn probe_all<M: Memory>(mem: &M, p: &Pending, client: u8) -> States {
-    let layout = p.reg.layout;
-    let futs = p.reg.replicas.iter().map(|rep| rep.probe(mem, &layout, client)).collect();
-    let probes = join_all(futs).await;
-    probes
-        .results
+/// Probes every replica of every write of `batch` at once (one roundtrip);
+/// what each found, write by write.
+async fn probe_all<M: Memory>(mem: &M, batch: &[Pending], client: u8) -> Vec<States> {
+    let futs = batch.iter().flat_map(|p| p.reg.replicas.iter().map(|rep| rep.probe(mem, &p.reg.layout, client)));
+    let mut probes = join_vec(futs.collect()).await.into_iter();
+    batch
         .iter()
-        .map(|r| match r {
-            Some(Ok(probe)) => (state(p.meta, probe), Some(*probe)),
-            _ => (State::Failed, None),
+        .map(|p| {
+            (&mut probes)
+                .take(p.reg.replicas.len())
+                .map(|r| match r {
+                    Ok(probe) => (state(p.meta, &probe), Some(probe)),
+                    Err(_) => (State::Failed, None),
+                })
+                .collect()
         })
         .collect()
 }
@@ -430,8 +434,7 @@ impl<C: Clock> ClientCtx<C> {
             if batch.is_empty() {
                 break;
             }
-            let client = self.id;
-            let probes = join_vec(batch.iter().map(|p| probe_all(mem, p, client)).collect()).await;
+            let probes = probe_all(mem, &batch, self.id).await;
             for (p, states) in batch.into_iter().zip(probes) {
                 self.act(mem, &mut rec, p, states, delay, now, &mut again).await;
             }
@@ -490,8 +493,6 @@ impl<C: Clock> ClientCtx<C> {
         states: States,
         delay: u64,
     ) -> Outcome {
-        let client = self.id;
-        let layout = p.reg.layout;
         let now = mem.now_ns().unwrap_or(p.since);
         let count = |f: &dyn Fn(State) -> bool| states.iter().filter(|(s, _)| f(*s)).count();
         let maj = majority(p.replicas as usize);
@@ -506,21 +507,17 @@ impl<C: Clock> ClientCtx<C> {
             return Outcome::Settle;
         }
         // VERIFIED (or later) on a majority: every replica holding it with
-        // its value in the entry moves it home.
+        // its value in the entry moves it home, and a GUESSED one is marked
+        // VERIFIED (as a reader's mark would do), all at once.
         let seen = core::mem::take(&mut p.seen);
         let mut busy = false;
+        let (mut marks, mut moves) =
+            (heapless::Vec::<Replica, MAX_REPLICAS>::new(), heapless::Vec::<_, MAX_REPLICAS>::new());
         for (r, (s, probe)) in states.iter().enumerate() {
             let rep = p.reg.replicas[r];
             match s {
                 State::Guessed => {
-                    // Its word there: VERIFIED, as a reader's mark would do.
-                    let word = RemoteAddr::new(rep.node, rep.base + layout.word_of(client));
-                    if let Ok(prev) = mem.cas(word, p.meta.guessed().0, p.meta.verify().0).await
-                        && prev == p.meta.guessed().0
-                    {
-                        p.changed = now;
-                        rec.rewrote(layout.tag, rep, prev, p.meta.verify().0);
-                    }
+                    let _ = marks.push(rep);
                     busy = true;
                 }
                 State::Entry if seen & (1 << r) == 0 => {
@@ -528,20 +525,7 @@ impl<C: Clock> ClientCtx<C> {
                     busy = true;
                 }
                 State::Entry => {
-                    let want = p.meta.verify();
-                    let at_home = probe.is_some_and(|pr| pr.home == p.home);
-                    let moved = if at_home {
-                        rep.move_home(mem, &layout, want, None).await
-                    } else {
-                        match self.entry_value(mem, p, &rep).await {
-                            Some(v) => rep.move_home(mem, &layout, want, Some(&v)).await,
-                            None => Err(InOutError::Elsewhere(rep.node)),
-                        }
-                    };
-                    if let Ok(true) = moved {
-                        p.moved = true;
-                        rec.rewrote(layout.tag, rep, want.0, want.homed().0);
-                    }
+                    let _ = moves.push((rep, probe.is_some_and(|pr| pr.home == p.home)));
                     p.changed = now;
                     busy = true;
                 }
@@ -549,10 +533,63 @@ impl<C: Clock> ClientCtx<C> {
                 State::Above | State::Home | State::Below => {}
             }
         }
+        if !marks.is_empty() || !moves.is_empty() {
+            self.mark_and_move(mem, rec, p, &marks, &moves, now).await;
+        }
         if busy || now < p.changed + delay {
             return Outcome::Again;
         }
         Outcome::Resolved
+    }
+
+    /// Marks write `p` VERIFIED on the replicas `marks` (which hold it
+    /// GUESSED), and moves its value home on `moves` (with whether their
+    /// home holds it already), all at once.
+    async fn mark_and_move<M: Memory>(
+        &mut self,
+        mem: &M,
+        rec: &mut Recycler,
+        p: &mut Pending,
+        marks: &[Replica],
+        moves: &[(Replica, bool)],
+        now: u64,
+    ) {
+        let (client, layout) = (self.id, p.reg.layout);
+        // The value, read once, for the homes that lack it.
+        let value = match moves.iter().find(|(_, at_home)| !at_home) {
+            Some((rep, _)) => alloc::boxed::Box::pin(self.entry_value(mem, p, rep)).await,
+            None => None,
+        };
+        let (guessed, want) = (p.meta.guessed(), p.meta.verify());
+        let value = value.as_deref();
+        // One future type for both, each boxed by `join_vec`: only what is
+        // done takes room.
+        let acts = marks.iter().map(|&rep| (rep, None)).chain(moves.iter().map(|&(rep, home)| (rep, Some(home))));
+        let run = |(rep, home): (Replica, Option<bool>)| async move {
+            match (home, value) {
+                (None, _) => {
+                    let word = RemoteAddr::new(rep.node, rep.base + layout.word_of(client));
+                    mem.cas(word, guessed.0, want.0).await.is_ok_and(|prev| prev == guessed.0)
+                }
+                (Some(true), _) => rep.move_home(mem, &layout, want, None).await == Ok(true),
+                (Some(false), Some(v)) => rep.move_home(mem, &layout, want, Some(v)).await == Ok(true),
+                (Some(false), None) => false,
+            }
+        };
+        let done = join_vec(acts.clone().map(run).collect()).await;
+        for ((rep, home), ok) in acts.zip(done) {
+            match (home, ok) {
+                (None, true) => {
+                    p.changed = now;
+                    rec.rewrote(layout.tag, rep, guessed.0, want.0);
+                }
+                (Some(_), true) => {
+                    p.moved = true;
+                    rec.rewrote(layout.tag, rep, want.0, want.homed().0);
+                }
+                (_, false) => {}
+            }
+        }
     }
 
     /// The value of write `p` from its entry on `rep`'s node, else on
