@@ -40,6 +40,7 @@ MUTANTS=(
   "fusee-redo-moved-on||moved on true, R crashed None: not linearizable|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_update"
   "home-unsettled||not linearizable|cargo test -p swarm-core --release --lib swarm::recycle::tests::a_write_on"
   "release-goes-on||cold key|cargo test -p swarm-core --release --lib swarm::recycle::tests::holders_of_a_leased"
+  "scan-asks-again||a pause of a lease and a few time-outs|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
   "rewrites-forgotten||roundtrips per update|cargo test -p swarm-core --release --lib swarm::recycle::tests::writes_after_recycling"
 )
 

@@ -324,10 +324,17 @@ async fn run<M: Memory>(
     let joiners: heapless::Vec<usize, MAX_REPLICAS> = (0..r).filter(|&i| prepare.joiners & (1 << i) != 0).collect();
     let bucket_bytes = header.groups * GROUP_BYTES;
     let mut at = 0;
+    // A replica that did not answer one read of the scan is not asked
+    // again: it would only make every later read wait for it (a stalled
+    // node, a time-out each), and an answer missing is what the scan
+    // already copes with on any read.
+    let mut gone = 0u32;
     while at < bucket_bytes {
         let len = (bucket_bytes - at).min(SCAN_BYTES);
         in_time(mem)?;
-        let reads: heapless::Vec<_, MAX_REPLICAS> = considered
+        let asked: heapless::Vec<usize, MAX_REPLICAS> =
+            considered.iter().copied().filter(|&i| gone & (1 << i) == 0).collect();
+        let reads: heapless::Vec<_, MAX_REPLICAS> = asked
             .iter()
             .chain(&joiners)
             .map(|&i| {
@@ -336,9 +343,15 @@ async fn run<M: Memory>(
             })
             .collect();
         let got = join_all(reads).await;
+        // (The mutant `scan-asks-again` asks it again every time.)
+        for (k, &i) in asked.iter().enumerate() {
+            if !matches!(got.results[k], Some(Ok(_))) && !mutant!("scan-asks-again") {
+                gone |= 1 << i;
+            }
+        }
         // A joiner must be caught up whole, or stay out.
         for (k, &j) in joiners.iter().enumerate() {
-            if !matches!(got.results[considered.len() + k], Some(Ok(_))) {
+            if !matches!(got.results[asked.len() + k], Some(Ok(_))) {
                 return Err(unavailable(header.replicas[j].node));
             }
         }
@@ -349,7 +362,7 @@ async fn run<M: Memory>(
                 _ => None,
             };
             let words: heapless::Vec<(usize, u64), MAX_REPLICAS> =
-                (0..considered.len()).filter_map(|k| Some((considered[k], word_of(k)?))).collect();
+                (0..asked.len()).filter_map(|k| Some((asked[k], word_of(k)?))).collect();
             if words.is_empty() {
                 return Err(unavailable(header.replicas[considered[0]].node));
             }
@@ -366,7 +379,7 @@ async fn run<M: Memory>(
                 c
             };
             for (k, &j) in joiners.iter().enumerate() {
-                let Some(w) = word_of(considered.len() + k) else {
+                let Some(w) = word_of(asked.len() + k) else {
                     return Err(unavailable(header.replicas[j].node));
                 };
                 if w != c {

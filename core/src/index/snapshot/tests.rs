@@ -650,6 +650,36 @@ fn a_crash_pauses_the_index_for_about_a_lease() {
     }
 }
 
+/// A stalled node (its operations hang until the time-out) costs a view
+/// change its fence and a few time-outs, not one per block of the scan
+/// that repairs the slots: the master stops asking a replica that did
+/// not answer (an index of 2048 groups, 24 blocks).
+#[test]
+fn a_stalled_node_costs_the_repair_scan_one_time_out() {
+    let cfg = SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000);
+    let (timeout, lease) = (cfg.timeout_ns, config(1).timing.lease_ns);
+    let mut sim = Sim::new(cfg);
+    setup_on(&mut sim, 3, 2048);
+    let mem = sim.client();
+    let start = sim.now();
+    sim.crash_node_at(1, start + 200_000, crate::sim::CrashMode::Hang);
+    let (worst, view) = sim
+        .block_on(async move {
+            let mut ix = SnapshotIndex::open(&mem, &nodes(3), 1).await.unwrap();
+            let (mut last, mut worst) = (mem.now(), 0);
+            for i in 0..100u64 {
+                assert!(matches!(ix.insert(&mem, &key(i), i + 1).await, Ok(Insert::New(_))), "insert {i}");
+                worst = worst.max(mem.now() - last);
+                last = mem.now();
+            }
+            (worst, ix.view())
+        })
+        .unwrap();
+    std::println!("longest pause {worst} ns (time-out {timeout} ns, lease {lease} ns)");
+    assert_eq!(view.excluded, 1 << 1, "the node is left out");
+    assert!(worst < lease + lease / 64 + 10 * timeout, "a pause of a lease and a few time-outs: {worst} ns");
+}
+
 /// Records beside the index: written to every replica (one roundtrip),
 /// read from one; a copy that is missing (zeroed here) or a replica that
 /// is down makes the reader take another's; no whole copy anywhere is
