@@ -146,29 +146,30 @@ impl Cached {
             Cached::Boxed(b) => b.rc = k.rc.clone(),
         }
     }
-}
 
-impl Cached {
-    /// Which of the key's replicas is the object at `base` on `node`.
-    pub fn replica(&self, node: NodeId, base: u64) -> Option<usize> {
-        match self {
-            Cached::Inline(c) => (0..usize::from(c.len)).find(|&i| c.nodes[i] == node && c.bases[i] == base),
-            Cached::Boxed(k) => k.reg.replicas.iter().position(|r| r.node == node && r.base == base),
+    /// Whether the key has a replica at `base` on `node`.
+    pub fn has(&self, node: NodeId, base: u64) -> bool {
+        self.replica(node, base).is_some()
+    }
+
+    /// Notes that this client's word on the key's replica at `base` on
+    /// `node` is now `new`, if what is kept says `old` (recycling changed
+    /// it: [`crate::swarm::recycle::Rewrite`]).
+    pub fn rewritten(&mut self, node: NodeId, base: u64, old: u64, new: u64) {
+        let Some(i) = self.replica(node, base) else { return };
+        let c = match self {
+            Cached::Inline(c) => &mut c.rc[i],
+            Cached::Boxed(k) => &mut k.rc.replicas[i],
+        };
+        if c.mine == old {
+            c.mine = new;
         }
     }
 
-    /// Notes that this client's word on replica `i` is now `new`, if what
-    /// is kept says `old` (recycling changed it:
-    /// [`crate::swarm::recycle::Rewrite`]).
-    pub fn rewritten(&mut self, i: usize, old: u64, new: u64) {
-        let c = match self {
-            Cached::Inline(c) => c.rc.get_mut(i),
-            Cached::Boxed(k) => k.rc.replicas.get_mut(i),
-        };
-        if let Some(c) = c
-            && c.mine == old
-        {
-            c.mine = new;
+    fn replica(&self, node: NodeId, base: u64) -> Option<usize> {
+        match self {
+            Cached::Inline(c) => (0..usize::from(c.len)).find(|&i| c.nodes[i] == node && c.bases[i] == base),
+            Cached::Boxed(k) => k.reg.replicas.iter().position(|r| r.node == node && r.base == base),
         }
     }
 }

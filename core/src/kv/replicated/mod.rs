@@ -716,10 +716,8 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         // next writes' CASes fail once.)
         let rewrites = self.io.ctx.recycle.take_rewrites();
         for w in rewrites.iter().filter(|_| !mutant!("rewrites-forgotten")) {
-            if let Some(c) = self.cache.find_hashed(w.tag, |c| c.replica(w.node, w.base).is_some())
-                && let Some(i) = c.replica(w.node, w.base)
-            {
-                c.rewritten(i, w.old, w.new);
+            if let Some(c) = self.cache.find_hashed(w.tag, |c| c.has(w.node, w.base)) {
+                c.rewritten(w.node, w.base, w.old, w.new);
             }
         }
         Ok(())
