@@ -84,7 +84,7 @@ use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::{Layout, Probe, Replica, inplace_hash};
-use crate::swarm::maxreg::{RegCache, Register};
+use crate::swarm::maxreg::{PackedRegister, RegCache, Register};
 use crate::swarm::meta::Meta;
 use crate::swarm::safeguess;
 use crate::swarm::writerlog::{ENTRY_ID_BYTES, EntryHeader, FREE, LogGeometry, Place, SegmentSet};
@@ -98,7 +98,7 @@ struct Pending {
     place: Place,
     /// Its object's replicas that it may be on (all of the register's, or
     /// for a predecessor's write, those with its entry), and the layout.
-    reg: Register,
+    target: Target,
     /// Replicas of the register (a majority is of these).
     replicas: u8,
     /// Whether `reg` is the whole register (a Safe-Guess read may settle
@@ -115,6 +115,33 @@ struct Pending {
     seen: u16,
     /// Whether this client moved its value home somewhere.
     moved: bool,
+}
+
+/// The register a pending write went to: packed when it can be, so that
+/// a write's record takes two cache lines rather than four. A write
+/// stores its record into the queue's tail, memory untouched since the
+/// last pass, and waits for those stores at its CAS: the record's size
+/// is on every write's path.
+#[derive(Clone, Debug)]
+enum Target {
+    Packed { reg: PackedRegister, tag: u64 },
+    Whole(alloc::boxed::Box<Register>),
+}
+
+impl Target {
+    fn of(reg: &Register) -> Target {
+        match PackedRegister::pack(reg) {
+            Some(packed) => Target::Packed { reg: packed, tag: reg.layout.tag },
+            None => Target::Whole(alloc::boxed::Box::new(reg.clone())),
+        }
+    }
+
+    fn register(&self) -> Register {
+        match self {
+            Target::Packed { reg, tag } => reg.unpack(*tag),
+            Target::Whole(reg) => Register::clone(reg),
+        }
+    }
 }
 
 /// What this client knows of one of its segment numbers.
@@ -302,7 +329,7 @@ impl Recycler {
         self.pending.push_back(Pending {
             meta: meta.unhomed(),
             place,
-            reg: reg.clone(),
+            target: Target::of(reg),
             replicas,
             whole: true,
             home,
@@ -355,14 +382,14 @@ const BATCH: usize = 64;
 
 /// Probes every replica of every write of `batch` at once (one roundtrip);
 /// what each found, write by write.
-async fn probe_all<M: Memory>(mem: &M, batch: &[Pending], client: u8) -> Vec<States> {
-    let futs = batch.iter().flat_map(|p| p.reg.replicas.iter().map(|rep| rep.probe(mem, &p.reg.layout, client)));
+async fn probe_all<M: Memory>(mem: &M, batch: &[(Pending, Register)], client: u8) -> Vec<States> {
+    let futs = batch.iter().flat_map(|(_, reg)| reg.replicas.iter().map(|rep| rep.probe(mem, &reg.layout, client)));
     let mut probes = join_vec(futs.collect()).await.into_iter();
     batch
         .iter()
-        .map(|p| {
+        .map(|(p, reg)| {
             (&mut probes)
-                .take(p.reg.replicas.len())
+                .take(reg.replicas.len())
                 .map(|r| match r {
                     Ok(probe) => (state(p.meta, &probe), Some(probe)),
                     Err(_) => (State::Failed, None),
@@ -420,10 +447,13 @@ impl<C: Clock> ClientCtx<C> {
         // batch); what they call for is done one write after the other.
         let mut again = VecDeque::new();
         loop {
-            let mut batch: Vec<Pending> = Vec::new();
+            let mut batch: Vec<(Pending, Register)> = Vec::new();
             while batch.len() < BATCH {
                 match rec.pending.pop_front() {
-                    Some(p) if p.since + delay <= now => batch.push(p),
+                    Some(p) if p.since + delay <= now => {
+                        let reg = p.target.register();
+                        batch.push((p, reg));
+                    }
                     Some(p) => {
                         rec.pending.push_front(p);
                         break;
@@ -435,8 +465,8 @@ impl<C: Clock> ClientCtx<C> {
                 break;
             }
             let probes = probe_all(mem, &batch, self.id).await;
-            for (p, states) in batch.into_iter().zip(probes) {
-                self.act(mem, &mut rec, p, states, delay, now, &mut again).await;
+            for ((p, reg), states) in batch.into_iter().zip(probes) {
+                self.act(mem, &mut rec, p, &reg, states, delay, now, &mut again).await;
             }
         }
         // Checked again R after this pass, after the writes not due yet.
@@ -455,12 +485,13 @@ impl<C: Clock> ClientCtx<C> {
         mem: &M,
         rec: &mut Recycler,
         mut p: Pending,
+        reg: &Register,
         states: States,
         delay: u64,
         now: u64,
         again: &mut VecDeque<Pending>,
     ) {
-        match self.check(mem, rec, &mut p, states, delay).await {
+        match self.check(mem, rec, &mut p, reg, states, delay).await {
             Outcome::Resolved => {
                 self.paths.entries_recycled += 1;
                 self.paths.moved_home += p.moved as u64;
@@ -473,7 +504,7 @@ impl<C: Clock> ClientCtx<C> {
             Outcome::Settle => {
                 if p.whole {
                     let mut cache = RegCache::default();
-                    let _ = safeguess::read(self, mem, &p.reg, &mut cache).await;
+                    let _ = safeguess::read(self, mem, reg, &mut cache).await;
                     p.changed = mem.now_ns().unwrap_or(now);
                 } else {
                     self.paths.entries_stuck += 1;
@@ -490,6 +521,7 @@ impl<C: Clock> ClientCtx<C> {
         mem: &M,
         rec: &mut Recycler,
         p: &mut Pending,
+        reg: &Register,
         states: States,
         delay: u64,
     ) -> Outcome {
@@ -514,7 +546,7 @@ impl<C: Clock> ClientCtx<C> {
         let (mut marks, mut moves) =
             (heapless::Vec::<Replica, MAX_REPLICAS>::new(), heapless::Vec::<_, MAX_REPLICAS>::new());
         for (r, (s, probe)) in states.iter().enumerate() {
-            let rep = p.reg.replicas[r];
+            let rep = reg.replicas[r];
             match s {
                 State::Guessed => {
                     let _ = marks.push(rep);
@@ -534,7 +566,7 @@ impl<C: Clock> ClientCtx<C> {
             }
         }
         if !marks.is_empty() || !moves.is_empty() {
-            self.mark_and_move(mem, rec, p, &marks, &moves, now).await;
+            self.mark_and_move(mem, rec, p, reg, &marks, &moves, now).await;
         }
         if busy || now < p.changed + delay {
             return Outcome::Again;
@@ -545,19 +577,21 @@ impl<C: Clock> ClientCtx<C> {
     /// Marks write `p` VERIFIED on the replicas `marks` (which hold it
     /// GUESSED), and moves its value home on `moves` (with whether their
     /// home holds it already), all at once.
+    #[allow(clippy::too_many_arguments)]
     async fn mark_and_move<M: Memory>(
         &mut self,
         mem: &M,
         rec: &mut Recycler,
         p: &mut Pending,
+        reg: &Register,
         marks: &[Replica],
         moves: &[(Replica, bool)],
         now: u64,
     ) {
-        let (client, layout) = (self.id, p.reg.layout);
+        let (client, layout) = (self.id, reg.layout);
         // The value, read once, for the homes that lack it.
         let value = match moves.iter().find(|(_, at_home)| !at_home) {
-            Some((rep, _)) => alloc::boxed::Box::pin(self.entry_value(mem, p, rep)).await,
+            Some((rep, _)) => alloc::boxed::Box::pin(self.entry_value(mem, p, reg, rep)).await,
             None => None,
         };
         let (guessed, want) = (p.meta.guessed(), p.meta.verify());
@@ -594,14 +628,14 @@ impl<C: Clock> ClientCtx<C> {
 
     /// The value of write `p` from its entry on `rep`'s node, else on
     /// another replica's node (checked: it may have been spoiled).
-    async fn entry_value<M: Memory>(&mut self, mem: &M, p: &Pending, rep: &Replica) -> Option<Vec<u8>> {
+    async fn entry_value<M: Memory>(&mut self, mem: &M, p: &Pending, reg: &Register, rep: &Replica) -> Option<Vec<u8>> {
         let mut order: heapless::Vec<Replica, MAX_REPLICAS> = heapless::Vec::new();
         let _ = order.push(*rep);
-        order.extend(p.reg.replicas.iter().copied().filter(|r| r != rep));
+        order.extend(reg.replicas.iter().copied().filter(|r| r != rep));
         for r in order {
             let found = self.logs.entries(mem, &[r.node], self.id, p.place, None, 1).await;
             let Some(Ok(Some(entry))) = found.into_iter().next() else { continue };
-            let layout = p.reg.layout;
+            let layout = reg.layout;
             if let Ok((_, v)) = r.read_out_of_place(mem, &layout, entry, layout.max_value, p.meta).await {
                 return Some(v.to_vec());
             }
@@ -716,7 +750,7 @@ impl<C: Clock> ClientCtx<C> {
             rec.pending.push_back(Pending {
                 meta: id,
                 place,
-                reg,
+                target: Target::of(&reg),
                 replicas: h.replicas,
                 whole,
                 home,

@@ -19,8 +19,8 @@ use alloc::boxed::Box;
 use crate::index::Entry;
 #[cfg(doc)]
 use crate::substrate::quorum::MAX_REPLICAS;
-use crate::swarm::inout::{Layout, Replica, ReplicaCache};
-use crate::swarm::maxreg::{RegCache, Register};
+use crate::swarm::inout::{Layout, ReplicaCache};
+use crate::swarm::maxreg::{PACKED, PackedRegister, RegCache, Register};
 use crate::{NodeId, RemoteAddr};
 
 /// What a client knows of a key.
@@ -42,9 +42,8 @@ impl Known {
     }
 }
 
-/// Replicas a [`Cached`] keeps inline: 2f+1 for f = 1, the paper's
-/// default and the store's.
-pub(super) const INLINE: usize = 3;
+/// Replicas a [`Cached`] keeps inline ([`PACKED`]).
+pub(super) const INLINE: usize = PACKED;
 
 /// A [`Known`] as the location cache keeps it.
 pub(super) enum Cached {
@@ -58,55 +57,25 @@ pub(super) enum Cached {
 /// and without the layout's tag (the key's hash, which the location cache
 /// keeps with the entry).
 pub(super) struct Compact {
-    meta_words: u32,
-    max_value: u32,
-    in_place: bool,
-    first_only: bool,
+    reg: PackedRegister,
     entry: Entry,
-    len: u8,
-    nodes: [NodeId; INLINE],
-    bases: [u64; INLINE],
     rc: [ReplicaCache; INLINE],
-}
-
-impl Compact {
-    fn layout(&self, tag: u64) -> Layout {
-        let (meta_words, max_value) = (self.meta_words, u64::from(self.max_value));
-        Layout { meta_words, max_value, in_place: self.in_place, first_only: self.first_only, tag }
-    }
 }
 
 impl Cached {
     /// Keeps `k`.
     pub fn new(k: Known) -> Cached {
-        let n = k.reg.replicas.len();
-        if n > INLINE {
-            return Cached::Boxed(Box::new(k));
-        }
-        let l = k.reg.layout;
-        let mut c = Compact {
-            meta_words: l.meta_words,
-            // Cannot truncate: at most MAX_VALUE (64 KiB).
-            max_value: l.max_value as u32,
-            in_place: l.in_place,
-            first_only: l.first_only,
-            entry: k.entry,
-            len: n as u8,
-            nodes: [NodeId(0); INLINE],
-            bases: [0; INLINE],
-            rc: [ReplicaCache::default(); INLINE],
-        };
-        for (i, r) in k.reg.replicas.iter().enumerate() {
-            (c.nodes[i], c.bases[i], c.rc[i]) = (r.node, r.base, k.rc.replicas[i]);
-        }
-        Cached::Inline(c)
+        let Some(reg) = PackedRegister::pack(&k.reg) else { return Cached::Boxed(Box::new(k)) };
+        let mut rc = [ReplicaCache::default(); INLINE];
+        rc[..reg.len()].copy_from_slice(&k.rc.replicas[..reg.len()]);
+        Cached::Inline(Compact { reg, entry: k.entry, rc })
     }
 
     /// What is kept, whole, for the key whose hash is `tag`.
     pub fn known(&self, tag: u64) -> Known {
         match self {
             Cached::Inline(c) => {
-                let mut k = Known::blank(c.layout(tag));
+                let mut k = Known::blank(c.reg.layout(tag));
                 self.load(&mut k, tag);
                 k
             }
@@ -120,13 +89,8 @@ impl Cached {
     pub fn load(&self, k: &mut Known, tag: u64) {
         match self {
             Cached::Inline(c) => {
-                let n = usize::from(c.len);
-                k.reg.layout = c.layout(tag);
-                k.reg.replicas.clear();
-                for i in 0..n {
-                    // Cannot fail: at most INLINE replicas, fewer than MAX_REPLICAS.
-                    let _ = k.reg.replicas.push(Replica { node: c.nodes[i], base: c.bases[i] });
-                }
+                let n = c.reg.len();
+                c.reg.unpack_into(&mut k.reg, tag);
                 k.rc.replicas[..n].copy_from_slice(&c.rc[..n]);
                 k.rc.replicas[n..].fill(ReplicaCache::default());
                 k.entry = c.entry;
@@ -140,7 +104,7 @@ impl Cached {
     pub fn keep(&mut self, k: &Known) {
         match self {
             Cached::Inline(c) => {
-                let n = usize::from(c.len);
+                let n = c.reg.len();
                 c.rc[..n].copy_from_slice(&k.rc.replicas[..n]);
             }
             Cached::Boxed(b) => b.rc = k.rc.clone(),
@@ -168,7 +132,7 @@ impl Cached {
 
     fn replica(&self, node: NodeId, base: u64) -> Option<usize> {
         match self {
-            Cached::Inline(c) => (0..usize::from(c.len)).find(|&i| c.nodes[i] == node && c.bases[i] == base),
+            Cached::Inline(c) => c.reg.position(node, base),
             Cached::Boxed(k) => k.reg.replicas.iter().position(|r| r.node == node && r.base == base),
         }
     }
@@ -180,6 +144,7 @@ mod tests {
 
     use super::*;
     use crate::substrate::quorum::MAX_REPLICAS;
+    use crate::swarm::inout::Replica;
     use crate::swarm::meta::Meta;
 
     fn known(n: usize, seed: u64) -> Known {

@@ -461,3 +461,10 @@ fn holders_of_a_leased_id_in_turn_keep_the_log_bounded() {
         }
     }
 }
+
+/// A write's record is stored on the write's path, into memory the CPU has
+/// not touched since the last pass: it must stay within two cache lines.
+#[test]
+fn a_write_s_record_takes_two_cache_lines() {
+    assert!(size_of::<super::Pending>() <= 128, "{} bytes", size_of::<super::Pending>());
+}
