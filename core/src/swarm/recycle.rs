@@ -101,7 +101,7 @@ struct Pending {
     target: Target,
     /// Replicas of the register (a majority is of these).
     replicas: u8,
-    /// Whether `reg` is the whole register (a Safe-Guess read may settle
+    /// Whether `target` is the whole register (a Safe-Guess read may settle
     /// the write).
     whole: bool,
     /// The in-place hash and length of its value.
