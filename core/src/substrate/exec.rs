@@ -69,6 +69,37 @@ pub async fn yield_now() {
     .await
 }
 
+/// `fut`, its output passed through `f`.
+///
+/// A hand-written future: an `async` block that awaited `fut` would hold
+/// it twice, as its capture and as the future it polls
+/// (rust-lang/rust#62958), and everything that starts it would move both.
+pub fn map<F: Future, T>(fut: F, f: impl FnOnce(F::Output) -> T) -> impl Future<Output = T> {
+    Map { fut, f: Some(f) }
+}
+
+pin_project_lite::pin_project! {
+    /// What [`map`] returns.
+    struct Map<F, G> {
+        #[pin]
+        fut: F,
+        f: Option<G>,
+    }
+}
+
+impl<F: Future, T, G: FnOnce(F::Output) -> T> Future for Map<F, G> {
+    type Output = T;
+
+    fn poll(self: core::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.project();
+        let out = core::task::ready!(this.fut.poll(cx));
+        match this.f.take() {
+            Some(f) => Poll::Ready(f(out)),
+            None => panic!("`map` polled after it completed"),
+        }
+    }
+}
+
 /// State too large to move by value (a client's writer-log directories
 /// and slab: over 100 KiB), boxed where `alloc` is available, so that
 /// moving its owner costs a pointer: an unoptimised build copies a struct

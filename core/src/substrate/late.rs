@@ -135,15 +135,33 @@ impl<'a> Watch<'a> {
 /// by: [`NO_REPLY_LATE_NS`]): one operation on one node that the caller
 /// would rather ask elsewhere than wait for, with nothing of a quorum's
 /// bookkeeping on its common path.
-pub async fn or_late<F: Future>(fut: F, mut watch: Watch<'_>) -> Option<F::Output> {
-    let mut fut = core::pin::pin!(fut);
-    core::future::poll_fn(move |cx| {
-        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+///
+/// A hand-written future: an `async fn` would hold `fut` twice
+/// (rust-lang/rust#62958).
+pub fn or_late<F: Future>(fut: F, watch: Watch<'_>) -> OrLate<'_, F> {
+    OrLate { fut, watch }
+}
+
+pin_project_lite::pin_project! {
+    /// What [`or_late`] returns.
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct OrLate<'a, F> {
+        #[pin]
+        fut: F,
+        watch: Watch<'a>,
+    }
+}
+
+impl<F: Future> Future for OrLate<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: core::pin::Pin<&mut Self>, cx: &mut core::task::Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
             return Poll::Ready(Some(out));
         }
-        watch.poll_late(cx, false).map(|()| None)
-    })
-    .await
+        this.watch.poll_late(cx, false).map(|()| None)
+    }
 }
 
 /// What a node left out for being late answers, as far as the caller is

@@ -16,7 +16,7 @@ use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
 use core::task::Poll;
 
-use crate::substrate::exec::{Cold, cold, pin_cold};
+use crate::substrate::exec::{Cold, cold, map, pin_cold};
 use crate::substrate::late::{Plan, Watch};
 
 /// The most replicas (or nodes) one object spans; the paper evaluates 3, 5 and 7.
@@ -103,22 +103,27 @@ enum Until {
     Timely(usize),
 }
 
+// `quorum`, `join_all` and `join_timely` are plain functions that box each
+// future of `futs` at once, not `async fn`s: an `async fn` keeps its
+// arguments for its whole life (rust-lang/rust#62958), so every level would
+// hold a slot per replica for the futures, and move them all when started.
+
 /// Polls every future of `futs` concurrently until `need` of them returned
 /// `Ok`, or until `need` can no longer be reached, or until all completed.
-pub async fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) -> Replies<T, E>
+pub fn quorum<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>, need: usize) -> impl Future<Output = Replies<T, E>>
 where
     F: Future<Output = Result<T, E>>,
 {
-    collect(futs, Until::Quorum(need), None).await.0
+    map(collect(futs, Until::Quorum(need), None), |(replies, _)| replies)
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
 /// successfully or not: for work that must reach every node.
-pub async fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> Replies<T, E>
+pub fn join_all<F, T, E>(futs: heapless::Vec<F, MAX_REPLICAS>) -> impl Future<Output = Replies<T, E>>
 where
     F: Future<Output = Result<T, E>>,
 {
-    collect(futs, Until::All, None).await.0
+    map(collect(futs, Until::All, None), |(replies, _)| replies)
 }
 
 /// Polls every future of `futs` concurrently until all of them completed,
@@ -129,41 +134,55 @@ where
 /// (as [`join_all`]). The late ones are dropped, and answer `late(i)`,
 /// as a time-out would (their operations may still be applied). The
 /// tally says which they were.
-pub async fn join_timely<F, T, E>(
+pub fn join_timely<'w, F, T, E>(
     futs: heapless::Vec<F, MAX_REPLICAS>,
     need: usize,
-    watch: Watch<'_>,
+    watch: Watch<'w>,
     late: impl Fn(usize) -> E,
-) -> (Replies<T, E>, Tally)
+) -> impl Future<Output = (Replies<T, E>, Tally)>
 where
     F: Future<Output = Result<T, E>>,
 {
     let watch = if need == 0 { watch.courtesy() } else { watch };
     let until = if need > futs.len() { Until::All } else { Until::Timely(need) };
-    let (mut replies, tally) = collect(futs, until, Some(watch)).await;
-    for i in BitIter(tally.late) {
-        if let Some(slot) = replies.results.get_mut(i) {
-            *slot = Some(Err(late(i)));
-            replies.failed += 1;
+    map(collect(futs, until, Some(watch)), move |(mut replies, tally): (Replies<T, E>, Tally)| {
+        for i in BitIter(tally.late) {
+            if let Some(slot) = replies.results.get_mut(i) {
+                *slot = Some(Err(late(i)));
+                replies.failed += 1;
+            }
         }
-    }
-    (replies, tally)
+        (replies, tally)
+    })
 }
 
 /// [`quorum`], [`join_all`] and [`join_timely`]: every future started at
-/// once, their results kept by index.
-async fn collect<F, T, E>(
+/// once, their results kept by index. Boxes the futures here, before
+/// anything is awaited.
+fn collect<'w, F, T, E>(
     futs: heapless::Vec<F, MAX_REPLICAS>,
+    until: Until,
+    watch: Option<Watch<'w>>,
+) -> impl Future<Output = (Replies<T, E>, Tally)>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    collect_boxed(futs.into_iter().map(|f| Some(cold(|| f))).collect(), until, watch)
+}
+
+/// [`collect`], once the futures are boxed.
+async fn collect_boxed<F, T, E>(
+    slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
     until: Until,
     watch: Option<Watch<'_>>,
 ) -> (Replies<T, E>, Tally)
 where
     F: Future<Output = Result<T, E>>,
 {
-    let mut results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS> = futs.iter().map(|_| None).collect();
-    let slots = futs.into_iter().map(|f| Some(cold(|| f))).collect();
+    let mut results: heapless::Vec<Option<Result<T, E>>, MAX_REPLICAS> = slots.iter().map(|_| None).collect();
     let plan = Plan { first: 0, probe: 0, watch };
-    let tally = gather(slots, plan, until, None::<fn(usize) -> F>, |i, r| results[i] = Some(r)).await;
+    // Nothing is started later, so no room is kept for futures inline.
+    let tally = gather::<F, T, E, 0>(slots, plan, until, None::<fn(usize) -> F>, |i, r| results[i] = Some(r)).await;
     (Replies { results, ok: tally.ok, failed: tally.failed }, tally)
 }
 
@@ -208,7 +227,7 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let slots = (0..n.min(MAX_REPLICAS)).map(|_| None).collect();
-    gather(slots, plan, Until::Quorum(need), Some(op), on_reply)
+    gather::<F, T, E, INLINE>(slots, plan, Until::Quorum(need), Some(op), on_reply)
 }
 
 /// How many of the futures that [`quorum_first`] starts are kept inline in
@@ -233,10 +252,11 @@ enum At {
 /// before the others, each in index order, and `plan.probe` at once)
 /// whenever fewer than needed could still succeed: at the start, after
 /// each failure, and all of them once those awaited are late. The first
-/// [`INLINE`] futures `more` makes are kept inline; the others, and those
+/// `N` futures `more` makes are kept inline ([`INLINE`] of them for
+/// [`quorum_first`]); the others, and those
 /// given in `slots`, are [`Cold`] (boxed with `alloc`): inline, a slot per
 /// possible replica would make every caller's future large.
-async fn gather<F, T, E>(
+async fn gather<F, T, E, const N: usize>(
     slots: heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>,
     plan: Plan<'_>,
     until: Until,
@@ -268,7 +288,7 @@ where
     let mut probe = plan.probe & all & !tally.started;
     let mut probes = 0;
     let mut late_rang = false;
-    let mut futs = pin!((slots, heapless::Vec::<F, INLINE>::new()));
+    let mut futs = pin!((slots, heapless::Vec::<F, N>::new()));
     poll_fn(|cx| {
         // SAFETY: structural pinning of the elements of two pinned
         // `heapless::Vec`s. Both store their elements inline, and they are
@@ -279,7 +299,7 @@ where
         // slot and moves no element. So no element moves between polls or
         // before it is dropped in place when the pair is dropped. We only
         // hand out `Pin<&mut F>` to the futures, and never move out.
-        let (slots, inline): (&mut heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>, &mut heapless::Vec<F, INLINE>) = {
+        let (slots, inline): (&mut heapless::Vec<Option<Cold<F>>, MAX_REPLICAS>, &mut heapless::Vec<F, N>) = {
             let pair = unsafe { Pin::get_unchecked_mut(futs.as_mut()) };
             (&mut pair.0, &mut pair.1)
         };
@@ -408,6 +428,27 @@ mod tests {
             yield_now().await;
         }
         r
+    }
+
+    /// The futures of `quorum`, `join_all` and `join_timely` are boxed as
+    /// they are given, not held in the combinator's own future: a caller's
+    /// future does not grow with the replicas' (rust-lang/rust#62958 would
+    /// make an `async fn` hold all of them for its whole life).
+    #[test]
+    fn gathering_futures_are_boxed_at_once() {
+        use crate::sim::{Sim, SimConfig};
+        use crate::substrate::join::tests::big;
+        let mem = Sim::new(SimConfig::default()).client();
+        let one = size_of_val(&big(1));
+        let three = || (1..=3).map(big).collect::<heapless::Vec<_, MAX_REPLICAS>>();
+        let sizes = [
+            size_of_val(&quorum(three(), 2)),
+            size_of_val(&join_all(three())),
+            size_of_val(&join_timely(three(), 2, Watch::on(&mem), |_| ())),
+        ];
+        assert!(sizes.iter().all(|&s| s < one), "futures of {one} bytes each, combinators of {sizes:?} bytes");
+        let r = block_on(join_all(three()));
+        assert_eq!((r.ok, r.oks().map(|(_, &v)| v).sum::<u8>()), (3, 6));
     }
 
     fn futs(
