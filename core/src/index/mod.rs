@@ -308,7 +308,10 @@ pub trait Index {
     /// completes with `true`; with `false` nothing is published and the
     /// answer is `Ok(None)`. An index should run `ready` in parallel with its
     /// own first roundtrip: SWARM-KV writes a new key's value while the
-    /// index finds it a slot, and publishes it written (§5.3.1).
+    /// index finds it a slot, and publishes it written (§5.3.1). `ready`
+    /// goes down the index's levels by value, and each `async fn` among
+    /// them holds it twice (rust-lang/rust#62958): a large one should come
+    /// boxed.
     fn insert_after<M: Memory>(
         &mut self,
         mem: &M,

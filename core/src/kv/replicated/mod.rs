@@ -380,7 +380,10 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         let mut failed = None;
         let records = self.index.records();
         let (Io { mem, ctx, .. }, index) = (&mut self.io, &mut self.index);
-        let ready = async {
+        // Boxed: the index passes `ready` down by value through each of its
+        // levels, and an `async fn` holds its arguments twice
+        // (rust-lang/rust#62958).
+        let ready = Box::pin(async {
             let first = Box::pin(first_write(ctx, mem, &reg, &mut rc, value));
             match join2(records.write(&*mem, desc, &bytes), first).await {
                 (Ok(()), Ok(())) => true,
@@ -393,7 +396,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                     false
                 }
             }
-        };
+        });
         let inserted = Box::pin(index.insert_after(&*mem, key, desc, ready)).await;
         let inserted = match inserted? {
             Some(i) => i,
