@@ -2,8 +2,9 @@
 # Two or more builds of `swarm` on the same YCSB run, repeated and
 # interleaved (A, B, A, B, ...) so that the machine's noise falls on every
 # build alike; prints a markdown table of medians per build and system:
-# get and update p50 (µs), and the median and range of each run's ratio to
-# RAW (the figure to judge a change by on a shared machine).
+# the p50 (µs) of each operation the workload has (get, update, insert),
+# and the median and range of each run's ratio to RAW (the figure to
+# judge a change by on a shared machine).
 #
 #   scripts/compare-builds.sh OLD_SWARM NEW_SWARM
 #   REPEAT=9 scripts/compare-builds.sh old/swarm target/release/swarm -- --workload a
@@ -38,26 +39,30 @@ done
 python3 - "$OUT" "$REPEAT" "${BINS[@]}" <<'PY'
 import json, statistics, sys
 out, repeat, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+all_runs = [[json.load(open(f"{out}/{i}-{r}.json")) for r in range(1, repeat + 1)] for i in range(len(bins))]
+# The operations the workload has (YCSB-D inserts rather than updates).
+ops = [op for op in ("get", "update", "insert")
+       if any(op in s["ops"] for runs in all_runs for run in runs for s in run["systems"])]
 print(f"medians of {repeat} interleaved rounds\n")
-print("| build | system | get p50 µs | update p50 µs | ratio to RAW, median (range) of the runs: get / update |")
-print("|---|---|---|---|---|")
-for i, b in enumerate(bins):
-    runs = [json.load(open(f"{out}/{i}-{r}.json")) for r in range(1, repeat + 1)]
-    def p50(s, op):
-        return s["ops"].get(op, {}).get("p50_us")
+print("| build | system | " + " | ".join(f"{op} p50 µs" for op in ops)
+      + " | ratio to RAW, median (range) of the runs: " + " / ".join(ops) + " |")
+print("|---|---|" + "---|" * len(ops) + "---|")
+def p50(s, op):
+    return s["ops"].get(op, {}).get("p50_us")
+for b, runs in zip(bins, all_runs):
     for name in [s["name"] for s in runs[0]["systems"]]:
         cells = []
-        for op in ("get", "update"):
+        for op in ops:
             vals = [p50(s, op) for run in runs for s in run["systems"] if s["name"] == name]
             vals = [v for v in vals if v is not None]
             cells.append(f"{statistics.median(vals):.2f}" if vals else "-")
         ratios = []
-        for op in ("get", "update"):
+        for op in ops:
             rs = []
             for run in runs:
                 by = {s["name"]: p50(s, op) for s in run["systems"]}
                 if by.get("raw") and by.get(name) is not None:
                     rs.append(by[name] / by["raw"])
             ratios.append(f"{statistics.median(rs):.2f}x ({min(rs):.2f}–{max(rs):.2f})" if rs else "-")
-        print(f"| {b} | {name} | {cells[0]} | {cells[1]} | {ratios[0]} / {ratios[1]} |")
+        print(f"| {b} | {name} | " + " | ".join(cells) + " | " + " / ".join(ratios) + " |")
 PY
