@@ -42,6 +42,7 @@ MUTANTS=(
   "release-goes-on||cold key|cargo test -p swarm-core --release --lib swarm::recycle::tests::holders_of_a_leased"
   "scan-asks-again||a pause of a lease and a few time-outs|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
   "rewrites-forgotten||roundtrips per update|cargo test -p swarm-core --release --lib swarm::recycle::tests::writes_after_recycling"
+  "waits-for-late||open waited for node 0's time-out|cargo test -p swarm-core --release --lib systems::edge_tests::a_stalled_node_0"
 )
 
 only=${1:-}

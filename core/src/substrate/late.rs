@@ -29,6 +29,7 @@
 use core::future::Future;
 use core::task::{Context, Poll};
 
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::Tally;
 use crate::{MemError, MemErrorKind, Memory, NodeId};
 
@@ -162,6 +163,46 @@ impl<F: Future> Future for OrLate<'_, F> {
         }
         this.watch.poll_late(cx, false).map(|()| None)
     }
+}
+
+/// Asks `ask(i)` of `0..n` in turn until `decide` breaks with an answer,
+/// for what any one node can answer (a record every node keeps): a node
+/// that is late by [`Watch`] is passed over rather than waited for until
+/// its time-out, and asked again, patiently, once every other one was.
+/// `None` if no answer decided.
+pub async fn in_turn<M: Memory, T, R, F: Future<Output = T>>(
+    mem: &M,
+    n: usize,
+    mut ask: impl FnMut(usize) -> F,
+    mut decide: impl FnMut(usize, T) -> core::ops::ControlFlow<R>,
+) -> Option<R> {
+    // Those passed over (bit `i` for `i`; those beyond 64 are waited for).
+    let mut late = 0u64;
+    for patient in [false, true] {
+        for i in 0..n {
+            let bit = 1u64.checked_shl(i as u32).unwrap_or(0);
+            let answer = if patient {
+                if late & bit == 0 {
+                    continue;
+                }
+                ask(i).await
+            } else if bit == 0 || mutant!("waits-for-late") {
+                ask(i).await
+            } else {
+                match or_late(ask(i), Watch::on(mem)).await {
+                    Some(answer) => answer,
+                    None => {
+                        late |= bit;
+                        continue;
+                    }
+                }
+            };
+            if let core::ops::ControlFlow::Break(r) = decide(i, answer) {
+                return Some(r);
+            }
+        }
+    }
+    None
 }
 
 /// What a node left out for being late answers, as far as the caller is

@@ -705,16 +705,9 @@ impl<C: Clock> ClientCtx<C> {
         Ok(())
     }
 
-    /// The log geometry, from the first node that answers.
+    /// The log geometry ([`Logs::any_geometry`]).
     async fn geometry<M: Memory>(&mut self, mem: &M) -> Result<LogGeometry, ClientError> {
-        let mut last = None;
-        for n in 0..mem.node_count() {
-            match self.logs.geometry(mem, NodeId(n as u16)).await {
-                Ok(g) => return Ok(g),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or(LogError::Corrupt { node: NodeId(0), what: "no nodes" }).into())
+        Ok(self.logs.any_geometry(mem).await?)
     }
 
     /// Takes, before the client's first operation, the roundtrips that

@@ -57,10 +57,11 @@
 //! ([`LogError::Full`] says so, with the numbers).
 
 use core::fmt;
+use core::ops::ControlFlow;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::substrate::late::{Watch, late};
+use crate::substrate::late::{Watch, in_turn, late};
 use crate::substrate::memory::word_at;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{Region, RegionError};
@@ -598,6 +599,35 @@ impl Logs {
     /// The geometry of `node`'s logs.
     pub async fn geometry<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<LogGeometry, LogError> {
         Ok(self.dir(mem, node).await?.geo)
+    }
+
+    /// The log geometry (every node of a store has the same), from a
+    /// directory this client knows, or else from the first node that
+    /// answers: a stalled node is passed over once it is late
+    /// ([`in_turn`]), not waited for until its time-out.
+    pub async fn any_geometry<M: Memory>(&mut self, mem: &M) -> Result<LogGeometry, LogError> {
+        if let Some(d) = self.nodes.first() {
+            return Ok(d.geo);
+        }
+        let (nodes, mut last) = (&mut self.nodes, None);
+        let found = in_turn(
+            mem,
+            mem.node_count(),
+            |n| load_dir(mem, NodeId(n as u16)),
+            |_, loaded| match loaded {
+                Ok(d) => {
+                    let (node, geo) = (d.node, d.geo);
+                    let pushed = nodes.push(d).map(|()| geo);
+                    ControlFlow::Break(pushed.map_err(|_| LogError::Corrupt { node, what: "too many nodes" }))
+                }
+                Err(e) => {
+                    last = Some(e);
+                    ControlFlow::Continue(())
+                }
+            },
+        )
+        .await;
+        found.unwrap_or_else(|| Err(last.unwrap_or(LogError::Corrupt { node: NodeId(0), what: "no nodes" })))
     }
 
     /// The entries of write `place` of `client` on each of `nodes` when

@@ -63,7 +63,13 @@ fn geometry() -> LogGeometry {
 /// A simulator of 3 nodes of `size` bytes: regions, log directories, and
 /// the store of `cfg`.
 fn setup(cfg: &StoreConfig, size: u64) -> Sim {
-    let mut sim = Sim::new(SimConfig { nodes: 3, node_size: size, ..SimConfig::default() });
+    setup_on(cfg, SimConfig { nodes: 3, node_size: size, ..SimConfig::default() })
+}
+
+/// [`setup`] on a simulator of configuration `sc` (3 nodes).
+fn setup_on(cfg: &StoreConfig, sc: SimConfig) -> Sim {
+    let size = sc.node_size;
+    let mut sim = Sim::new(sc);
     let admin = sim.client();
     let c = cfg.clone();
     sim.block_on(async move {
@@ -357,6 +363,35 @@ fn no_room_for_a_log_segment_is_not_a_missing_quorum() {
         })
         .unwrap();
     }
+}
+
+/// Node 0 stalled (its operations wait, unanswered, until they time out):
+/// a store's record, and a writer's log geometry, are read from the next
+/// node once node 0 is late, not after its time-out, which every command
+/// and client (and its first write) would otherwise pay (1 s on shm).
+#[test]
+fn a_stalled_node_0_is_passed_over_for_what_every_node_holds() {
+    let timeout = 20_000_000;
+    let system = from_name("swarm-kv").unwrap();
+    let cfg = config(system, 2);
+    let sc = SimConfig { nodes: 3, node_size: 4 << 20, timeout_ns: timeout, ..SimConfig::default() };
+    let mut sim = setup_on(&cfg, sc);
+    let now = sim.now();
+    sim.stall_node_at(0, now, 10 * timeout);
+    let mem = sim.client();
+    let (found, took, geo, geo_took) = sim
+        .block_on(async move {
+            let t0 = mem.now();
+            let found = open(&mem).await.map(|r| r.config.system);
+            let t1 = mem.now();
+            let geo = writerlog::Logs::new().any_geometry(&mem).await;
+            (found, mem.now() - t0, geo, mem.now() - t1)
+        })
+        .unwrap();
+    assert_eq!(found, Ok(system), "the record of the other nodes");
+    assert!(took < timeout / 4, "open waited for node 0's time-out: {took} ns (time-out {timeout} ns)");
+    assert_eq!(geo.ok(), Some(geometry()), "the geometry of the other nodes' logs");
+    assert!(geo_took < timeout / 4, "the log geometry waited for node 0's time-out: {geo_took} ns");
 }
 
 /// Node 0 failed: connecting to a store whose index it holds alone says that

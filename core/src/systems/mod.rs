@@ -23,6 +23,7 @@
 
 use alloc::boxed::Box;
 use core::future::Future;
+use core::ops::ControlFlow;
 use core::pin::Pin;
 
 #[cfg(doc)]
@@ -31,6 +32,7 @@ use crate::kv::place::lease_nodes;
 use crate::kv::record::{self, Found, Record};
 use crate::kv::{AnyClient, KvError, KvSystem, StoreConfig, System, Visit, Who};
 use crate::substrate::clock::Clock;
+use crate::substrate::late::in_turn;
 use crate::substrate::lease::{self, Held, LeaseError, LeaseTable, Want};
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::server::{Shell, Stats};
@@ -142,22 +144,25 @@ pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig, epoch_us: u64) -> Res
 }
 
 /// The configuration of the store on `mem`, from the first node whose
-/// record can be read (node 0 unless it is down). The cache capacity is
-/// the caller's to choose (it starts as [`StoreConfig::new`]'s).
+/// record can be read: node 0, unless it is down or late, then the next.
+/// Every command and client starts here: a stalled node is passed over
+/// once it is late ([`in_turn`]), not waited for until its time-out. The
+/// cache capacity is the caller's to choose (it starts as
+/// [`StoreConfig::new`]'s).
 pub async fn open<M: Memory>(mem: &M) -> Result<Record, KvError> {
     let mut last = KvError::NoStore;
-    for n in 0..mem.node_count() {
-        match record::read(mem, NodeId(n as u16), from_name).await {
-            Ok(Found::Record(r)) => {
-                r.config.check(mem.node_count())?;
-                return Ok(r);
-            }
-            Ok(Found::Empty | Found::Claimed) => return Err(KvError::NoStore),
-            Err(e @ (KvError::Unavailable | KvError::Down(_))) => last = e,
-            Err(e) => return Err(e),
+    let ask = |n: usize| record::read(mem, NodeId(n as u16), from_name);
+    let found = in_turn(mem, mem.node_count(), ask, |_, found| match found {
+        Ok(Found::Record(r)) => ControlFlow::Break(r.config.check(mem.node_count()).map(|()| r)),
+        Ok(Found::Empty | Found::Claimed) => ControlFlow::Break(Err(KvError::NoStore)),
+        Err(e @ (KvError::Unavailable | KvError::Down(_))) => {
+            last = e;
+            ControlFlow::Continue(())
         }
-    }
-    Err(last)
+        Err(e) => ControlFlow::Break(Err(e)),
+    })
+    .await;
+    found.unwrap_or(Err(last))
 }
 
 /// Claims a client id of the store of shape `cfg` on `mem` from its lease
