@@ -174,7 +174,7 @@ pub async fn in_turn<M: Memory, T, R, F: Future<Output = T>>(
     mem: &M,
     n: usize,
     mut ask: impl FnMut(usize) -> F,
-    mut decide: impl FnMut(usize, T) -> core::ops::ControlFlow<R>,
+    mut decide: impl FnMut(T) -> core::ops::ControlFlow<R>,
 ) -> Option<R> {
     // Those passed over (bit `i` for `i`; those beyond 64 are waited for).
     let mut late = 0u64;
@@ -197,7 +197,7 @@ pub async fn in_turn<M: Memory, T, R, F: Future<Output = T>>(
                     }
                 }
             };
-            if let core::ops::ControlFlow::Break(r) = decide(i, answer) {
+            if let core::ops::ControlFlow::Break(r) = decide(answer) {
                 return Some(r);
             }
         }

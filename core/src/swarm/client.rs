@@ -589,7 +589,7 @@ impl<C: Clock> ClientCtx<C> {
 
     /// One try of [`ClientCtx::open`].
     async fn open_once<M: Memory>(&mut self, mem: &M) -> Result<Cursor, ClientError> {
-        let geo = self.geometry(mem).await?;
+        let geo = self.logs.any_geometry(mem).await?;
         self.per_segment = geo.per_segment as u32;
         self.adopt(mem).await?;
         let c = match self.cursor {
@@ -703,11 +703,6 @@ impl<C: Clock> ClientCtx<C> {
             self.recycle.adopt(&used, current);
         }
         Ok(())
-    }
-
-    /// The log geometry ([`Logs::any_geometry`]).
-    async fn geometry<M: Memory>(&mut self, mem: &M) -> Result<LogGeometry, ClientError> {
-        Ok(self.logs.any_geometry(mem).await?)
     }
 
     /// Takes, before the client's first operation, the roundtrips that

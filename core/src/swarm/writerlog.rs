@@ -614,7 +614,7 @@ impl Logs {
             mem,
             mem.node_count(),
             |n| load_dir(mem, NodeId(n as u16)),
-            |_, loaded| match loaded {
+            |loaded| match loaded {
                 Ok(d) => {
                     let (node, geo) = (d.node, d.geo);
                     let pushed = nodes.push(d).map(|()| geo);

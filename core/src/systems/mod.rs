@@ -152,7 +152,7 @@ pub async fn format<M: Memory>(mem: &M, cfg: &StoreConfig, epoch_us: u64) -> Res
 pub async fn open<M: Memory>(mem: &M) -> Result<Record, KvError> {
     let mut last = KvError::NoStore;
     let ask = |n: usize| record::read(mem, NodeId(n as u16), from_name);
-    let found = in_turn(mem, mem.node_count(), ask, |_, found| match found {
+    let found = in_turn(mem, mem.node_count(), ask, |found| match found {
         Ok(Found::Record(r)) => ControlFlow::Break(r.config.check(mem.node_count()).map(|()| r)),
         Ok(Found::Empty | Found::Claimed) => ControlFlow::Break(Err(KvError::NoStore)),
         Err(e @ (KvError::Unavailable | KvError::Down(_))) => {
