@@ -43,6 +43,7 @@ MUTANTS=(
   "scan-asks-again||a pause of a lease and a few time-outs|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
   "rewrites-forgotten||roundtrips per update|cargo test -p swarm-core --release --lib swarm::recycle::tests::writes_after_recycling"
   "waits-for-late||open waited for node 0's time-out|cargo test -p swarm-core --release --lib systems::edge_tests::a_stalled_node_0"
+  "claim-timer-resets||kept changing|cargo test -p swarm-core --release --lib systems::tests::a_split_view_claim"
 )
 
 only=${1:-}

@@ -467,6 +467,23 @@ fn raw_campaign_one_client_per_key() {
     campaign("raw", 3, 0, 1_000);
 }
 
+/// Runs in which two clients' claims of the index's next view split
+/// (each won one replica, a third replica down), one of the claimers then
+/// crashed, and the replica holding the other's claim answers the
+/// survivor's reads only by turns (slow): the survivor must supersede the
+/// split claims once each is a master's time old, whichever a read shows
+/// as newest. (The mutant `claim-timer-resets`, the timer restarted
+/// whenever the newest changed, gave up with "kept changing".)
+#[test]
+fn a_split_view_claim_is_superseded_whichever_replicas_answer() {
+    for (system, seed, replicas) in [("swarm-kv", 2128, 3), ("dm-abd", 2128, 3), ("fusee", 1561, 3), ("fusee", 4017, 5)]
+    {
+        if let Err(e) = run(seed, &KvCampaign::for_seed(named(system), replicas, seed)) {
+            panic!("{system}: {e}");
+        }
+    }
+}
+
 /// A few seeds from `SWARM_FROM` (default 0), `SWARM_RUNS` of them, of
 /// `SWARM_KV` on `SWARM_REPLICAS`: for exploring; does nothing unless set.
 #[test]

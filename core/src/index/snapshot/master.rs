@@ -10,7 +10,8 @@
 //!   V = newest view word on a majority
 //!   V Stable, excluding suspects already   -> lease it, done
 //!   V Stable                               -> propose Prepare(V.epoch+1, V.excluded | suspects)
-//!   V Prepare, seen unchanged for Lm + D   -> propose Prepare(V.epoch+1, V.excluded | suspects)
+//!   V Prepare, every Prepare of V's epoch
+//!     read first seen Lm + D ago           -> propose Prepare(V.epoch+1, V.excluded | suspects)
 //!   V Prepare, else                        -> wait, SETTLE again
 //!   CAS every replica's word from what was read to the proposal; a majority won -> MASTER
 //! MASTER:
@@ -22,7 +23,13 @@
 //!
 //! **Masters never overlap.** A master posts nothing later than `Lm - D`
 //! after its claim was sent; a Prepare is superseded only by a client that
-//! saw the same word unchanged for `Lm + D`. So the superseded master's
+//! first saw its word `Lm + D` before, and the claim that supersedes it
+//! replaces only words it read. Two claims of one epoch (a split) may both
+//! show, on different replicas: each is timed from when it was first seen,
+//! and the newest epoch is superseded only once every claim of it that the
+//! read shows is that old. (A master whose word the read does not show
+//! holds a majority this claim cannot win without replacing its word
+//! somewhere, which it would then have read.) So every superseded master's
 //! last post has landed before the new one's first.
 //!
 //! **What a slot gets** (`CHOOSE`). The replicas of a served view hold, for
@@ -196,7 +203,8 @@ pub async fn settle<M: Memory>(
     let t = header.timing;
     let master_ns = t.lease_ns.saturating_mul(MASTER_LEASES);
     let r = header.replicas.len();
-    let mut stale: Option<(u64, u64)> = None;
+    // Claims seen (their view word), and when each was first seen.
+    let mut claims: heapless::Vec<(u64, u64), { 2 * MAX_REPLICAS }> = heapless::Vec::new();
     let mut own: Option<u64> = None;
     let mut joiners = joiners & !suspects;
     let mut rng = (nonce as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -217,29 +225,50 @@ pub async fn settle<M: Memory>(
                 }
             }
             Phase::Stable => v,
-            Phase::Prepare => match stale {
-                // This client's own claim, whose run failed: nothing of it
-                // is still to be posted.
-                _ if own == Some(v.encode()) => {
-                    paths.superseded += 1;
-                    v
+            // This client's own claim, whose run failed: nothing of it is
+            // still to be posted.
+            Phase::Prepare if own == Some(v.encode()) => {
+                paths.superseded += 1;
+                v
+            }
+            Phase::Prepare => {
+                // Every claim of the newest epoch that this read shows: a
+                // split claim leaves several, and the one a read picks as
+                // newest changes with the replicas that answer it, so each
+                // is timed from when it was first seen.
+                // (The mutant `claim-timer-resets` times the newest alone,
+                // from when it became the newest: a split claim whose
+                // replicas answer by turns is then waited on for ever.)
+                if mutant!("claim-timer-resets") {
+                    claims.retain(|s| s.0 == v.encode());
                 }
-                Some((w, since)) if w == v.encode() && now.saturating_sub(since) >= master_ns + t.landing_ns => {
-                    paths.superseded += 1;
-                    v
+                let mut ripe = true;
+                for w in words.iter().flatten().filter(|w| {
+                    w.phase == Phase::Prepare
+                        && w.epoch == v.epoch
+                        && (w.encode() == v.encode() || !mutant!("claim-timer-resets"))
+                }) {
+                    let word = w.encode();
+                    let since = match claims.iter().find(|s| s.0 == word) {
+                        Some(&(_, since)) => since,
+                        None => {
+                            if claims.is_full() {
+                                claims.remove(0);
+                            }
+                            let _ = claims.push((word, now));
+                            now
+                        }
+                    };
+                    ripe &= now.saturating_sub(since) >= master_ns + t.landing_ns;
                 }
-                Some((w, _)) if w == v.encode() => {
+                if !ripe {
                     paths.waits += 1;
                     sleep_until(mem, now + t.lease_ns / 4).await;
                     continue;
                 }
-                _ => {
-                    stale = Some((v.encode(), now));
-                    paths.waits += 1;
-                    sleep_until(mem, now + t.lease_ns / 4).await;
-                    continue;
-                }
-            },
+                paths.superseded += 1;
+                v
+            }
         };
         // A superseded Prepare's joiners may be half caught up: they are
         // no part of the base the repair reads, and stay out.
