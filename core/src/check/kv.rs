@@ -1,8 +1,10 @@
 //! Seeded campaigns of any registered key-value system in the simulator:
 //! concurrent clients insert, update, get and delete a few keys under
 //! delays, torn transfers, clock skew, crashes of a minority of nodes and
-//! of a client, and a slow node; a fresh client reads every key at the end;
-//! the history must satisfy the system's declared [`Guarantee`].
+//! of a client, and a slow node; a fresh client reads every key at the end
+//! (with leases, as the next holder of the crashed client's id, so that
+//! it first recovers what that client left mid-operation); the history
+//! must satisfy the system's declared [`Guarantee`].
 //!
 //! What a campaign asks of a system follows its declaration:
 //! - [`Guarantee::Linearizable`]: every client may use every key, and a
@@ -335,6 +337,32 @@ async fn claim_patiently(m: &SimMemory, cfg: &StoreConfig, clk: &SimClock, id: u
     systems::claim(m, cfg, clk, Want::Any, id as u32).await
 }
 
+/// Claims `id`, which a client that crashed held: once its lease has
+/// run out (with the grace), as its next holder would. (With a node of
+/// the table down, the id's word on another may hold it however soon its
+/// claim says it frees: a lease is waited out whole.)
+async fn claim_orphan(m: &SimMemory, cfg: &StoreConfig, clk: &SimClock, id: u8) -> Result<Held, String> {
+    let lease = cfg.lease_ms as u64 * 1_000_000 + 3 * MAX_SKEW_NS;
+    for _ in 0..3 {
+        match systems::claim(m, cfg, clk, Want::Id(id), 0).await {
+            Err(KvError::Lease(LeaseError::Taken { .. })) => m.sleep(lease).await,
+            r => return r.map_err(|e| format!("final claim of id {id}, left by a crashed client: {e}")),
+        }
+    }
+    Err(format!("id {id}, left by a crashed client, is still held after two leases"))
+}
+
+/// What a client runs after its last operation where clients recycle: its
+/// background work four times, a recycling delay apart, so that what its
+/// log holds is recycled (and what it took over from a crashed holder).
+async fn keep_recycling<K: KvClient>(s: &mut K, m: &SimMemory) {
+    let delay = crate::swarm::client::recycle_delay_ns(m.timeout_ns());
+    for _ in 0..4 {
+        m.sleep(delay).await;
+        let _ = s.keep().await;
+    }
+}
+
 /// Client `id` is done (finished or crashed); the server stops after the
 /// last of `clients`.
 fn finished(done: &RefCell<Vec<u8>>, id: u8, clients: u64, server: &Option<ServerShell>) {
@@ -394,6 +422,8 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     };
     let excused: Rc<RefCell<usize>> = Rc::default();
     let done: Rc<RefCell<Vec<u8>>> = Rc::default();
+    // The leased id each client claimed (by client).
+    let held: Rc<RefCell<Vec<(u8, u8)>>> = Rc::default();
     let mut clients = Vec::new();
     for id in 1..=c.clients {
         let mem = sim.client();
@@ -401,13 +431,16 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
         let (taken, excuses, excused) = (taken.clone(), excuses.clone(), excused.clone());
         let (keys, ops, clients_n, leases, keep) = (c.keys, c.ops, c.clients as u64, c.leases, c.keep);
-        let (done, server) = (done.clone(), server.clone());
+        let (done, server, held) = (done.clone(), server.clone(), held.clone());
         sim.spawn(&mem, async move {
             async {
                 let clk = clock(&m, skew);
                 let who = match leases {
                     false => Ok(Who::Id(id)),
-                    true => claim_patiently(&m, &cfg, &clk, id).await.map(Who::Lease),
+                    true => claim_patiently(&m, &cfg, &clk, id).await.map(|h| {
+                        held.borrow_mut().push((id, h.id));
+                        Who::Lease(h)
+                    }),
                 };
                 let connected = match who {
                     Ok(who) => S::connect(Counted::new(m.clone()), &cfg, who, clk).await,
@@ -440,11 +473,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                     }
                 }
                 if keep {
-                    let delay = crate::swarm::client::recycle_delay_ns(m.timeout_ns());
-                    for _ in 0..4 {
-                        m.sleep(delay).await;
-                        let _ = s.keep().await;
-                    }
+                    keep_recycling(&mut s, &m).await;
                 }
                 taken.borrow_mut().add(&s.paths());
                 if let Err(e) = s.close().await {
@@ -456,6 +485,8 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         });
         clients.push(mem);
     }
+    // The client that crashes, if one does.
+    let mut victim = None;
     if c.faults {
         let f = (c.replicas - 1) / 2;
         // A server's clients connect through it first (tens of µs): its
@@ -482,15 +513,16 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                     sim.heal_node_at(node, at + 20_000 + at % 400_000);
                 }
             }
-            let victim = sim.random(0, clients.len() as u64 - 1) as usize;
-            let at = start + sim.random(0, 60_000);
-            sim.crash_client_at(&clients[victim], at);
+            let crashed = sim.random(0, clients.len() as u64 - 1) as usize;
+            let at = start + sim.random(0, 150_000);
+            sim.crash_client_at(&clients[crashed], at);
+            victim = Some(crashed as u8 + 1);
             // The crashed client is done when it crashes.
             let (done, server, m) = (done.clone(), server.clone(), sim.client());
             let (mm, n) = (m.clone(), c.clients as u64);
             sim.spawn(&m, async move {
                 mm.sleep(at.saturating_sub(mm.now()) + 1).await;
-                finished(&done, victim as u8 + 1, n, &server);
+                finished(&done, crashed as u8 + 1, n, &server);
             });
         }
         let slow = sim.random(0, c.replicas as u64 - 1) as usize;
@@ -512,26 +544,49 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     }
     // Afterwards, a fresh client reads every key: no acknowledged write lost
     // (through a new incarnation of the system's server, if it has one: it
-    // recovers what the first one committed).
-    let _again = start_server(&mut sim, &cfg);
+    // recovers what the first one committed). With leases it takes the id
+    // of the client that crashed, if that one held one, and so recovers
+    // what its holder left mid-operation (FUSEE's log, a SWARM writer's log
+    // segments), else a released id, whose log it goes on with. (Its
+    // claim may wait out a lease, before the server starts: a server polls
+    // all the while it runs.)
     let mem = sim.client();
     let (h, f, last, leases) = (hist.clone(), failures.clone(), c.clients + 1, c.leases);
-    let (taken_end, excused_end) = (taken.clone(), excused.clone());
+    let (taken_end, excused_end, keep) = (taken.clone(), excused.clone(), c.keep);
     let keys = if shared { c.keys } else { (c.clients as u64).min(KEYS.len() as u64) };
+    let orphan = victim.and_then(|v| held.borrow().iter().find(|h| h.0 == v).map(|h| h.1));
+    let (m, claim_cfg) = (mem.clone(), cfg.clone());
+    let who = sim.block_on(async move {
+        let clk = clock(&m, 0);
+        Ok::<_, String>(match (leases, orphan) {
+            (true, Some(id)) => Who::Lease(claim_orphan(&m, &claim_cfg, &clk, id).await?),
+            (true, None) => Who::Lease(
+                systems::claim(&m, &claim_cfg, &clk, Want::Any, 0).await.map_err(|e| format!("final claim: {e}"))?,
+            ),
+            (false, _) => Who::Id(last),
+        })
+    });
+    let who = match who {
+        Ok(Ok(who)) => who,
+        Ok(Err(e)) => return Err(e),
+        Err(e) => return Err(format!("final claim: {e}")),
+    };
+    let _again = start_server(&mut sim, &cfg);
     let end = sim.block_on(async move {
         let clk = clock(&mem, 0);
-        let who = match leases {
-            // A released id, whose log it goes on with.
-            true => Who::Lease(
-                systems::claim(&mem, &cfg, &clk, Want::Any, 0).await.map_err(|e| format!("final claim: {e}"))?,
-            ),
-            false => Who::Id(last),
-        };
         let mut s = S::connect(mem.clone(), &cfg, who, clk).await.map_err(|e| format!("final client: {e}"))?;
-        for k in 0..keys {
-            match record(&mut s, &mem, &h, last as u32, KvOp::Get(k), &excuses).await {
-                Ok(excuse) => *excused_end.borrow_mut() += excuse as usize,
-                Err(e) => f.borrow_mut().push(e),
+        // Every key read; where clients recycle, read again once what the
+        // reader took over was recycled (R apart, as a client's keep runs).
+        let rounds = if keep { 2 } else { 1 };
+        for round in 0..rounds {
+            if round > 0 {
+                keep_recycling(&mut s, &mem).await;
+            }
+            for k in 0..keys {
+                match record(&mut s, &mem, &h, last as u32, KvOp::Get(k), &excuses).await {
+                    Ok(excuse) => *excused_end.borrow_mut() += excuse as usize,
+                    Err(e) => f.borrow_mut().push(e),
+                }
             }
         }
         // What it did counts too (it may take over a lock a crashed client

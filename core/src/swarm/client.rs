@@ -180,6 +180,9 @@ paths! {
     /// their entries alone (found on fewer than a majority of replicas: a
     /// writer that crashed mid-write), checked again later.
     entries_stuck,
+    /// Ids opened after a holder that crashed: the log segments it left
+    /// in use taken over, to be resolved and recycled by the new holder.
+    crashed_logs_taken,
     /// Waits of a write for recycling to give one of its writer's segments
     /// back (backpressure): every segment number in use, or a node without
     /// room for another segment.
@@ -406,7 +409,10 @@ impl<C: Clock> ClientCtx<C> {
             }
             // Its segment is taken over with the others it left in use;
             // the next write opens a new one.
-            Resumed::Crashed => Cursor { segment: cursor.segment, next: u32::MAX, start: cursor.start },
+            Resumed::Crashed => {
+                ctx.paths.crashed_logs_taken += 1;
+                Cursor { segment: cursor.segment, next: u32::MAX, start: cursor.start }
+            }
         });
         ctx.last_time = last.max(resume.floor);
         ctx.lease = Some(held);

@@ -340,6 +340,8 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("log entries recycled", p.entries_recycled, per(5_000)),
             ("values moved home", p.moved_home, per(1_000)),
             ("log segments recycled", p.segments_recycled, per(1_000)),
+            // The final reader takes over a crashed client's id.
+            ("logs of crashed ids taken over", p.crashed_logs_taken, per(30)),
         ],
         "dm-abd" => &[
             ("log entries recycled", p.entries_recycled, per(5_000)),
@@ -353,6 +355,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("replicas restored", p.restored_replicas, per(5)),
             ("index view changes", p.index_views, per(100)),
             ("index replicas brought back", p.index_rejoins, per(100)),
+            ("logs of crashed ids taken over", p.crashed_logs_taken, per(30)),
         ],
         // A client crashing while it holds a key's lock, and the lock
         // taken over after its lease by a later operation (or the final
@@ -392,6 +395,9 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("losing updates returned overwritten", p.overwritten, per(500)),
             ("index view changes", p.index_views, per(300)),
             ("index replicas brought back", p.index_rejoins, per(100)),
+            // The final reader takes over a crashed client's id, and walks
+            // the log it left (about 30 per 1,000 runs).
+            ("logs of crashed clients recovered", p.log_recoveries, per(15)),
         ],
         _ => &[],
     };
