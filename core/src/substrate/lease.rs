@@ -426,6 +426,7 @@ impl LeaseTable {
         let mut table = self.clone();
         let t = &mut table;
         // Rounds: a contested id is skipped, and the table read again.
+        let mut lost = LeaseError::NoFreeId { ids: self.ids };
         for _ in 0..4 {
             let words = match t.read_words(mem).await {
                 Err(LeaseError::NoQuorum) if t.find_sites(mem, true).await => t.read_words(mem).await?,
@@ -450,21 +451,22 @@ impl LeaseTable {
                     return Ok(held);
                 }
             }
+            // An id held, or one whose claims lost (on a node down, its
+            // holder's word is still there): when its words run out.
+            let held = match want {
+                Want::Any => LeaseError::NoFreeId { ids: self.ids },
+                Want::Id(id) => {
+                    let expiry = words.iter().flatten().map(|w| expiry_of(w[id as usize])).max().unwrap_or(0);
+                    let ticks = (expiry + grace).saturating_sub(now);
+                    LeaseError::Taken { id, free_in_ms: ticks * clock.tick_ns() / 1_000_000 }
+                }
+            };
             if !tried {
-                return Err(match want {
-                    Want::Any => LeaseError::NoFreeId { ids: self.ids },
-                    Want::Id(id) => {
-                        let expiry = words.iter().flatten().map(|w| expiry_of(w[id as usize])).max().unwrap_or(0);
-                        let ticks = (expiry + grace).saturating_sub(now);
-                        LeaseError::Taken { id, free_in_ms: ticks * clock.tick_ns() / 1_000_000 }
-                    }
-                });
+                return Err(held);
             }
+            lost = held;
         }
-        Err(match want {
-            Want::Any => LeaseError::NoFreeId { ids: self.ids },
-            Want::Id(id) => LeaseError::Taken { id, free_in_ms: 0 },
-        })
+        Err(lost)
     }
 
     /// The lease words of every id on each site (`None`: no answer).

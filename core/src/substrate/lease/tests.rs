@@ -159,6 +159,33 @@ fn a_minority_of_nodes_may_be_down() {
     assert_eq!(err, Some(LeaseError::NoQuorum));
 }
 
+/// An id whose holder stopped, with one site of its three down and its
+/// word gone from another (a claim there that never landed): a claim of
+/// it loses, and says when the holder's word on the third runs out, not
+/// that it is free now; after that, it is claimed.
+#[test]
+fn a_claim_that_loses_says_when_the_id_frees() {
+    let mut sim = sim(5);
+    sim.crash_node_at(2, 100_000, CrashMode::FailFast);
+    let mem = sim.client();
+    let (taken, later) = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let a = t.claim(&mem, &c, Want::Id(2), 1).await.unwrap();
+            mem.write(t.word(0, a.id), &0u64.to_le_bytes()).await.unwrap();
+            mem.sleep(200_000).await;
+            let taken = t.claim(&mem, &c, Want::Id(2), 2).await.unwrap_err();
+            mem.sleep(AFTER_GRACE_NS).await;
+            let later = t.claim(&mem, &c, Want::Id(2), 3).await.map(|h| h.id);
+            (taken, later)
+        })
+        .unwrap();
+    let LeaseError::Taken { id: 2, free_in_ms } = taken else { panic!("{taken:?}") };
+    assert!(free_in_ms > 0 && free_in_ms * 1_000_000 <= AFTER_GRACE_NS, "{free_in_ms} ms");
+    assert_eq!(later, Ok(2));
+}
+
 /// Damaged tables are errors; a damaged record counts as absent.
 #[test]
 fn damaged_tables_are_errors() {
