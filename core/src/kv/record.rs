@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! 0    magic "SWKVREC1" (CAS: 0 -> CLAIM by the writer, then the magic)
-//! 8    version (2) | replicas (1) | writers (1) | max key (2) | 0 (2)
+//! 8    version (3) | replicas (1) | writers (1) | max key (2) | 0 (2)
 //! 16   max value (8)
 //! 24   keys (8)
 //! 32   epoch, µs since the Unix epoch (8)
@@ -36,8 +36,10 @@ use crate::{Memory, NodeId, RemoteAddr};
 const MAGIC: u64 = u64::from_le_bytes(*b"SWKVREC1");
 /// The first word while its writer fills the record.
 const CLAIM: u64 = u64::from_le_bytes(*b"SWKVCLM1");
-/// 2: lease tables and writer logs of segments found by time.
-const VERSION: u16 = 2;
+/// 2: lease tables and writer logs of segments found by time. 3: Clover's
+/// keys' cells (their heads, the shortcuts) on their primaries, as checked
+/// words.
+const VERSION: u16 = 3;
 /// Bytes of a record.
 pub const LEN: usize = 128;
 /// Bytes of a system's name in a record.

@@ -130,11 +130,15 @@ paths! {
     write_hops,
     /// Clover: cursors dropped because their buffer was recycled (another
     /// GC version, or another key's bytes, found there), and the operation
-    /// started again from the metadata server's head.
+    /// started again from the key's head.
     stale_gc,
     /// Clover: cursors dropped for their age, and READs discarded for
     /// taking longer than the read time-out (pDPM §5.2).
     gc_timeouts,
+    /// Clover: of those restarts, the ones that took the key's head from
+    /// its cell (the shortcut, read one-sided: beside the get's READ, or
+    /// after a CAS) rather than from a call to the metadata server.
+    shortcuts,
     /// Clover: groups of buffers a client was handed that had been freed
     /// and recycled by the metadata server (garbage collection).
     recycled,

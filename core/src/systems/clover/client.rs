@@ -36,7 +36,7 @@ use alloc::vec::Vec;
 
 use super::buffer;
 use super::header::{self, Cursor, Next};
-use super::wire::{self, Alloc, Answer, Group, MAX_GIVEN, MAX_RETIRES, Retire};
+use super::wire::{self, Alloc, Answer, Chain, Group, MAX_GIVEN, MAX_RETIRES, Retire};
 use super::{Clover, MS};
 use crate::index::cache::LocationCache;
 use crate::kv::place::{key_hash, node_of};
@@ -45,6 +45,7 @@ use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, Store
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join2;
 use crate::substrate::lease::Held;
+use crate::substrate::memory::read_word;
 use crate::substrate::msg::MsgError;
 use crate::substrate::msg::rpc::{Channel, Status};
 use crate::substrate::mutant::mutant;
@@ -52,7 +53,7 @@ use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
 use crate::systems::pdpm_central::client::{call_error, call_timeout_ns, open_channel};
-use crate::{MemError, MemErrorKind, Memory, NodeId};
+use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
 
 /// Free groups a client keeps per data node, by default (the store's
 /// `pool` option).
@@ -84,6 +85,10 @@ struct Seen {
     /// When the cursor was last known right (the client's clock, ticks):
     /// it is dropped [`super::CURSOR_LIFETIME_NS`] later.
     since: u64,
+    /// The key's cell on its primary, where the MS keeps the chain's head
+    /// (the shortcut, [`super::ms`]): where the client starts again when
+    /// its cursor is dropped. Fixed for the key's life.
+    cell: RemoteAddr,
 }
 
 /// One Clover client.
@@ -118,9 +123,8 @@ pub struct CloverClient<M, C> {
     paths: Paths,
 }
 
-/// Where a change or a get starts: a cursor, whether it was a deletion's
-/// tail, and since when it is known right.
-type Start = (Cursor, bool, u64);
+/// Where a change or a get starts: a cursor, and what else is known.
+type Start = (Cursor, Seen);
 
 impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// Connects a client to the metadata server (waiting for it to start),
@@ -164,6 +168,11 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// its GC version.
     pub fn cursor(&self, key: &[u8]) -> Option<Cursor> {
         Cursor::of_location(self.cache.peek(key)?.0, self.mem.node_count())
+    }
+
+    /// The key's cell, if cached: where the MS keeps its chain's head.
+    pub fn cell(&self, key: &[u8]) -> Option<RemoteAddr> {
+        Some(self.cache.peek(key)?.1.cell)
     }
 
     /// Versions it retired and has not sent to the MS yet.
@@ -232,16 +241,26 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         self.clock.now().saturating_sub(since) > self.lifetime
     }
 
-    /// The key's cursor if cached and not too old.
+    /// The key's cursor if cached (too old or not: one too old starts
+    /// again from the key's cell, [`Self::restart`]).
     fn cached(&mut self, key: &[u8]) -> Option<Start> {
         let nodes = self.mem.node_count();
         let (loc, &mut seen) = self.cache.get(key)?;
         match Cursor::of_location(loc, nodes) {
-            Some(c) if !self.expired(seen.since) => Some((c, seen.deleted, seen.since)),
-            _ => {
+            Some(c) => Some((c, seen)),
+            None => {
                 self.cache.remove(key);
                 None
             }
+        }
+    }
+
+    /// Where the MS's answer `chain` starts `key`, known right since
+    /// `since`; an error if it is not on the key's primary.
+    fn start(&self, key: &[u8], chain: Chain, since: u64) -> Result<Start, KvError> {
+        match chain.head.at.node == node_of(key, 0, self.mem.node_count()) {
+            true => Ok((chain.head, Seen { deleted: false, since, cell: chain.cell })),
+            false => Err(KvError::Corrupt),
         }
     }
 
@@ -251,7 +270,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let since = self.clock.now();
         match self.call(wire::LOOKUP, key).await? {
             Answer::Absent => Ok(None),
-            Answer::Head(at) => Ok(Some((at, false, since))),
+            Answer::Head(chain) => self.start(key, chain, since).map(Some),
             _ => Err(KvError::Corrupt),
         }
     }
@@ -265,20 +284,45 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         }
     }
 
-    /// Drops the key's cursor and starts again from the MS's head (its
+    /// Drops the key's cursor and starts again from the key's head (its
     /// cursor met a buffer recycled since, or another key's bytes, or grew
-    /// too old): the `restarts`-th time, at most [`MAX_RESTARTS`].
-    async fn restart(&mut self, key: &[u8], restarts: &mut usize) -> Result<Option<Start>, KvError> {
+    /// too old): the head in the key's `cell` (`read`: its word, read
+    /// beside the operation's READ, and when that was sent; else it is
+    /// read now, one-sided), or the MS's if the cell's word is not right.
+    /// The `restarts`-th time, at most [`MAX_RESTARTS`].
+    async fn restart(
+        &mut self,
+        key: &[u8],
+        cell: RemoteAddr,
+        read: Option<(u64, u64)>,
+        restarts: &mut usize,
+    ) -> Result<Option<Start>, KvError> {
         self.cache.remove(key);
         *restarts += 1;
         if *restarts > MAX_RESTARTS {
             return Err(KvError::Corrupt);
         }
-        self.lookup(key).await
+        let (word, sent) = match read {
+            Some(r) => r,
+            None => {
+                let sent = self.clock.now();
+                (read_word(&self.mem, cell).await.map_err(mem_error)?, sent)
+            }
+        };
+        let nodes = self.mem.node_count();
+        match header::decode_cell(word, key_hash(key), nodes).filter(|h| h.at.node == cell.node) {
+            // Known right when the cell was read: the MS writes a head
+            // there before it frees anything behind it (`super::ms`).
+            Some(head) => {
+                self.paths.shortcuts += 1;
+                Ok(Some((head, Seen { deleted: false, since: sent, cell })))
+            }
+            None => self.lookup(key).await,
+        }
     }
 
-    fn remember(&mut self, key: &[u8], at: Cursor, deleted: bool, since: u64) {
-        self.cache.insert(key, at.location(), Seen { deleted, since });
+    fn remember(&mut self, key: &[u8], at: Cursor, seen: Seen) {
+        self.cache.insert(key, at.location(), seen);
     }
 
     /// A free group whose primary is the key's (fetched in the foreground
@@ -348,17 +392,18 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             (None, Change::Put { value, revive: true }) => {
                 let since = self.clock.now();
                 match self.call(wire::CREATE, &wire::create_body(key, value)).await? {
-                    Answer::Created(at) => {
-                        self.remember(key, at, false, since);
+                    Answer::Created(chain) => {
+                        let (at, seen) = self.start(key, chain, since)?;
+                        self.remember(key, at, seen);
                         return Ok(Ok(Written));
                     }
-                    Answer::Head(at) => Some((at, false, since)),
+                    Answer::Head(chain) => Some(self.start(key, chain, since)?),
                     _ => return Err(KvError::Corrupt),
                 }
             }
             (None, _) => self.lookup(key).await?,
         };
-        let Some((mut at, deleted, mut since)) = found else { return Ok(Err(Missing::NotFound)) };
+        let Some((mut at, mut seen)) = found else { return Ok(Err(Missing::NotFound)) };
         // The new version, written before any CAS can link it.
         let group = match change {
             Change::Put { value, .. } => {
@@ -373,13 +418,13 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             Change::Delete => None,
         };
         let revive = matches!(change, Change::Put { revive: true, .. });
-        let mut on_deleted = deleted && revive;
+        let mut on_deleted = seen.deleted && revive;
         let mut restarts = 0;
         loop {
-            if self.expired(since) {
+            if self.expired(seen.since) {
                 self.paths.gc_timeouts += 1;
-                match self.restart(key, &mut restarts).await {
-                    Ok(Some((c, _, s))) => (at, since, on_deleted) = (c, s, false),
+                match self.restart(key, seen.cell, None, &mut restarts).await {
+                    Ok(Some(s)) => ((at, seen), on_deleted) = (s, false),
                     r => {
                         self.give_back(group);
                         return r.and(Err(KvError::Corrupt));
@@ -397,12 +442,13 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             // linked it.
             let prev = self.mem.cas(at.at, expect, new).await.map_err(mem_error)?;
             if prev == expect {
+                let cell = seen.cell;
                 match group {
                     Some(g) => {
                         self.retired.push(Retire { key: key.to_vec(), old: at, new: g.primary });
-                        self.remember(key, g.primary, false, sent);
+                        self.remember(key, g.primary, Seen { deleted: false, since: sent, cell });
                     }
-                    None => self.remember(key, at, true, sent),
+                    None => self.remember(key, at, Seen { deleted: true, since: sent, cell }),
                 }
                 return Ok(Ok(Written));
             }
@@ -417,7 +463,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 Some(Next::Deleted(gc)) if gc == at.gc => match change {
                     Change::Put { revive: true, .. } => on_deleted = true,
                     _ => {
-                        self.remember(key, at, true, sent);
+                        self.remember(key, at, Seen { deleted: true, since: sent, ..seen });
                         self.give_back(group);
                         return Ok(Err(Missing::NotFound));
                     }
@@ -426,8 +472,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 // key's word: start again from the head.
                 _ => {
                     self.paths.stale_gc += 1;
-                    match self.restart(key, &mut restarts).await {
-                        Ok(Some((c, _, s))) => (at, since, on_deleted) = (c, s, false),
+                    match self.restart(key, seen.cell, None, &mut restarts).await {
+                        Ok(Some(s)) => ((at, seen), on_deleted) = (s, false),
                         r => {
                             self.give_back(group);
                             return r.and(Err(KvError::Corrupt));
@@ -441,20 +487,29 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     async fn get_value(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         let tag = key_hash(key);
         let nodes = self.mem.node_count();
-        let Some((mut at, _, mut since)) = self.find(key).await? else { return Ok(Got::NotFound) };
+        let Some((mut at, mut seen)) = self.find(key).await? else { return Ok(Got::NotFound) };
         let mut restarts = 0;
         loop {
             let sent = self.clock.now();
-            let fresh = !self.expired(since);
-            let b = match fresh {
-                true => Some(self.mem.read(at.at, self.buffer).await.map_err(mem_error)?),
-                false => None,
-            };
+            if self.expired(seen.since) {
+                self.paths.gc_timeouts += 1;
+                match self.restart(key, seen.cell, None, &mut restarts).await? {
+                    Some(s) => (at, seen) = s,
+                    None => return Ok(Got::NotFound),
+                }
+                continue;
+            }
+            // The cursor's buffer, and beside it the key's cell: where the
+            // get starts again, with no roundtrip of its own, if the
+            // cursor's buffer was recycled (the paper's shortcut, raced
+            // against the chain walk).
+            let (b, cell) = join2(self.mem.read(at.at, self.buffer), read_word(&self.mem, seen.cell)).await;
+            let b = b.map_err(mem_error)?;
             // The read time-out (pDPM §5.2): a READ that took longer may
             // have met a buffer freed and handed out again meanwhile.
             let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
-            let read = match b {
-                Some(b) if !late => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
+            let read = match late {
+                false => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
                     // Mutant `clover-no-gcver`: the reader takes whatever
                     // incarnation of the buffer it finds.
                     Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
@@ -466,26 +521,27 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                         None
                     }
                 },
-                _ => {
+                true => {
                     self.paths.gc_timeouts += 1;
                     None
                 }
             };
-            // Either way: start again from the head.
+            // Either way: start again from the head, in the cell's word
+            // read beside (a head then, whatever the READ's time).
             let Some((got, v)) = read else {
-                match self.restart(key, &mut restarts).await? {
-                    Some((c, _, s)) => (at, since) = (c, s),
+                match self.restart(key, seen.cell, cell.ok().map(|w| (w, sent)), &mut restarts).await? {
+                    Some(s) => (at, seen) = s,
                     None => return Ok(Got::NotFound),
                 }
                 continue;
             };
             match v.next {
                 Next::Tail(_) => {
-                    self.remember(key, at, false, sent);
+                    self.remember(key, at, Seen { deleted: false, since: sent, ..seen });
                     return Ok(Got::Found(Value::in_buf(got, v.value)));
                 }
                 Next::Deleted(_) => {
-                    self.remember(key, at, true, sent);
+                    self.remember(key, at, Seen { deleted: true, since: sent, ..seen });
                     return Ok(Got::Deleted);
                 }
                 // Mutant `clover-stale-cursor`: the cursor's version is

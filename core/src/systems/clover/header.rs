@@ -157,6 +157,24 @@ pub fn decode(w: u64, tag: u64, nodes: usize) -> Option<Next> {
     }
 }
 
+/// The word of a key's *cell*: its chain's head, written in place by the
+/// metadata server as it frees versions and read by clients as the
+/// paper's shortcut (`super::ms`). A link word of the key, so checked and
+/// bound to the key as any header word; never CASed, only written by the
+/// MS and read.
+pub fn cell_word(head: Cursor, tag: u64) -> u64 {
+    Next::Link(head).word(tag)
+}
+
+/// The head a cell's word `w` names, for the key whose hash is `tag`;
+/// `None` if it cannot be right.
+pub fn decode_cell(w: u64, tag: u64, nodes: usize) -> Option<Cursor> {
+    match decode(w, tag, nodes)? {
+        Next::Link(head) => Some(head),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +202,10 @@ mod tests {
         assert_eq!(Cursor::of_location(c.location(), 4), Some(c));
         assert_eq!(Cursor::of_location(c.location(), 3), None);
         assert_eq!(Cursor::of_location(0, 3), None);
+        let head = Cursor::new(RemoteAddr::new(NodeId(3), 1 << 30), 255);
+        assert_eq!(decode_cell(cell_word(head, 7), 7, 4), Some(head));
+        assert_eq!(decode_cell(cell_word(head, 7), 8, 4), None, "another key's cell");
+        assert_eq!(decode_cell(tail(7, 1), 7, 4), None, "a header word that is not a link");
     }
 
     proptest! {

@@ -46,9 +46,16 @@
 //!   on node 0 (`RaceIndex`): insert of a new key = the RPC and the MS's
 //!   WRITE, 2 roundtrips (as pDPM-Central's write).
 //! - **Cursors and lookups.** The cursor is the key's entry in the
-//!   client's location cache; on a miss, the MS answers the chain's head
-//!   (1 roundtrip more) and the client walks from there (no shortcuts: a
-//!   chain is walked from its head by a client that never saw the key).
+//!   client's location cache, with the address of the key's *cell*; on a
+//!   miss, the MS answers the chain's head and the cell (1 roundtrip
+//!   more) and the client walks from there.
+//! - **Shortcuts.** The cell, a word on the key's primary, holds the
+//!   chain's head, which the MS writes there as it frees versions (GC
+//!   keeps it near the tail). A get reads it beside its first READ, and a
+//!   cursor found recycled or too old starts again from it, one-sided,
+//!   rather than from a call to the MS. The paper's shortcut is written by
+//!   each writer instead; why that one is unsound once GC versions wrap,
+//!   and this one is not, is in [`ms`].
 //! - **Replication.** A version is written to its R nodes, and the write
 //!   waits for the primary and a majority of the R copies; the chain's
 //!   links exist on the primary only, and reads and CASes go there. So,
@@ -132,7 +139,9 @@
 //! key), whose meta word has the cursor's GC version, and whose header
 //! word is a tail (or deleted) word of that same GC version. A cursor
 //! (B, g) is taken only where B held incarnation g: from the MS (its head
-//! is never freed), from the client's own commit, or from a link read in
+//! is never freed), from the key's cell (the MS writes a head there before
+//! it frees what is behind it, so B was not freed when the cell was read),
+//! from the client's own commit, or from a link read in
 //! a buffer reached this way (a link in incarnation g of B was written
 //! while B's successor lived; one in a later incarnation of B, for the
 //! same key, leads to a later version still), and it is used only within
@@ -150,11 +159,10 @@
 //! - **All-way chaining** across replicas (every copy of version N linked
 //!   to every copy of N+1, the paper's 3-roundtrip replicated write), so
 //!   that reads survive the primary's loss and can spread over replicas.
-//! - **Shortcuts**: the per-key best-effort pointer to the latest version,
-//!   raced against the chain walk; and the MS refreshing a key's head
-//!   from the retires to the latest version: a client that never saw a
-//!   key walks its chain from the MS's head (the oldest version not freed
-//!   yet), a roundtrip per version.
+//! - **Shortcuts ahead of the head**: the paper's shortcut may name a
+//!   version newer than the oldest one not freed (the writers write it);
+//!   ours is the MS's head, which serves restarts, not a cursor that is
+//!   behind (it follows links, a roundtrip per version).
 //! - **Size classes**: every buffer has room for the largest value.
 //! - **Backup metadata servers**: the MS's state is the index and the
 //!   head cells on node 0 (a standby takes over from them, as
@@ -314,8 +322,8 @@ impl KvSystem for Clover {
     }
 
     /// The MS's chunks (clients allocate nothing themselves): on every
-    /// node a chunk of buffers; on node 0 also its server area, a chunk of
-    /// index key blocks, one of head cells, and one more that
+    /// node a chunk of buffers and one of keys' cells; on node 0 also its
+    /// server area, a chunk of index key blocks, and one more that
     /// `edge_tests::min_node_bytes_takes_keys_from_every_client_and_no_less_does`
     /// finds the MS takes there since garbage collection (not traced yet:
     /// the test holds the figure exact, a chunk less fails).
@@ -325,7 +333,7 @@ impl KvSystem for Clover {
         }
         let own = match node == MS {
             true => 4 + geometry(cfg).bytes().div_ceil(shape.chunk),
-            false => 1,
+            false => 2,
         };
         Ok(NodeChunks { own, per_client: 0 })
     }

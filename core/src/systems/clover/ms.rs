@@ -7,15 +7,18 @@
 //! - **Index and creates.** A key's chain starts at its first version,
 //!   which the MS writes itself (to the key's R nodes, out of place, as
 //!   any version) before it maps the key, in the store's index
-//!   (`RaceIndex`) on its node, the paper's "local PM", to the key's head
-//!   cell there, which holds the head's cursor. Creates are
+//!   (`RaceIndex`) on its node, the paper's "local PM", to the key's
+//!   *cell*: a word on the key's primary that holds the chain's head
+//!   (the paper keeps heads in the MS's PM and a shortcut per key on its
+//!   DN; here they are one word, see "Shortcuts" below). Creates are
 //!   serialized by the server loop; a create of a key that has a chain
 //!   answers that chain, on which the client appends its version. So a
 //!   key has one chain for ever, deletes and inserts again included
 //!   ([`super::header`]).
-//! - **Lookups** answer the chain's head from the MS's map, loaded from
-//!   the index on a key's first request (after a restart: nothing else to
-//!   recover, every other piece of state is in the chains).
+//! - **Lookups** answer the chain's head and cell from the MS's map,
+//!   loaded from the index and the cell on a key's first request (after a
+//!   restart: nothing else to recover, every other piece of state is in
+//!   the chains).
 //! - **ALLOC** hands a client a batch of free *groups* on every data node
 //!   at once (the paper's "background batches, one bucket per DN"): a
 //!   group is a version's R buffers, one on a primary node and one on each
@@ -35,11 +38,11 @@
 //!   the version linked from it; retires that arrive early wait. So a walk
 //!   from the head never meets a freed buffer, and a version is freed at
 //!   most once (only the head is freed, and the head only moves forward).
-//!   The new head is written to the key's *head cell* on the MS's node
-//!   (the paper's local PM: the index maps the key to its cell, written
-//!   in place, as the index's out-of-place updates would leak a key block
-//!   per move) before anything behind it is freed, so that a standby
-//!   starts from a head that is not recycled.
+//!   The new head is written to the key's cell (in place: the index maps
+//!   the key to its cell, as the index's out-of-place updates would leak
+//!   a key block per move) before anything behind it is freed, so that a
+//!   standby, and a client that reads the cell, start from a head that is
+//!   not recycled.
 //! - **A retire that never comes** (its client crashed, or its ALLOC met a
 //!   crashed MS) would stop the key's chain for ever: when a key has more
 //!   than [`STUCK_AFTER`] retires waiting, the MS reads its head's header
@@ -59,6 +62,26 @@
 //!   group, as the index holds its entry.
 //! - **Given back**: a client's unused groups, when it closes.
 //!
+//! # Shortcuts (pDPM §5.1)
+//!
+//! The paper's shortcut is a per-key word on the key's DN, written by each
+//! writer after its commit, that clients race against their chain walk.
+//! A writer's shortcut can land after the version it names was retired
+//! and freed (a slow writer, a crashed one's successor that never writes
+//! its own), and then stays, naming a buffer that is recycled again and
+//! again: once its 8-bit GC version wraps, a reader that follows it finds
+//! a buffer of the right key and GC version that may be a version never
+//! linked. So here the shortcut is the key's cell, written by the MS only,
+//! before it frees anything behind the head it names: a client that
+//! reads `(B, g)` there read it before the MS overwrote it, so before `B`
+//! was freed, and such a cursor is as sound as one the MS answers
+//! (`super`'s GC argument). Clients keep the cell's address with their
+//! cursor, read the cell beside a get's first READ, and restart from it
+//! (one-sided, no call) when their cursor was recycled. It names the
+//! oldest version not freed, which GC keeps near the tail; it is never
+//! ahead of a cursor that is still valid, so it serves the restarts, not
+//! the hops (those follow links).
+//!
 //! What an incarnation knows of groups (their backups, the free lists) is
 //! lost with it: a standby frees the groups it did not make without their
 //! backups (it tops them up with fresh buffers when it hands them out),
@@ -74,7 +97,7 @@ use hashbrown::HashMap;
 
 use super::buffer;
 use super::header::{self, Cursor, Next};
-use super::wire::{self, Alloc, Answer, Group, MAX_BATCH, Retire};
+use super::wire::{self, Alloc, Answer, Chain, Group, MAX_BATCH, Retire};
 use crate::index::{Index, Insert, RaceIndex};
 use crate::kv::place::{addr_of, key_hash, location_of, node_of};
 use crate::kv::{KvError, StoreConfig};
@@ -151,9 +174,9 @@ impl Shape {
 }
 
 /// A key's chain as the MS keeps it.
-struct Chain {
-    /// The key's head cell on the MS's node (what the index maps the key
-    /// to): the head, written in place as it moves.
+struct Kept {
+    /// The key's cell on its primary (what the index maps the key to):
+    /// the head, written in place as it moves ([`header::cell_word`]).
     cell: RemoteAddr,
     /// Its oldest version not freed.
     head: Cursor,
@@ -166,7 +189,7 @@ pub struct MetadataServer {
     shape: Shape,
     index: RaceIndex,
     slab: SlabAllocator,
-    chains: HashMap<Vec<u8>, Chain>,
+    chains: HashMap<Vec<u8>, Kept>,
     /// The backups of every group this incarnation made or freed, by its
     /// primary's buffer.
     groups: HashMap<RemoteAddr, heapless::Vec<RemoteAddr, MAX_REPLICAS>>,
@@ -213,19 +236,22 @@ impl MetadataServer {
         self.cooling.len() + self.overflow.len() + self.free.iter().map(|f| f.len()).sum::<usize>()
     }
 
-    /// The head of `key`'s chain, from the map or the index.
-    async fn head<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Cursor>, KvError> {
+    /// `key`'s chain (its head and cell), from the map or the index.
+    async fn head<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Chain>, KvError> {
         if let Some(c) = self.chains.get(key) {
-            return Ok(Some(c.head));
+            return Ok(Some(Chain { head: c.head, cell: c.cell }));
         }
         let Some(entry) = self.index.lookup(mem, key).await? else { return Ok(None) };
         let nodes = mem.node_count();
-        let cell = addr_of(entry.location, nodes).filter(|a| a.offset != 0).ok_or(KvError::Corrupt)?;
+        let primary = node_of(key, 0, nodes);
+        let cell = addr_of(entry.location, nodes).filter(|a| a.offset != 0 && a.node == primary);
+        let cell = cell.ok_or(KvError::Corrupt)?;
         let word = read_word(mem, cell).await.map_err(KvError::Down)?;
-        let head = Cursor::of_location(word, nodes).ok_or(KvError::Corrupt)?;
+        let head = header::decode_cell(word, key_hash(key), nodes).filter(|h| h.at.node == primary);
+        let head = head.ok_or(KvError::Corrupt)?;
         self.paths.loaded += 1;
-        self.chains.insert(key.to_vec(), Chain { cell, head, pending: Vec::new() });
-        Ok(Some(head))
+        self.chains.insert(key.to_vec(), Kept { cell, head, pending: Vec::new() });
+        Ok(Some(Chain { head, cell }))
     }
 
     fn skipped(&mut self, node: NodeId) -> bool {
@@ -339,11 +365,13 @@ impl MetadataServer {
         let nodes = mem.node_count();
         let r = self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS));
         self.cool(mem);
-        let g = self.group(mem, node_of(key, 0, nodes)).await?;
-        let bytes = buffer::encode(key, value, key_hash(key), g.primary.gc);
-        // The key's head cell, written beside the first version (the same
-        // roundtrip) and before the index maps the key to it.
-        let cell = match self.slab.alloc(mem, self.shape.node, 8).await {
+        let primary = node_of(key, 0, nodes);
+        let g = self.group(mem, primary).await?;
+        let tag = key_hash(key);
+        let bytes = buffer::encode(key, value, tag, g.primary.gc);
+        // The key's cell, on its primary, written beside the first version
+        // (the same roundtrip) and before the index maps the key to it.
+        let cell = match self.slab.alloc(mem, primary, 8).await {
             Ok(cell) => cell,
             Err(e) => {
                 self.release(mem, g.primary);
@@ -353,7 +381,10 @@ impl MetadataServer {
         let counted = Counted::new(mem);
         let backups = &g.backups;
         let ((p, c), (reached, _)) = join2(
-            join2(counted.write(g.primary.at, &bytes), counted.write(cell, &g.primary.location().to_le_bytes())),
+            join2(
+                counted.write(g.primary.at, &bytes),
+                counted.write(cell, &header::cell_word(g.primary, tag).to_le_bytes()),
+            ),
             to_all(backups.len(), majority(r) - 1, |i| counted.write(backups[i], &bytes)),
         )
         .await;
@@ -378,9 +409,9 @@ impl MetadataServer {
                 };
             }
         };
-        self.chains.insert(key.to_vec(), Chain { cell, head, pending: Vec::new() });
+        self.chains.insert(key.to_vec(), Kept { cell, head, pending: Vec::new() });
         self.paths.creates += 1;
-        Ok((if head == g.primary { Answer::Created(head) } else { Answer::Head(head) }, rounds))
+        Ok((Answer::Created(Chain { head, cell }), rounds))
     }
 
     /// Takes `r` into its key's chain and frees what it can, in chain
@@ -433,7 +464,7 @@ impl MetadataServer {
             return Ok(());
         }
         let cell = chain.cell;
-        match mem.write(cell, &head.location().to_le_bytes()).await {
+        match mem.write(cell, &header::cell_word(head, tag).to_le_bytes()).await {
             Ok(()) => {
                 if let Some(chain) = self.chains.get_mut(&r.key) {
                     chain.head = head;

@@ -342,44 +342,66 @@ proptest! {
 /// and handed out again, here to a write of the same key that was never
 /// linked (it met a deletion): the buffer holds a whole version of the
 /// key, as the tail, with the next GC version. The reader finds another
-/// GC version than its cursor's, drops it and starts again from the MS's
-/// head (mutant `clover-no-gcver` returns the recycled bytes).
+/// GC version than its cursor's, drops it and starts again from the head
+/// in the key's cell, read beside its READ: 2 roundtrips and no call to
+/// the MS (mutant `clover-no-gcver` returns the recycled bytes). A writer
+/// whose CAS meets a recycled buffer reads the cell too; a garbled cell
+/// sends the restart to the MS.
 #[test]
 fn a_recycled_buffer_is_never_read_as_a_value() {
     let cfg = config();
     let (mut sim, _shell) = setup(&cfg, 3, 7);
     let mem = sim.client();
     sim.block_on(async move {
-        let mut a = connect(mem.clone(), &mem, &cfg, 1).await;
+        let counted = Counted::new(mem.clone());
+        let mut a = connect(&counted, &mem, &cfg, 1).await;
         let mut w = connect(mem.clone(), &mem, &cfg, 2).await;
         a.insert(b"k", b"v0").await.unwrap();
         assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v0"[..]));
-        let old = a.cursor(b"k").unwrap();
-        for i in 1..=3u8 {
-            w.update(b"k", &[b'v', b'0' + i]).await.unwrap().unwrap();
-        }
-        assert_eq!(w.retires_waiting(), 3);
-        // Its retires reach the MS, which frees the first three versions.
+        // Versions 1-3 of `k` by a writer that closes (its retires reach
+        // the MS, which frees them up to the tail), then a's cursor's
+        // buffer handed out again and written, never linked.
+        let recycle = async |old: header::Cursor, i: u8| {
+            let mut w = connect(mem.clone(), &mem, &cfg, 2).await;
+            for j in 1..=3u8 {
+                w.update(b"k", &[b'v', b'0' + i + j]).await.unwrap().unwrap();
+            }
+            assert_eq!(w.retires_waiting(), 3);
+            w.close().await.unwrap();
+            let tag = crate::kv::place::key_hash(b"k");
+            mem.write(old.at, &buffer::encode(b"k", b"never", tag, old.gc.wrapping_add(1))).await.unwrap();
+        };
         w.close().await.unwrap();
-        let tag = crate::kv::place::key_hash(b"k");
-        let recycled = buffer::encode(b"k", b"never", tag, old.gc.wrapping_add(1));
-        mem.write(old.at, &recycled).await.unwrap();
+        recycle(a.cursor(b"k").unwrap(), 0).await;
+        counted.reset();
         let got = value(a.get(b"k").await);
         assert!(got.as_deref() != Some(&b"never"[..]), "a recycled buffer's bytes were returned");
         assert_eq!(got.as_deref(), Some(&b"v3"[..]));
-        assert_eq!(a.paths().stale_gc, 1, "{:?}", a.paths());
-        // Its update too: the CAS finds another tail word there.
+        let p = a.paths();
+        assert_eq!((p.stale_gc, p.shortcuts), (1, 1), "{p:?}");
+        assert_eq!((counted.roundtrips(), counted.ops()), (2, 4), "READ + cell, twice: the cursor, the head");
+        // A garbled cell: the restart asks the MS.
+        recycle(a.cursor(b"k").unwrap(), 3).await;
+        mem.write(a.cell(b"k").unwrap(), &[0xab; 8]).await.unwrap();
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v6"[..]));
+        let p = a.paths();
+        assert_eq!((p.stale_gc, p.shortcuts), (2, 1), "{p:?}");
+        // An update too: the CAS finds another tail word there.
         let mut b = connect(mem.clone(), &mem, &cfg, 3).await;
         b.insert(b"j", b"j0").await.unwrap();
-        let mut c = connect(mem.clone(), &mem, &cfg, 4).await;
+        let counted = Counted::new(mem.clone());
+        let mut c = connect(&counted, &mem, &cfg, 4).await;
         assert_eq!(value(c.get(b"j").await).as_deref(), Some(&b"j0"[..]));
         let old = c.cursor(b"j").unwrap();
         b.update(b"j", b"j1").await.unwrap().unwrap();
         b.close().await.unwrap();
         let tag = crate::kv::place::key_hash(b"j");
         mem.write(old.at, &buffer::encode(b"j", b"never", tag, old.gc.wrapping_add(1))).await.unwrap();
+        counted.reset();
         assert_eq!(c.update(b"j", b"j2").await, Ok(Ok(Written)));
-        assert_eq!(c.paths().stale_gc, 1, "{:?}", c.paths());
+        let p = c.paths();
+        assert_eq!((p.stale_gc, p.shortcuts), (1, 1), "{p:?}");
+        assert_eq!(counted.roundtrips(), 4, "WRITE, CAS, the cell, CAS at the head");
         assert_eq!(value(a.get(b"j").await).as_deref(), Some(&b"j2"[..]));
     })
     .unwrap();

@@ -12,7 +12,7 @@
 //!         | given back (1) | per group: its primary (8)
 //! answer  kind (1) | server's roundtrips to data nodes (1)
 //!         | groups handed out again, recycled (2) | 0 (4)
-//!         [ | cursor (8): a chain's head, for Head and Created ]
+//!         [ | head (8) | cell (8): a key's chain, for Head and Created ]
 //!         [ | per node: count (1) | count x group, for Buffers ]
 //! group   primary's offset (8) | GC version (1) | backups (1) | backups x location (8)
 //! failure a data node down: 3 | node (2) | timed out (1); else as
@@ -140,15 +140,27 @@ impl Alloc {
     }
 }
 
+/// Where a key's chain is, as the MS answers it: its head (the oldest
+/// version not freed) and its *cell*, the word on the key's primary where
+/// the MS keeps that head, which the client reads itself from then on
+/// (the paper's shortcut, [`super::header::cell_word`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The head.
+    pub head: Cursor,
+    /// The key's cell, on the head's node.
+    pub cell: RemoteAddr,
+}
+
 /// What an answer says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
     /// The key has no chain.
     Absent,
-    /// The key's chain starts at this buffer (on the key's primary).
-    Head(Cursor),
-    /// The chain was created with its first version, here.
-    Created(Cursor),
+    /// The key's chain (on the key's primary).
+    Head(Chain),
+    /// The chain was created with its first version, its head.
+    Created(Chain),
     /// Free groups: per primary node, its groups (none where the node
     /// failed); of which `recycled` were handed out before.
     Buffers {
@@ -200,7 +212,10 @@ impl Answer {
         out.extend_from_slice(&[self.kind(), rounds, r[0], r[1], 0, 0, 0, 0]);
         match self {
             Answer::Absent => {}
-            Answer::Head(c) | Answer::Created(c) => out.extend_from_slice(&c.location().to_le_bytes()),
+            Answer::Head(c) | Answer::Created(c) => {
+                out.extend_from_slice(&c.head.location().to_le_bytes());
+                out.extend_from_slice(&location_of(c.cell).to_le_bytes());
+            }
             Answer::Buffers { groups, .. } => {
                 for gs in groups {
                     out.push(gs.len().min(MAX_BATCH) as u8);
@@ -225,9 +240,11 @@ impl Answer {
             return None;
         }
         let rest = &b[ANSWER_HEADER..];
-        let at = |rest: &[u8]| -> Option<Cursor> {
-            let c = Cursor::of_location(word_at(rest, 0)?, nodes)?;
-            (rest.len() == 8).then_some(c)
+        let at = |rest: &[u8]| -> Option<Chain> {
+            let head = Cursor::of_location(word_at(rest, 0)?, nodes)?;
+            let cell = addr_of(word_at(rest, 8)?, nodes)?;
+            let fits = rest.len() == 16 && cell.node == head.at.node && cell.offset != 0;
+            (fits && cell.offset.is_multiple_of(8)).then_some(Chain { head, cell })
         };
         let a = match h[0] {
             0 if rest.is_empty() => Answer::Absent,
@@ -305,6 +322,7 @@ mod tests {
     #[test]
     fn answers_round_trip() {
         let a = Cursor::new(RemoteAddr::new(NodeId(2), 4096), 3);
+        let chain = Chain { head: a, cell: RemoteAddr::new(NodeId(2), 64) };
         let g = |node: u16, off, gc, backups: &[(u16, u64)]| Group {
             primary: Cursor::new(RemoteAddr::new(NodeId(node), off), gc),
             backups: backups.iter().map(|&(n, o)| RemoteAddr::new(NodeId(n), o)).collect(),
@@ -315,14 +333,18 @@ mod tests {
             alloc::vec![g(2, 8, 255, &[])]
         ];
         let buffers = Answer::Buffers { groups, recycled: 2 };
-        for ans in [Answer::Absent, Answer::Head(a), Answer::Created(a), buffers] {
+        for ans in [Answer::Absent, Answer::Head(chain), Answer::Created(chain), buffers] {
             let mut out = Vec::new();
             ans.encode(1, &mut out);
             assert_eq!(Answer::decode(&out, 3), Some((ans.clone(), 1)));
         }
         let mut out = Vec::new();
-        Answer::Head(a).encode(0, &mut out);
+        Answer::Head(chain).encode(0, &mut out);
         assert_eq!(Answer::decode(&out, 2), None, "a node that is not there");
+        let elsewhere = Chain { cell: RemoteAddr::new(NodeId(1), 64), ..chain };
+        out.clear();
+        Answer::Head(elsewhere).encode(0, &mut out);
+        assert_eq!(Answer::decode(&out, 3), None, "a cell off the head's node");
         let req = Alloc {
             want: alloc::vec![1, 0, 3],
             retires: alloc::vec![Retire { key: b"key".to_vec(), old: a, new: Cursor::new(a.at, 4) }],
