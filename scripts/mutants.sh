@@ -44,6 +44,7 @@ MUTANTS=(
   "rewrites-forgotten||roundtrips per update|cargo test -p swarm-core --release --lib swarm::recycle::tests::writes_after_recycling"
   "waits-for-late||open waited for node 0's time-out|cargo test -p swarm-core --release --lib systems::edge_tests::a_stalled_node_0"
   "claim-timer-resets||kept changing|cargo test -p swarm-core --release --lib systems::tests::a_split_view_claim"
+  "clover-no-stuck-reads||bytes more after 6 client crashes|cargo test -p swarm-core --release --lib systems::clover::tests::a_crash_loses"
 )
 
 only=${1:-}

@@ -105,6 +105,7 @@ use crate::substrate::join::join2;
 use crate::substrate::memory::read_word;
 use crate::substrate::msg::rpc::Status;
 use crate::substrate::msg::server::{Request, Service};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::slab::SlabAllocator;
@@ -443,7 +444,9 @@ impl MetadataServer {
                 head = new;
                 continue;
             }
-            if chain.pending.len() <= STUCK_AFTER || reads >= MAX_STUCK_READS {
+            // Mutant `clover-no-stuck-reads`: a retire that never came
+            // holds every later version of the key for ever.
+            if chain.pending.len() <= STUCK_AFTER || reads >= MAX_STUCK_READS || mutant!("clover-no-stuck-reads") {
                 break;
             }
             // A retire that never came: the head's own word says.
