@@ -491,45 +491,52 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let mut restarts = 0;
         loop {
             let sent = self.clock.now();
-            if self.expired(seen.since) {
-                self.paths.gc_timeouts += 1;
-                match self.restart(key, seen.cell, None, &mut restarts).await? {
-                    Some(s) => (at, seen) = s,
-                    None => return Ok(Got::NotFound),
-                }
-                continue;
-            }
-            // The cursor's buffer, and beside it the key's cell: where the
-            // get starts again, with no roundtrip of its own, if the
-            // cursor's buffer was recycled (the paper's shortcut, raced
-            // against the chain walk).
-            let (b, cell) = join2(self.mem.read(at.at, self.buffer), read_word(&self.mem, seen.cell)).await;
-            let b = b.map_err(mem_error)?;
-            // The read time-out (pDPM §5.2): a READ that took longer may
-            // have met a buffer freed and handed out again meanwhile.
-            let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
-            let read = match late {
-                false => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
-                    // Mutant `clover-no-gcver`: the reader takes whatever
-                    // incarnation of the buffer it finds.
-                    Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
-                    // A recycled buffer (another GC version, or another
-                    // key's bytes: its sum fails), a READ torn between two
-                    // of its incarnations, or garbage.
-                    _ => {
-                        self.paths.stale_gc += 1;
-                        None
-                    }
-                },
+            // The cell's word, read beside the cursor's buffer.
+            let mut cell = None;
+            let read = match self.expired(seen.since) {
+                // A cursor too old is not read.
                 true => {
                     self.paths.gc_timeouts += 1;
                     None
                 }
+                false => {
+                    // The cursor's buffer, and beside it the key's cell:
+                    // where the get starts again, with no roundtrip of its
+                    // own, if the cursor's buffer was recycled (the
+                    // paper's shortcut, raced against the chain walk).
+                    let (b, w) = join2(self.mem.read(at.at, self.buffer), read_word(&self.mem, seen.cell)).await;
+                    let b = b.map_err(mem_error)?;
+                    cell = w.ok().map(|w| (w, sent));
+                    // The read time-out (pDPM §5.2): a READ that took longer
+                    // may have met a buffer freed and handed out again
+                    // meanwhile.
+                    let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
+                    match late {
+                        false => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
+                            // Mutant `clover-no-gcver`: the reader takes
+                            // whatever incarnation of the buffer it finds.
+                            Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
+                            // A recycled buffer (another GC version, or
+                            // another key's bytes: its sum fails), a READ
+                            // torn between two of its incarnations, or
+                            // garbage.
+                            _ => {
+                                self.paths.stale_gc += 1;
+                                None
+                            }
+                        },
+                        true => {
+                            self.paths.gc_timeouts += 1;
+                            None
+                        }
+                    }
+                }
             };
-            // Either way: start again from the head, in the cell's word
-            // read beside (a head then, whatever the READ's time).
+            // Any of these: start again from the head, in the cell's word
+            // read beside (a head then, whatever the READ's time), or read
+            // now.
             let Some((got, v)) = read else {
-                match self.restart(key, seen.cell, cell.ok().map(|w| (w, sent)), &mut restarts).await? {
+                match self.restart(key, seen.cell, cell, &mut restarts).await? {
                     Some(s) => (at, seen) = s,
                     None => return Ok(Got::NotFound),
                 }
