@@ -45,6 +45,7 @@ MUTANTS=(
   "waits-for-late||open waited for node 0's time-out|cargo test -p swarm-core --release --lib systems::edge_tests::a_stalled_node_0"
   "claim-timer-resets||kept changing|cargo test -p swarm-core --release --lib systems::tests::a_split_view_claim"
   "clover-no-stuck-reads||bytes more after 6 client crashes|cargo test -p swarm-core --release --lib systems::clover::tests::a_crash_loses"
+  "torn-impatient||answered Err(Corrupt)|cargo test -p swarm-core --release --lib systems::raw::tests::a_copy_torn_for_a_while"
 )
 
 only=${1:-}

@@ -60,6 +60,16 @@ pub enum KvError {
     },
     /// Remote data that cannot be right, after retries.
     Corrupt,
+    /// A value's copy stayed torn (its checksum or tag wrong) over `reads`
+    /// reads for `ms` milliseconds: no write in flight takes that long, so
+    /// its writer died in the middle of writing it (a store without
+    /// recovery of in-place writes: RAW), or the memory is corrupt.
+    Torn {
+        /// Reads that found it torn.
+        reads: u32,
+        /// Milliseconds from the first of them to the last.
+        ms: u64,
+    },
     /// The memory nodes hold no key-value store (`systems::format` was not run).
     NoStore,
     /// The key kept changing under this client (concurrent deletes and
@@ -105,6 +115,10 @@ impl fmt::Display for KvError {
                 )
             }
             KvError::Corrupt => write!(f, "corrupt data in memory"),
+            KvError::Torn { reads, ms } => write!(
+                f,
+                "the value's copy stayed torn over {reads} reads in {ms} ms: its writer died in the middle of writing it, or the memory is corrupt"
+            ),
             KvError::NoStore => write!(f, "no key-value store on these memory nodes (format them for one first)"),
             KvError::Contended => write!(f, "the key kept changing under this client; gave up"),
             KvError::BadConfig(why) => write!(f, "bad store configuration: {why}"),

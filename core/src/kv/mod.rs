@@ -42,6 +42,7 @@ pub mod replicated;
 #[cfg(feature = "alloc")]
 pub mod seat;
 mod system;
+pub mod torn;
 
 #[cfg(feature = "alloc")]
 pub use any::AnyClient;

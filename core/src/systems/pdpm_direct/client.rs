@@ -14,6 +14,7 @@ use crate::index::cache::{LocationCache, key_hash};
 use crate::index::{Change, Entry, Expect, Index, Insert};
 use crate::kv::place::{RETRIES, addr_of, location_of, node_of};
 use crate::kv::seat::Seat;
+use crate::kv::torn::TornReads;
 use crate::kv::{Got, Handle, KvClient, KvError, KvSystem, Limits, Missing, StoreConfig, Who, Written};
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
@@ -191,7 +192,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
     /// Waits while the lock is held; takes it over once its lease is past.
     async fn read(&mut self, k: &Key, mut first: Option<(M::Buf, usize)>) -> Result<(M::Buf, Payload), KvError> {
         let mut wait = Wait::new(self.now());
-        let mut torn = 0;
+        let mut torn = TornReads::new(k.tag ^ self.rng);
         loop {
             let (buf, at) = match first.take() {
                 Some(read) => read,
@@ -203,12 +204,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
                 Seen::Free => match entry::decode(space, self.shape, k.tag) {
                     Some(p) => return Ok((buf, shifted(p, at))),
                     // Read while a write landed, or garbled.
-                    None => {
-                        torn += 1;
-                        if torn >= RETRIES {
-                            return Err(KvError::Corrupt);
-                        }
-                    }
+                    None => torn.again(&self.mem).await?,
                 },
                 Seen::Held { takeover } => self.wait(&mut wait, word, takeover).await?,
                 Seen::Expired => return Box::pin(self.read_taken_over(k, word)).await,

@@ -12,10 +12,14 @@
 //! The index location is the copy's address: node in the top 16 bits,
 //! offset below, so no descriptor is needed.
 
+#[cfg(all(test, feature = "sim"))]
+mod tests;
+
 use alloc::boxed::Box;
 
 use crate::kv::place::{INDEX_NODE, RETRIES, addr_of, location_of, node_of};
 use crate::kv::seat::{self, Seat};
+use crate::kv::torn::TornReads;
 use crate::kv::{
     Got, Guarantee, Handle, KvClient, KvError, KvSystem, Limits, Missing, NodeChunks, NodeShape, Roundtrips,
     StoreConfig, SystemInfo, Who, Written,
@@ -149,8 +153,9 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
 
     async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
-        let mut torn = 0;
-        for _ in 0..RETRIES {
+        let mut torn = TornReads::new(key_hash(key) ^ self.seat.id as u64);
+        let mut stale = 0;
+        while stale < RETRIES {
             let Some((location, tag, cached)) = self.find(key).await? else {
                 return Ok(Got::NotFound);
             };
@@ -161,18 +166,20 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
                     if !cached {
                         return Ok(Got::Deleted);
                     }
+                    stale += 1;
                 }
-                // Read during a write, or garbled: read again (through the
-                // index: the cached location may be what is wrong).
+                // Read during a write, or garbled: read again, after a
+                // pause, through the index (the cached location may be what
+                // is wrong).
                 Err(RawError::Torn) => {
-                    torn += 1;
                     self.cache.remove(key);
+                    torn.again(&self.mem).await?;
                 }
                 Err(RawError::Mem(e)) => return Err(e.into()),
                 Err(_) => return Err(KvError::Corrupt),
             }
         }
-        Err(if torn > 0 { KvError::Corrupt } else { KvError::Contended })
+        Err(KvError::Contended)
     }
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
