@@ -281,6 +281,22 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             }
         }
         let _ = writeln!(out, "\n(vs raw: median latency over RAW's for an operation; throughput over RAW's for all)");
+        for sys in self.systems.iter().filter(|s| !s.system.guarantee().shares_keys()) {
+            // A timed run with faults counts operations that found too few
+            // nodes too: its availability table shows them.
+            let untimed = sys.runs.iter().filter(|r| r.timeline.is_none());
+            let failed: u64 = untimed.flat_map(|r| &r.ops).map(|(_, s)| s.errors).sum();
+            if failed > 0 {
+                let _ = writeln!(
+                    out,
+                    "note: {}: {failed} get(s) found a copy that two clients' concurrent updates left torn (it has no \
+                     concurrency control: updates of one key by two clients at once can mix); each read it again for \
+                     {} ms, then was counted as failed, not in the latencies",
+                    sys.system.name(),
+                    swarm_core::kv::torn::TORN_PATIENCE_NS / 1_000_000
+                );
+            }
+        }
         let _ = writeln!(out, "\nload phase (every key inserted once into each round's fresh store):");
         for sys in &self.systems {
             let l = &sys.load;

@@ -480,6 +480,11 @@ struct Shared<'a> {
     spec: &'a RunSpec,
     names: KeyNames,
     handles: u64,
+    /// Whether two handles' updates of one key may leave its copy torn for
+    /// good: a store without concurrency control (RAW), run by more than
+    /// one handle. A get that finds such a copy ([`KvError::Torn`]) is
+    /// counted as failed and the run goes on.
+    tears: bool,
 }
 
 impl<S> Slot<S> {
@@ -577,6 +582,12 @@ async fn drive<S: Counting, E: Env>(
     stats: &mut PhaseStats,
 ) -> Result<(), String> {
     let mix = sh.spec.workload.mix();
+    let tolerated = |e: &KvError| match e {
+        // Too few nodes, or the one node the store needs, answered.
+        KvError::Unavailable | KvError::Down(_) => window.is_some_and(|w| w.tolerate),
+        KvError::Torn { .. } => sh.tears,
+        _ => false,
+    };
     for i in 0..n {
         if env.aborted() {
             return Err(String::new());
@@ -608,8 +619,7 @@ async fn drive<S: Counting, E: Env>(
         let end = env.now_ns();
         let (rtt, found) = match out {
             Ok(r) => r,
-            // Too few nodes, or the one node the store needs, answered.
-            Err(KvError::Unavailable | KvError::Down(_)) if window.is_some_and(|w| w.tolerate) => {
+            Err(e) if tolerated(&e) => {
                 stats.ops[kind.index()].record_error();
                 if let (Some(t), Some(w)) = (&mut stats.timeline, window) {
                     t.record_error(end.saturating_sub(w.origin_ns));
@@ -747,7 +757,10 @@ async fn client_phases<S: Counting, E: Env>(
     env: &E,
 ) -> Result<ClientResult, Option<String>> {
     let names = spec.key_names().map_err(Some)?;
-    let sh = Shared { spec, names, handles: spec.handles() as u64 };
+    let handles = spec.handles() as u64;
+    let unguarded =
+        stores.first().and_then(|s| systems::from_name(s.name())).is_some_and(|s| !s.guarantee().shares_keys());
+    let sh = Shared { spec, names, handles, tears: unguarded && handles > 1 };
     let first = (client * spec.max_inflight()) as u64;
     let mut slots: Vec<Slot<S>> = stores
         .into_iter()

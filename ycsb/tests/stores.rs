@@ -130,3 +130,19 @@ fn threads_on_in_process_shm() {
         assert!(r.runs[1].window_ns() > 0);
     }
 }
+
+/// A store without concurrency control (RAW) run by two clients: a get
+/// that found a copy torn for good is counted as failed, and the report
+/// says why below the table.
+#[test]
+fn torn_raw_copies_are_counted_and_explained() {
+    let s = RunSpec { inflight: vec![1], ..spec(Workload::A) };
+    let raw = systems::from_name("raw").unwrap();
+    let result = run_sim(&s, raw, None).unwrap();
+    let mut report = Report::new(&s, "sim".into(), serde_json::json!({}), true, &[SystemRun { system: raw, result }]);
+    assert!(!report.text().contains("left torn"), "no torn copy, no note");
+    let ops = &mut report.systems[0].runs[0].ops;
+    ops.iter_mut().find(|(k, _)| *k == OpKind::Get).unwrap().1.errors = 2;
+    let text = report.text();
+    assert!(text.contains("note: raw: 2 get(s) found a copy that two clients' concurrent updates left torn"), "{text}");
+}
