@@ -46,6 +46,7 @@ MUTANTS=(
   "claim-timer-resets||kept changing|cargo test -p swarm-core --release --lib systems::tests::a_split_view_claim"
   "clover-no-stuck-reads||bytes more after 6 client crashes|cargo test -p swarm-core --release --lib systems::clover::tests::a_crash_loses"
   "torn-impatient||answered Err(Corrupt)|cargo test -p swarm-core --release --lib systems::raw::tests::a_copy_torn_for_a_while"
+  "fusee-carve-last-byte||Err(Corrupt)|cargo test -p swarm-core --release --lib systems::fusee::tests::a_recovered_log"
 )
 
 only=${1:-}

@@ -4,7 +4,10 @@
 //! of a client, and a slow node; a fresh client reads every key at the end
 //! (with leases, as the next holder of the crashed client's id, so that
 //! it first recovers what that client left mid-operation); the history
-//! must satisfy the system's declared [`Guarantee`].
+//! must satisfy the system's declared [`Guarantee`]. In a third of the
+//! runs the crashed client is a key's only writer and crashes in one of
+//! its writes of it, which is then the key's last change: recovery must
+//! finish or drop it, with no other client's write over it.
 //!
 //! What a campaign asks of a system follows its declaration:
 //! - [`Guarantee::Linearizable`]: every client may use every key, and a
@@ -83,6 +86,12 @@ pub struct KvCampaign {
     /// recycles SWARM-KV's and DM-ABD's logs: [`crate::swarm::recycle`]),
     /// so that the last reads meet values moved home.
     pub keep: bool,
+    /// Whether the client that crashes (if one does, on shared keys) is
+    /// key 0's only writer, all its writes going there while the others
+    /// only read it: what it left mid-write is then the key's last change,
+    /// which its id's next holder finds and must finish or drop (FUSEE's
+    /// redo, §5.3), not a change others overwrote since.
+    pub owned_key: bool,
 }
 
 impl KvCampaign {
@@ -104,6 +113,7 @@ impl KvCampaign {
             server_crash: !seed.is_multiple_of(5) && !seed.is_multiple_of(3),
             heal: seed % 3 == 1,
             keep: seed % 2 == 1,
+            owned_key: (seed / 12).is_multiple_of(3),
         }
     }
 
@@ -363,6 +373,19 @@ async fn keep_recycling<K: KvClient>(s: &mut K, m: &SimMemory) {
     }
 }
 
+/// `op` where key 0 has one writer ([`KvCampaign::owned_key`]): its
+/// updates and inserts go to key 0 (`writer`), the others' writes of key
+/// 0 become reads of it, and its own deletes of it too (its updates would
+/// find nothing).
+fn owned(op: KvOp, writer: bool) -> KvOp {
+    match op {
+        KvOp::Update(_, v) if writer => KvOp::Update(0, v),
+        KvOp::Insert(_, v) if writer => KvOp::Insert(0, v),
+        KvOp::Update(0, _) | KvOp::Insert(0, _) | KvOp::Delete(0) => KvOp::Get(0),
+        op => op,
+    }
+}
+
 /// Client `id` is done (finished or crashed); the server stops after the
 /// last of `clients`.
 fn finished(done: &RefCell<Vec<u8>>, id: u8, clients: u64, server: &Option<ServerShell>) {
@@ -422,6 +445,9 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     };
     let excused: Rc<RefCell<usize>> = Rc::default();
     let done: Rc<RefCell<Vec<u8>>> = Rc::default();
+    // Key 0's only writer, once the crashed client is chosen (before the
+    // clients run).
+    let owner: Rc<core::cell::Cell<Option<u8>>> = Rc::default();
     // The leased id each client claimed (by client).
     let held: Rc<RefCell<Vec<(u8, u8)>>> = Rc::default();
     let mut clients = Vec::new();
@@ -431,7 +457,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let (hist, failures, m, cfg) = (hist.clone(), failures.clone(), mem.clone(), cfg.clone());
         let (taken, excuses, excused) = (taken.clone(), excuses.clone(), excused.clone());
         let (keys, ops, clients_n, leases, keep) = (c.keys, c.ops, c.clients as u64, c.leases, c.keep);
-        let (done, server, held) = (done.clone(), server.clone(), held.clone());
+        let (done, server, held, owner) = (done.clone(), server.clone(), held.clone(), owner.clone());
         sim.spawn(&mem, async move {
             async {
                 let clk = clock(&m, skew);
@@ -450,6 +476,9 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                     Ok(s) => s,
                     Err(e) => return failures.borrow_mut().push(format!("client {id}: connect: {e}")),
                 };
+                // Key 0's only writer: its writes of it so far, and the one
+                // it crashes in.
+                let (mut writes_0, mut crash_in) = (0, None);
                 for seq in 1..=ops {
                     m.sleep(m.random(0, 3_000)).await;
                     // Shared keys, or this client's own.
@@ -462,6 +491,19 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                         12..=16 => KvOp::Insert(k, v),
                         _ => KvOp::Delete(k),
                     };
+                    let op = match owner.get() {
+                        Some(o) => owned(op, o == id),
+                        None => op,
+                    };
+                    if owner.get() == Some(id) && matches!(op, KvOp::Update(..) | KvOp::Insert(..)) {
+                        writes_0 += 1;
+                        if writes_0 == *crash_in.get_or_insert_with(|| 2 + m.random(0, 2)) {
+                            // Somewhere in this write (writes take a few
+                            // roundtrips, tens with a slow node).
+                            m.crash_in(m.random(0, 30_000));
+                            finished(&done, id, clients_n, &server);
+                        }
+                    }
                     match record(&mut s, &m, &hist, id as u32, op, &excuses).await {
                         Ok(excuse) => *excused.borrow_mut() += excuse as usize,
                         Err(e) => return failures.borrow_mut().push(e),
@@ -515,15 +557,22 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
             }
             let crashed = sim.random(0, clients.len() as u64 - 1) as usize;
             let at = start + sim.random(0, 150_000);
-            sim.crash_client_at(&clients[crashed], at);
             victim = Some(crashed as u8 + 1);
-            // The crashed client is done when it crashes.
-            let (done, server, m) = (done.clone(), server.clone(), sim.client());
-            let (mm, n) = (m.clone(), c.clients as u64);
-            sim.spawn(&m, async move {
-                mm.sleep(at.saturating_sub(mm.now()) + 1).await;
-                finished(&done, crashed as u8 + 1, n, &server);
-            });
+            if c.owned_key {
+                // Key 0's writer crashes itself, in one of its writes of
+                // it (one that knows the key's word: not its first), and
+                // says it is done then.
+                owner.set(victim);
+            } else {
+                sim.crash_client_at(&clients[crashed], at);
+                // The crashed client is done when it crashes.
+                let (done, server, m) = (done.clone(), server.clone(), sim.client());
+                let (mm, n) = (m.clone(), c.clients as u64);
+                sim.spawn(&m, async move {
+                    mm.sleep(at.saturating_sub(mm.now()) + 1).await;
+                    finished(&done, crashed as u8 + 1, n, &server);
+                });
+            }
         }
         let slow = sim.random(0, c.replicas as u64 - 1) as usize;
         sim.slow_node_at(slow, start + sim.random(0, 30_000), 5);

@@ -40,6 +40,15 @@ impl SimMemory {
         wait(&slot).await
     }
 
+    /// Crashes this client `ns` from now (as [`super::Sim::crash_client_at`]):
+    /// a workload that crashes a client in the middle of a chosen
+    /// operation.
+    pub fn crash_in(&self, ns: u64) {
+        let mut w = self.world.borrow_mut();
+        let at = w.now.saturating_add(ns);
+        w.schedule(at, Event::CrashClient { client: self.client });
+    }
+
     /// A random number from the run's seeded generator, for workloads that
     /// must replay exactly from the seed.
     pub fn random(&self, lo: u64, hi: u64) -> u64 {

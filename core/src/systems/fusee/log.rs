@@ -183,12 +183,18 @@ pub(super) async fn recover<M: Memory, C: Clock>(
         walked += 1;
         cursor = found.iter().find(|g| g.offset < f.offset && location(g) == f.entry.prev);
     }
-    // Used: up to the last line any replica holds a byte of.
-    let used = copies
+    // Used: up to the end of the last whole object, or past the last line
+    // any replica holds a byte of (a torn object's), whichever is further.
+    // (Not the last byte alone: an object whose value ends in zeros ends
+    // past it, and carving from there would overwrite the object.)
+    let written = copies
         .iter()
         .filter_map(|b| b.iter().rposition(|&x| x != 0))
         .max()
         .map_or(0, |i| (i as u64 / ALIGN + 1) * ALIGN);
+    let objects = found.last().map_or(0, |f| f.offset - start + f.entry.len);
+    // The mutant carves from the last nonzero line alone.
+    let used = if mutant!("fusee-carve-last-byte") { written } else { written.max(objects) };
     let t1 = now(mem);
     let mut reclaimed = 0;
     if all && start + used < end {

@@ -703,6 +703,64 @@ fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
     assert!(seen.get("Redone").is_some_and(|&n| n > 0) && seen.get("Done").is_some_and(|&n| n > 0), "{seen:?}");
 }
 
+/// A crashed client's last object whose value ends in zeros stays whole
+/// through recovery: the next holder carves on from the end of the last
+/// whole object, not from the last line holding a nonzero byte (inside
+/// that object: the index record of the redo's own change, and the next
+/// holder's objects, then overwrote its zeros, and the key, which maps to
+/// it, read as corrupt; the mutant `fusee-carve-last-byte`). A crashed at
+/// every point of its update (every 400 ns), as in the test above; the
+/// next holder writes, then the key reads the value its outcome says.
+/// Found by the key-value campaigns' runs in which the crashed client is
+/// a key's only writer.
+#[test]
+fn a_recovered_log_is_carved_past_its_last_object() {
+    const T0: u64 = 1_000_000;
+    let mut zeros = alloc::vec![0u8; 200];
+    zeros[0] = 7;
+    let mut outcomes = std::collections::BTreeMap::new();
+    for step in 0..25u64 {
+        let mut cfg = config(4);
+        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+        let mut sim = setup(&mut cfg, 3);
+        let lease_wait = cfg.lease_ms as u64 * 1_000_000 + 3 * crate::substrate::clock::MAX_SKEW_NS + 1_000_000;
+        let ma = sim.client();
+        let start = sim.now();
+        {
+            let (m, cfg, zeros) = (ma.clone(), cfg.clone(), zeros.clone());
+            sim.spawn(&ma, async move {
+                let mut a = claim(&m, &cfg, 1).await;
+                a.insert(b"k", b"first").await.unwrap();
+                m.sleep((start + T0).saturating_sub(m.now())).await;
+                a.update(b"k", &zeros).await.unwrap().unwrap();
+                m.sleep(1_000_000_000).await;
+            });
+        }
+        sim.crash_client_at(&ma, start + T0 + step * 400);
+        sim.run().unwrap();
+        let (m, zeros) = (sim.client(), zeros.clone());
+        let outcome = sim
+            .block_on(async move {
+                m.sleep(lease_wait).await;
+                let mut r = claim(&m, &cfg, 1).await;
+                let rec = r.recovery().expect("the next holder recovered the log");
+                for i in 0..4u8 {
+                    r.insert(&[b'j', i], &[i; 100]).await.unwrap();
+                }
+                let mut z = client(m.clone(), &m, &cfg, 4).await;
+                // The update's object in the log, and done or redone.
+                let updated = rec.found == 2 && matches!(rec.outcome, super::Outcome::Done | super::Outcome::Redone);
+                let want = if updated { zeros } else { b"first".to_vec() };
+                let got = found(z.get(b"k").await);
+                assert_eq!(got, Ok(Some(want)), "A crashed {} ns into its update: {rec:?}", step * 400);
+                rec.outcome
+            })
+            .unwrap();
+        *outcomes.entry(std::format!("{outcome:?}")).or_insert(0) += 1;
+    }
+    assert!(outcomes.contains_key("Redone") && outcomes.contains_key("Done"), "{outcomes:?}");
+}
+
 /// Recovery is idempotent: the recovering client crashes at every point
 /// of its open (every 2 µs), and the next one recovers again; the update
 /// takes effect once (the key holds A's value), the history linearizable.
