@@ -5,8 +5,8 @@
 use alloc::string::ToString;
 use alloc::vec::Vec;
 
-use crate::check::clock;
-use crate::check::kv::{CHUNK, NODE_SIZE};
+use crate::check::kv::NODE_SIZE;
+use crate::check::{SimClock, clock};
 use crate::index::{Index, RaceIndex};
 use crate::kv::place::{INDEX_NODE, addr_of};
 use crate::kv::torn::TORN_PATIENCE_NS;
@@ -14,11 +14,10 @@ use crate::kv::{Got, KvClient, KvError, KvSystem, StoreConfig, Who};
 use crate::sim::{Sim, SimConfig, SimMemory};
 use crate::substrate::join::join2;
 use crate::substrate::memory::read_word;
-use crate::substrate::space::region::Region;
-use crate::systems::{format, from_name};
-use crate::{Memory, NodeId, RemoteAddr};
+use crate::systems::from_name;
+use crate::{Memory, RemoteAddr};
 
-use super::Raw;
+use super::{Raw, RawClient};
 
 const MS: u64 = 1_000_000;
 
@@ -29,16 +28,21 @@ fn setup() -> (Sim, StoreConfig) {
     cfg.max_value = 64;
     cfg.writers = 2;
     let mut sim = Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
-    let admin = sim.client();
-    let c = cfg.clone();
-    sim.block_on(async move {
-        for n in 0..3 {
-            Region::format(&admin, NodeId(n), NODE_SIZE, CHUNK).await.unwrap();
-        }
-        format(&admin, &c, 1).await.unwrap();
-    })
-    .unwrap();
+    crate::check::kv::setup(&mut sim, &cfg).unwrap();
     (sim, cfg)
+}
+
+/// A client that inserted `k`, and `k`'s copy torn: the address and the
+/// right value of the word garbled (its checksum).
+async fn torn_copy(mem: &SimMemory, cfg: &StoreConfig) -> (RawClient<SimMemory, SimClock>, RemoteAddr, u64) {
+    let mut a = *Raw::connect(mem.clone(), cfg, Who::Id(1), clock(mem, 0)).await.unwrap();
+    a.insert(b"k", b"value").await.unwrap();
+    let mut index = RaceIndex::open(mem, INDEX_NODE).await.unwrap();
+    let copy = addr_of(index.lookup(mem, b"k").await.unwrap().unwrap().location, 3).unwrap();
+    let at = RemoteAddr::new(copy.node, copy.offset + 8);
+    let sum = read_word(mem, at).await.unwrap();
+    mem.write(at, &(sum ^ 1).to_le_bytes()).await.unwrap();
+    (a, at, sum)
 }
 
 fn found(g: Result<Got<crate::substrate::value::Value<Vec<u8>>>, KvError>) -> Result<Option<Vec<u8>>, KvError> {
@@ -46,13 +50,6 @@ fn found(g: Result<Got<crate::substrate::value::Value<Vec<u8>>>, KvError>) -> Re
         Got::Found(v) => Some(v.to_vec()),
         _ => None,
     })
-}
-
-/// The checksum word of `key`'s copy, found through the index.
-async fn checksum_of(mem: &SimMemory, key: &[u8]) -> RemoteAddr {
-    let mut index = RaceIndex::open(mem, INDEX_NODE).await.unwrap();
-    let at = addr_of(index.lookup(mem, key).await.unwrap().unwrap().location, 3).unwrap();
-    RemoteAddr::new(at.node, at.offset + 8)
 }
 
 /// A copy torn for 5 ms (as a write that keeps landing on it would leave
@@ -64,11 +61,7 @@ fn a_copy_torn_for_a_while_is_read_once_it_is_whole() {
     let (mut sim, cfg) = setup();
     let mem = sim.client();
     sim.block_on(async move {
-        let mut a = *Raw::connect(mem.clone(), &cfg, Who::Id(1), clock(&mem, 0)).await.unwrap();
-        a.insert(b"k", b"value").await.unwrap();
-        let at = checksum_of(&mem, b"k").await;
-        let sum = read_word(&mem, at).await.unwrap();
-        mem.write(at, &(sum ^ 1).to_le_bytes()).await.unwrap();
+        let (mut a, at, sum) = torn_copy(&mem, &cfg).await;
         let t0 = mem.now();
         let mend = async {
             mem.sleep(5 * MS).await;
@@ -92,11 +85,7 @@ fn a_copy_torn_for_good_is_an_error_that_says_so() {
     let (mut sim, cfg) = setup();
     let mem = sim.client();
     sim.block_on(async move {
-        let mut a = *Raw::connect(mem.clone(), &cfg, Who::Id(1), clock(&mem, 0)).await.unwrap();
-        a.insert(b"k", b"value").await.unwrap();
-        let at = checksum_of(&mem, b"k").await;
-        let sum = read_word(&mem, at).await.unwrap();
-        mem.write(at, &(sum ^ 1).to_le_bytes()).await.unwrap();
+        let (mut a, at, sum) = torn_copy(&mem, &cfg).await;
         let t0 = mem.now();
         let got = a.get(b"k").await;
         let took = mem.now() - t0;
