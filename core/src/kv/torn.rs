@@ -47,11 +47,6 @@ impl TornReads {
         TornReads { reads: 0, first_ns: 0, pause_ns: FIRST_PAUSE_NS, rng: seed | 1 }
     }
 
-    /// How many reads were torn.
-    pub fn count(&self) -> u32 {
-        self.reads
-    }
-
     /// Counts one more torn read and waits before the next (pauses that
     /// double, jittered so that a reader and a writer that collide stop
     /// colliding), or gives up with [`KvError::Torn`] once the copy has
