@@ -153,7 +153,7 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
 
     async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
-        let mut torn = TornReads::new(key_hash(key) ^ self.seat.id as u64);
+        let mut torn = TornReads::new(self.seat.id as u64);
         let mut stale = 0;
         while stale < RETRIES {
             let Some((location, tag, cached)) = self.find(key).await? else {
