@@ -139,6 +139,10 @@ paths! {
     /// its cell (the shortcut, read one-sided: beside the get's READ, or
     /// after a CAS) rather than from a call to the metadata server.
     shortcuts,
+    /// Clover: cursors older than their lifetime that a get used all the
+    /// same, because the key's cell, read beside its READ, named them as
+    /// the key's head (no restart, no roundtrip more).
+    vouched_cursors,
     /// Clover: groups of buffers a client was handed that had been freed
     /// and recycled by the metadata server (garbage collection).
     recycled,

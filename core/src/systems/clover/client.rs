@@ -21,9 +21,10 @@
 //! stale: its buffer was recycled, which a read sees as another GC
 //! version (or another key's bytes) and a CAS as another tail word
 //! ([`super::header`]); both drop it and start again from the MS's head.
-//! A cursor is also dropped when it has not been found right for
-//! [`super::CURSOR_LIFETIME_NS`], and a READ that took longer than the
-//! read time-out is discarded ([`super`]: the GC argument). Reads and
+//! A cursor that has not been found right for
+//! [`super::CURSOR_LIFETIME_NS`] is used only if the key's cell, read
+//! beside, names it, and a READ that took longer than the read time-out
+//! is discarded ([`super`]: the GC argument, and "Old cursors"). Reads and
 //! CASes go to the key's primary (its first node, where the chain
 //! lives); while it is down they fail naming it. The other copies of a
 //! version are written for durability, never read.
@@ -350,8 +351,15 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
 
     /// Writes a new version to `group`: waits for the primary and a
     /// majority of the R copies in all; fetches a batch of groups beside
-    /// it (with the retires waiting) if the pool is low or retires pile up.
-    async fn write_copies(&mut self, group: &Group, bytes: &[u8]) -> Result<(), KvError> {
+    /// it (with the retires waiting) if the pool is low or retires pile up,
+    /// and reads the word of `cell` beside it if asked (answered with when
+    /// it was sent, for [`Self::restart`]).
+    async fn write_copies(
+        &mut self,
+        group: &Group,
+        bytes: &[u8],
+        cell: Option<RemoteAddr>,
+    ) -> Result<Option<(u64, u64)>, KvError> {
         let background = (self.low() || self.retired.len() >= RETIRE_SOON) && self.quiet == 0;
         self.quiet = self.quiet.saturating_sub(1);
         let body = if background { self.alloc_body() } else { Vec::new() };
@@ -360,6 +368,13 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let backups = &group.backups;
         let write =
             join2(mem.write(group.primary.at, bytes), to_all(backups.len(), need, |i| mem.write(backups[i], bytes)));
+        let sent = clock.now();
+        let head = async move {
+            match cell {
+                Some(c) => read_word(mem, c).await.ok().map(|w| (w, sent)),
+                None => None,
+            }
+        };
         let channel = &mut self.channel;
         let refill = async move {
             match background {
@@ -367,7 +382,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 false => None,
             }
         };
-        let ((primary, (reached, _)), got) = join2(write, refill).await;
+        let (((primary, (reached, _)), head), got) = join2(join2(write, head), refill).await;
         if let Some(got) = got {
             match self.take(got) {
                 Ok(()) => self.paths.refills += 1,
@@ -378,7 +393,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         if !reached {
             return Err(KvError::Unavailable);
         }
-        Ok(())
+        Ok(head)
     }
 
     /// Applies `change` at the tail of `key`'s chain.
@@ -404,14 +419,21 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             (None, _) => self.lookup(key).await?,
         };
         let Some((mut at, mut seen)) = found else { return Ok(Err(Missing::NotFound)) };
-        // The new version, written before any CAS can link it.
+        // The new version, written before any CAS can link it; beside it,
+        // the key's head in its cell if the cursor is too old to be used
+        // (where the CAS goes instead: no roundtrip of its own).
+        let mut head = None;
         let group = match change {
             Change::Put { value, .. } => {
                 let g = self.group(key).await?;
-                if let Err(e) = self.write_copies(&g, &buffer::encode(key, value, tag, g.primary.gc)).await {
-                    // Not linked: its WRITEs are done or failed.
-                    self.give_back(Some(g));
-                    return Err(e);
+                let cell = self.expired(seen.since).then_some(seen.cell);
+                match self.write_copies(&g, &buffer::encode(key, value, tag, g.primary.gc), cell).await {
+                    Ok(h) => head = h,
+                    Err(e) => {
+                        // Not linked: its WRITEs are done or failed.
+                        self.give_back(Some(g));
+                        return Err(e);
+                    }
                 }
                 Some(g)
             }
@@ -423,7 +445,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         loop {
             if self.expired(seen.since) {
                 self.paths.gc_timeouts += 1;
-                match self.restart(key, seen.cell, None, &mut restarts).await {
+                match self.restart(key, seen.cell, head.take(), &mut restarts).await {
                     Ok(Some(s)) => ((at, seen), on_deleted) = (s, false),
                     r => {
                         self.give_back(group);
@@ -491,45 +513,49 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let mut restarts = 0;
         loop {
             let sent = self.clock.now();
-            // The cell's word, read beside the cursor's buffer.
-            let mut cell = None;
-            let read = match self.expired(seen.since) {
-                // A cursor too old is not read.
+            // The cursor's buffer, and beside it the key's cell: where the
+            // get starts again, with no roundtrip of its own, if the
+            // cursor's buffer was recycled (the paper's shortcut, raced
+            // against the chain walk), and what vouches for a cursor too
+            // old to be used on its own.
+            let (b, w) = join2(self.mem.read(at.at, self.buffer), read_word(&self.mem, seen.cell)).await;
+            let b = b.map_err(mem_error)?;
+            let cell = w.ok().map(|w| (w, sent));
+            // The read time-out (pDPM §5.2): a READ that took longer may
+            // have met a buffer freed and handed out again meanwhile.
+            let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
+            // A cursor too old (its buffer may have come round to the same
+            // GC version since, [`super::epoch_ns`]) is used only if the
+            // cell names it: then it is the key's head, linked and not
+            // freed, when the cell was read ([`super`], "Old cursors").
+            // Mutant `clover-old-cursor`: an old cursor is used unvouched.
+            let vouched = match self.expired(seen.since) {
+                false => true,
                 true => {
+                    let named = cell.and_then(|(w, _)| header::decode_cell(w, tag, nodes)) == Some(at);
+                    if named && !late {
+                        self.paths.vouched_cursors += 1;
+                        seen.since = sent;
+                    }
+                    named || mutant!("clover-old-cursor")
+                }
+            };
+            let read = match (vouched, late) {
+                (true, false) => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
+                    // Mutant `clover-no-gcver`: the reader takes whatever
+                    // incarnation of the buffer it finds.
+                    Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
+                    // A recycled buffer (another GC version, or another
+                    // key's bytes: its sum fails), a READ torn between two
+                    // of its incarnations, or garbage.
+                    _ => {
+                        self.paths.stale_gc += 1;
+                        None
+                    }
+                },
+                _ => {
                     self.paths.gc_timeouts += 1;
                     None
-                }
-                false => {
-                    // The cursor's buffer, and beside it the key's cell:
-                    // where the get starts again, with no roundtrip of its
-                    // own, if the cursor's buffer was recycled (the
-                    // paper's shortcut, raced against the chain walk).
-                    let (b, w) = join2(self.mem.read(at.at, self.buffer), read_word(&self.mem, seen.cell)).await;
-                    let b = b.map_err(mem_error)?;
-                    cell = w.ok().map(|w| (w, sent));
-                    // The read time-out (pDPM §5.2): a READ that took longer
-                    // may have met a buffer freed and handed out again
-                    // meanwhile.
-                    let late = self.clock.now().saturating_sub(sent) > self.read_timeout;
-                    match late {
-                        false => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
-                            // Mutant `clover-no-gcver`: the reader takes
-                            // whatever incarnation of the buffer it finds.
-                            Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
-                            // A recycled buffer (another GC version, or
-                            // another key's bytes: its sum fails), a READ
-                            // torn between two of its incarnations, or
-                            // garbage.
-                            _ => {
-                                self.paths.stale_gc += 1;
-                                None
-                            }
-                        },
-                        true => {
-                            self.paths.gc_timeouts += 1;
-                            None
-                        }
-                    }
                 }
             };
             // Any of these: start again from the head, in the cell's word

@@ -104,12 +104,31 @@
 //!   and a value that are not atomic together, needs the time-out).
 //! - **Wrap.** A group whose GC version wraps (255 to 0) waits
 //!   [`epoch_ns`] instead (the paper's overflow list), longer than a
-//!   client keeps a cursor it has not found right ([`CURSOR_LIFETIME_NS`],
-//!   then it asks the MS again: the paper's T_e, with no epoch message, as
-//!   each client times its own cursors). So no cursor of GC version g
+//!   client uses a cursor it has not found right on its own word
+//!   ([`CURSOR_LIFETIME_NS`], then only with the key's cell: the paper's
+//!   T_e, with no epoch message, as each client times its own cursors). So no cursor of GC version g
 //!   meets the buffer's next incarnation with version g, 256 hand-outs
 //!   and an epoch later. No counter here runs out: GC versions wrap under
 //!   this rule, and the MS's lists hold what is freed.
+//! - **Old cursors.** A cursor older than its lifetime is not used on
+//!   its own word, yet most are still right: a key nobody wrote since
+//!   keeps its version, and GC moves the key's head up to it. So a get
+//!   READs an old cursor's buffer anyway, beside the key's cell as
+//!   always, and uses it if the cell names it (same buffer, same GC
+//!   version): then at the cell's read that incarnation was the key's
+//!   head, linked and not freed, and a READ within the read time-out of it
+//!   that finds its GC version (and a sum that holds) read that
+//!   incarnation, as the MS waits an epoch between incarnations of one GC
+//!   version. If the READ came before the version was linked (the two go
+//!   in one roundtrip), the get takes effect at the CAS that linked it,
+//!   inside its interval: the bytes are the same, and nothing links after
+//!   it before. An update whose cursor is too old reads the cell beside
+//!   its WRITE and CASes at the head it names. So a cursor's age costs no
+//!   roundtrip while GC keeps up (Table 1's 1 and 2); a cell that names
+//!   another version sends the get there (2 roundtrips), and the mutant
+//!   `clover-old-cursor`, a get that uses an old cursor unvouched, returns
+//!   a never-linked incarnation
+//!   (`clover::tests::an_old_cursor_is_used_only_if_its_cell_names_it`).
 //! - **Memory** stays flat: a store holds a version per key, the clients'
 //!   pools and what was freed in the last delay ([`Clover::node_bytes`]);
 //!   `clover::tests` runs 7,000 updates through a few dozen groups, with
@@ -145,7 +164,8 @@
 //! a buffer reached this way (a link in incarnation g of B was written
 //! while B's successor lived; one in a later incarnation of B, for the
 //! same key, leads to a later version still), and it is used only within
-//! [`CURSOR_LIFETIME_NS`] of that. Incarnation g of B is the only one with
+//! [`CURSOR_LIFETIME_NS`] of that, or later if the cell names it again
+//! ("Old cursors" above). Incarnation g of B is the only one with
 //! GC version g within an epoch, so the bytes are incarnation g's, and the
 //! tail word read says that incarnation was the key's latest version at
 //! that instant: a committed version (an unlinked version has a tail word
@@ -219,9 +239,10 @@ pub fn read_timeout_ns<M: Memory>(mem: &M) -> u64 {
 /// time-out (discarded), whatever the clocks' offsets (both are durations).
 pub const REUSE_AFTER_TIMEOUTS: u64 = 2;
 
-/// How long a client keeps a cursor that it has not found right since, ns
-/// (the paper's T_e for clients): what makes the 8-bit GC version safe
-/// when it wraps ([`epoch_ns`]).
+/// How long a client uses a cursor that it has not found right since on
+/// its own word, ns (the paper's T_e for clients; later, only if the
+/// key's cell names it): what makes the 8-bit GC version safe when it
+/// wraps ([`epoch_ns`]).
 pub const CURSOR_LIFETIME_NS: u64 = 100_000_000;
 
 /// How long a group whose GC version wraps (255 to 0) waits before it is

@@ -407,6 +407,60 @@ fn a_recycled_buffer_is_never_read_as_a_value() {
     .unwrap();
 }
 
+/// A cursor older than its lifetime (its buffer may have come round to
+/// the same GC version since) costs no roundtrip when the key's cell,
+/// read beside, names it as the key's head: a get takes 1 roundtrip, an
+/// update 2 (the cell read beside its WRITE). When the cell names another
+/// head, the get starts again from it, and a buffer handed out again with
+/// the cursor's own GC version, never linked, is not read as the value
+/// (mutant `clover-old-cursor` returns it).
+#[test]
+fn an_old_cursor_is_used_only_if_its_cell_names_it() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg, 3, 9);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let counted = Counted::new(mem.clone());
+        let mut a = connect(&counted, &mem, &cfg, 1).await;
+        a.insert(b"k", b"v0").await.unwrap();
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v0"[..]));
+        mem.sleep(CURSOR_LIFETIME_NS + 1).await;
+        counted.reset();
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v0"[..]));
+        let p = a.paths();
+        assert_eq!((p.vouched_cursors, p.gc_timeouts, p.shortcuts), (1, 0, 0), "{p:?}");
+        assert_eq!((counted.roundtrips(), counted.ops()), (1, 2), "the cursor's READ and the cell");
+        // Another writer's versions, its retires sent (the MS frees up to
+        // the tail); then a's cursor's buffer handed out again with its
+        // GC version (as after 256 hand-outs) and written, never linked.
+        let old = a.cursor(b"k").unwrap();
+        let mut w = connect(mem.clone(), &mem, &cfg, 2).await;
+        for j in 1..=3u8 {
+            w.update(b"k", &[b'v', b'0' + j]).await.unwrap().unwrap();
+        }
+        w.close().await.unwrap();
+        let tag = crate::kv::place::key_hash(b"k");
+        mem.write(old.at, &buffer::encode(b"k", b"never", tag, old.gc)).await.unwrap();
+        mem.sleep(CURSOR_LIFETIME_NS + 1).await;
+        counted.reset();
+        let got = value(a.get(b"k").await);
+        assert!(got.as_deref() != Some(&b"never"[..]), "an old cursor's recycled buffer was read as the value");
+        assert_eq!(got.as_deref(), Some(&b"v3"[..]));
+        let p = a.paths();
+        assert_eq!((p.vouched_cursors, p.gc_timeouts, p.shortcuts), (1, 1, 1), "{p:?}");
+        assert_eq!(counted.roundtrips(), 2, "READ + cell, then the head");
+        // An update from an old cursor: the cell read beside the WRITE.
+        mem.sleep(CURSOR_LIFETIME_NS + 1).await;
+        counted.reset();
+        assert_eq!(a.update(b"k", b"v4").await, Ok(Ok(Written)));
+        let p = a.paths();
+        assert_eq!((p.gc_timeouts, p.shortcuts, p.cas_retries), (2, 2, 0), "{p:?}");
+        assert_eq!(counted.roundtrips(), 2, "the WRITE with the cell, the CAS at the head");
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v4"[..]));
+    })
+    .unwrap();
+}
+
 /// Region bytes claimed on the store's nodes.
 async fn claimed(mem: &SimMemory, nodes: u16) -> u64 {
     let mut total = 0;
