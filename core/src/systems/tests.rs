@@ -381,6 +381,9 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
         "clover" => &[
             ("read hops", p.read_hops, per(500)),
             ("restarts from a key's cell", p.shortcuts, per(100)),
+            // (A quarter of the runs use cursors for 20 µs on their own,
+            // the `cursor-life` option.)
+            ("old cursors the cell vouched for", p.vouched_cursors, per(100)),
             ("write hops", p.write_hops, per(100)),
             ("groups recycled", p.recycled, per(100)),
             ("CAS retries", p.cas_retries, per(300)),

@@ -162,6 +162,23 @@ pub struct ChannelStats {
     pub wraps: u64,
 }
 
+/// A request sent on a channel, its answer not collected yet
+/// ([`Channel::start`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    /// Its sequence number, which the answer names.
+    seq: u32,
+    /// When it was sent, in the caller's clock's ticks.
+    at: u64,
+}
+
+impl Sent {
+    /// When it was sent, in the caller's clock's ticks.
+    pub fn at(&self) -> u64 {
+        self.at
+    }
+}
+
 /// One client's channel to the server beside a node.
 #[derive(Debug)]
 pub struct Channel {
@@ -234,28 +251,47 @@ impl Channel {
         method: u16,
         body: &[u8],
     ) -> Result<Reply<M::Buf>, MsgError> {
+        let sent = self.start(mem, clock, method, body).await?;
+        // Mutant `rpc-resend`: a call that times out sends its request
+        // again, as a client that retried blindly would (a request then
+        // runs twice).
+        let resend = mutant!("rpc-resend").then_some((method, body));
+        self.finish(mem, clock, timeout_ns, sent, resend).await
+    }
+
+    /// Sends a request (one WRITE) and returns without waiting for its
+    /// answer: collected later with [`Channel::poll`] or
+    /// [`Channel::finish`], before the channel's next request (one
+    /// outstanding at a time).
+    pub async fn start<M: Memory, C: Clock>(
+        &mut self,
+        mem: &M,
+        clock: &C,
+        method: u16,
+        body: &[u8],
+    ) -> Result<Sent, MsgError> {
         if body.len() as u64 > self.max_body() {
             return Err(MsgError::TooLarge { len: body.len() as u64, max: self.max_body() });
         }
         if self.broken {
             self.reconnect(mem).await?;
         }
-        let mut start = clock.now();
-        let mut seq = self.req.next_seq();
+        let sent = Sent { seq: self.req.next_seq(), at: clock.now() };
         self.send(mem, method, body).await?;
-        let limit = timeout_ns / clock.tick_ns().max(1);
-        // Mutant `rpc-resend`: a call that times out sends its request
-        // again, as a client that retried blindly would (a request then
-        // runs twice).
-        let mut resend = mutant!("rpc-resend");
-        let spin = SPIN_NS / clock.tick_ns().max(1);
+        Ok(sent)
+    }
+
+    /// Looks once for the answer to `sent` (one READ of the response
+    /// ring, skipping late answers to earlier requests): `None` if it has
+    /// not come yet.
+    pub async fn poll<M: Memory>(&mut self, mem: &M, sent: &Sent) -> Result<Option<Reply<M::Buf>>, MsgError> {
         loop {
             match self.resp.poll(mem, WINDOW).await {
                 Ok(Some(msg)) => {
                     self.resp.publish(mem);
                     let p = msg.payload();
                     let (Some(h0), Some(h1)) = (word_at(p, 0), word_at(p, 8)) else { continue };
-                    if h0 as u32 != seq {
+                    if h0 as u32 != sent.seq {
                         // The late answer to a call that timed out.
                         self.stats.late_answers += 1;
                         continue;
@@ -263,18 +299,37 @@ impl Channel {
                     let status = Status::of((h0 >> 32) as u16);
                     let server_ops = h1 as u32;
                     mem.note_served(server_ops);
-                    return Ok(Reply { status, server_ops, body: msg.into_value(RESPONSE_HEADER) });
+                    return Ok(Some(Reply { status, server_ops, body: msg.into_value(RESPONSE_HEADER) }));
                 }
-                Ok(None) => {}
+                Ok(None) => return Ok(None),
                 Err(e) => {
                     self.broken = true;
                     return Err(e.into());
                 }
             }
-            if clock.now().wrapping_sub(start) > limit {
-                if resend {
-                    resend = false;
-                    (start, seq) = (clock.now(), self.req.next_seq());
+        }
+    }
+
+    /// Waits for the answer to `sent`, until `timeout_ns` of `clock`'s
+    /// time after it was sent; `resend`: a request to send again once, at
+    /// the time-out, then wait as long again (only the mutant does).
+    pub async fn finish<M: Memory, C: Clock>(
+        &mut self,
+        mem: &M,
+        clock: &C,
+        timeout_ns: u64,
+        mut sent: Sent,
+        mut resend: Option<(u16, &[u8])>,
+    ) -> Result<Reply<M::Buf>, MsgError> {
+        let limit = timeout_ns / clock.tick_ns().max(1);
+        let spin = SPIN_NS / clock.tick_ns().max(1);
+        loop {
+            if let Some(reply) = self.poll(mem, &sent).await? {
+                return Ok(reply);
+            }
+            if clock.now().wrapping_sub(sent.at) > limit {
+                if let Some((method, body)) = resend.take() {
+                    sent = Sent { seq: self.req.next_seq(), at: clock.now() };
                     self.send(mem, method, body).await?;
                     continue;
                 }
@@ -291,7 +346,7 @@ impl Channel {
             }
             // The server is another thread or process: past a short spin,
             // let it have the CPU.
-            if clock.now().wrapping_sub(start) > spin { yield_to_peers().await } else { yield_now().await }
+            if clock.now().wrapping_sub(sent.at) > spin { yield_to_peers().await } else { yield_now().await }
         }
     }
 }

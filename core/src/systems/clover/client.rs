@@ -6,7 +6,8 @@
 //! get(k):     READ the cursor's buffer                                     # 1 RTT
 //!             its header a link: hop to the next version, READ it again
 //! update(k):  WRITE the new version to free buffers on the key's R nodes   # 1
-//!             (with an ALLOC of more free buffers beside it, when low)
+//!             (with an ALLOC of more free buffers beside it, when low,
+//!             its answer collected beside a later WRITE)
 //!             CAS(cursor's header, tail -> link to the new version)        # 2
 //!             the CAS found a link: hop there, CAS again (no new WRITE)
 //! delete(k):  CAS(cursor's header, tail -> deleted)                        # 1
@@ -48,7 +49,7 @@ use crate::substrate::join::join2;
 use crate::substrate::lease::Held;
 use crate::substrate::memory::read_word;
 use crate::substrate::msg::MsgError;
-use crate::substrate::msg::rpc::{Channel, Status};
+use crate::substrate::msg::rpc::{Channel, Reply, Sent, Status};
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::value::Value;
@@ -76,6 +77,22 @@ enum Change<'a> {
     Put { value: &'a [u8], revive: bool },
     /// A deletion.
     Delete,
+}
+
+/// What a write does with the metadata server beside its WRITE.
+enum Side {
+    /// Sends an ALLOC with this body.
+    Send(Vec<u8>),
+    /// Looks for the answer to the ALLOC in flight.
+    Look(Sent),
+    Nothing,
+}
+
+/// How it went.
+enum Sided<B> {
+    Sent(Result<Sent, MsgError>),
+    Answer(Result<Option<Reply<B>>, MsgError>),
+    Nothing,
 }
 
 /// What a client knows of a key beside its cursor.
@@ -120,6 +137,10 @@ pub struct CloverClient<M, C> {
     dry: Vec<bool>,
     /// Versions this client superseded, for its next ALLOC.
     retired: Vec<Retire>,
+    /// The ALLOC sent beside a write whose answer is not collected yet
+    /// (looked for beside the next writes, waited for only when a pool
+    /// runs dry or before another call).
+    inflight: Option<Sent>,
     quiet: u32,
     paths: Paths,
 }
@@ -137,7 +158,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let mut c = CloverClient {
             call_timeout_ns: call_timeout_ns(&mem, super::geometry(cfg).channels),
             read_timeout: clock.ticks(super::read_timeout_ns(&mem)),
-            lifetime: clock.ticks(super::CURSOR_LIFETIME_NS),
+            lifetime: clock.ticks(super::cursor_lifetime_ns(cfg)),
             mem,
             id,
             lease,
@@ -152,6 +173,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             pool: (0..nodes).map(|_| Vec::new()).collect(),
             dry: alloc::vec![false; nodes],
             retired: Vec::new(),
+            inflight: None,
             quiet: 0,
             paths: Paths::default(),
         };
@@ -188,6 +210,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// Calls the metadata server: its answer (its roundtrips to data
     /// nodes noted as this client's).
     async fn call(&mut self, method: u16, body: &[u8]) -> Result<Answer, KvError> {
+        self.settle().await;
         let (mem, clock) = (&self.mem, &self.clock);
         call(&mut self.channel, mem, clock, self.call_timeout_ns, method, body).await
     }
@@ -201,9 +224,30 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         Alloc { want: self.wanted(), retires, given: Vec::new() }.encode()
     }
 
+    /// Waits for the answer to the ALLOC in flight, if any, and takes its
+    /// groups.
+    async fn settle(&mut self) {
+        if let Some(sent) = self.inflight.take() {
+            let (mem, clock) = (&self.mem, &self.clock);
+            let got = self.channel.finish(mem, clock, self.call_timeout_ns, sent, None).await;
+            let got = got.map_err(|e| call_error(e, MS)).and_then(|r| answer(r, mem));
+            self.took(got);
+        }
+    }
+
+    /// Takes a background ALLOC's answer; a failure quiets the next
+    /// writes' background calls.
+    fn took(&mut self, got: Result<Answer, KvError>) {
+        match self.take(got) {
+            Ok(()) => self.paths.refills += 1,
+            Err(_) => self.quiet = QUIET_AFTER_FAILURE,
+        }
+    }
+
     /// Fetches groups for the nodes that are low (a batch's worth each),
     /// in the foreground.
     async fn refill(&mut self) -> Result<(), KvError> {
+        self.settle().await;
         let body = self.alloc_body();
         let (mem, clock) = (&self.mem, &self.clock);
         let got = call(&mut self.channel, mem, clock, self.call_timeout_ns, wire::ALLOC, &body).await;
@@ -331,6 +375,9 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     async fn group(&mut self, key: &[u8]) -> Result<Group, KvError> {
         let node = node_of(key, 0, self.mem.node_count());
         if self.pool[node.index()].is_empty() {
+            self.settle().await;
+        }
+        if self.pool[node.index()].is_empty() {
             self.refill().await?;
         }
         // None: the MS could not allocate there: it failed.
@@ -360,9 +407,16 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         bytes: &[u8],
         cell: Option<RemoteAddr>,
     ) -> Result<Option<(u64, u64)>, KvError> {
-        let background = (self.low() || self.retired.len() >= RETIRE_SOON) && self.quiet == 0;
+        // At most one ALLOC in flight: its answer looked for beside this
+        // WRITE, or a new one sent beside it.
+        let side = match self.inflight {
+            Some(sent) => Side::Look(sent),
+            None if (self.low() || self.retired.len() >= RETIRE_SOON) && self.quiet == 0 => {
+                Side::Send(self.alloc_body())
+            }
+            None => Side::Nothing,
+        };
         self.quiet = self.quiet.saturating_sub(1);
-        let body = if background { self.alloc_body() } else { Vec::new() };
         let need = majority(self.replicas) - 1;
         let (mem, clock, timeout) = (&self.mem, &self.clock, self.call_timeout_ns);
         let backups = &group.backups;
@@ -376,17 +430,32 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             }
         };
         let channel = &mut self.channel;
-        let refill = async move {
-            match background {
-                true => Some(call(channel, mem, clock, timeout, wire::ALLOC, &body).await),
-                false => None,
+        let alloc = async move {
+            match side {
+                Side::Send(body) => Sided::Sent(channel.start(mem, clock, wire::ALLOC, &body).await),
+                // Past the call's time-out: waiting says why at once.
+                Side::Look(s) if clock.now().wrapping_sub(s.at()) > clock.ticks(timeout) => {
+                    Sided::Answer(channel.finish(mem, clock, timeout, s, None).await.map(Some))
+                }
+                Side::Look(s) => Sided::Answer(channel.poll(mem, &s).await),
+                Side::Nothing => Sided::Nothing,
             }
         };
-        let (((primary, (reached, _)), head), got) = join2(join2(write, head), refill).await;
-        if let Some(got) = got {
-            match self.take(got) {
-                Ok(()) => self.paths.refills += 1,
-                Err(_) => self.quiet = QUIET_AFTER_FAILURE,
+        let (((primary, (reached, _)), head), sided) = join2(join2(write, head), alloc).await;
+        match sided {
+            Sided::Sent(Ok(s)) => self.inflight = Some(s),
+            // Its retires are lost: the MS finds those versions by
+            // reading the chain.
+            Sided::Sent(Err(_)) => self.quiet = QUIET_AFTER_FAILURE,
+            Sided::Answer(Ok(None)) | Sided::Nothing => {}
+            Sided::Answer(Ok(Some(reply))) => {
+                self.inflight = None;
+                let got = answer(reply, &self.mem);
+                self.took(got);
+            }
+            Sided::Answer(Err(e)) => {
+                self.inflight = None;
+                self.took(Err(call_error(e, MS)));
             }
         }
         primary.map_err(mem_error)?;
@@ -478,7 +547,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             match header::decode(prev, tag, nodes) {
                 Some(Next::Link(next)) => {
                     self.paths.write_hops += 1;
-                    at = next;
+                    // Known right when the CAS read the link.
+                    (at, seen.since) = (next, sent);
                     on_deleted = false;
                 }
                 Some(Next::Tail(gc)) if gc == at.gc => on_deleted = false,
@@ -529,7 +599,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             // cell names it: then it is the key's head, linked and not
             // freed, when the cell was read ([`super`], "Old cursors").
             // Mutant `clover-old-cursor`: an old cursor is used unvouched.
-            let vouched = match self.expired(seen.since) {
+            let vouched = match sent.saturating_sub(seen.since) > self.lifetime {
                 false => true,
                 true => {
                     let named = cell.and_then(|(w, _)| header::decode_cell(w, tag, nodes)) == Some(at);
@@ -584,7 +654,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 }
                 Next::Link(next) => {
                     self.paths.read_hops += 1;
-                    at = next;
+                    // Known right when the READ found the link.
+                    (at, seen.since) = (next, sent);
                 }
             }
         }
@@ -623,6 +694,12 @@ async fn call<M: Memory, C: Clock>(
     body: &[u8],
 ) -> Result<Answer, KvError> {
     let reply = channel.call(mem, clock, timeout_ns, method, body).await.map_err(|e| call_error(e, MS))?;
+    answer(reply, mem)
+}
+
+/// The MS's answer in `reply` (its roundtrips to data nodes noted as the
+/// caller's).
+fn answer<M: Memory>(reply: Reply<M::Buf>, mem: &M) -> Result<Answer, KvError> {
     let body = match reply.status {
         Status::Ok => reply.body,
         Status::Failed => return Err(wire::decode_failure(&reply.body)),

@@ -26,9 +26,10 @@
 //! roundtrip) and returns it if its header says tail, else hops along the
 //! links; an update is the WRITE and the CAS (2 roundtrips), and a CAS
 //! that lost hops to the version that won and tries again there. Clients
-//! get free buffers from the MS in batches, on every node at once, fetched
-//! beside a write's WRITE when they run low: allocation adds no roundtrip
-//! to a write. Table 1's figures without replication of the chain: get 1,
+//! get free buffers from the MS in batches, on every node at once, asked
+//! for beside a write's WRITE when they run low and collected beside a
+//! later one: allocation adds no roundtrip to a write, and no wait for the
+//! MS (unless a client's pool runs dry). Table 1's figures without replication of the chain: get 1,
 //! update 2 (the paper's 3 with replication is its all-way chaining, not
 //! done here).
 //!
@@ -245,13 +246,33 @@ pub const REUSE_AFTER_TIMEOUTS: u64 = 2;
 /// wraps ([`epoch_ns`]).
 pub const CURSOR_LIFETIME_NS: u64 = 100_000_000;
 
+/// The store's option: how long a client uses a cursor on its own word
+/// ([`CURSOR_LIFETIME_NS`] by default; shorter in the campaigns, so that
+/// old cursors are common there). It must be longer than a roundtrip
+/// takes, as a chain walk uses each link it reads a roundtrip later.
+const LIFETIME: Choice = Choice {
+    name: "cursor-life",
+    about: "how long a client uses a cursor on its own word, after which it asks the key's cell \
+            (and how long a buffer whose GC version wraps waits); longer than a roundtrip",
+    values: &["100ms", "100us"],
+};
+
+/// How long a client of `cfg` uses a cursor on its own word, ns (its
+/// `cursor-life` option).
+pub fn cursor_lifetime_ns(cfg: &StoreConfig) -> u64 {
+    match cfg.option(LIFETIME.name) {
+        Some("100us") => 100_000,
+        _ => CURSOR_LIFETIME_NS,
+    }
+}
+
 /// How long a group whose GC version wraps (255 to 0) waits before it is
 /// handed out again (the paper's overflow list), ns: longer than a cursor
 /// lives and its last READ or CAS takes. So no cursor taken at GC version
 /// g of a buffer meets the next incarnation with version g (256 hand-outs
 /// later, one of them after this wait): no ABA.
-pub fn epoch_ns<M: Memory>(mem: &M) -> u64 {
-    CURSOR_LIFETIME_NS + 2 * read_timeout_ns(mem)
+pub fn epoch_ns<M: Memory>(mem: &M, lifetime_ns: u64) -> u64 {
+    lifetime_ns + 2 * read_timeout_ns(mem)
 }
 
 /// The store's option: free groups a client keeps per node (batches it
@@ -307,7 +328,7 @@ impl KvSystem for Clover {
         floor: false,
         guarantee: Guarantee::LinearizablePrimary,
         roundtrips: Roundtrips { get: 1, update: 2, insert: 2, delete: 1 },
-        options: &[POOL],
+        options: &[POOL, LIFETIME],
     };
 
     const SERVER: Option<NodeId> = Some(MS);

@@ -160,12 +160,21 @@ pub struct Shape {
     pub max_key: usize,
     /// Largest value.
     pub max_value: usize,
+    /// How long clients use a cursor on its own word, ns
+    /// ([`super::cursor_lifetime_ns`]).
+    pub lifetime_ns: u64,
 }
 
 impl Shape {
     /// The shape for a store of `cfg`.
     pub fn of(cfg: &StoreConfig) -> Shape {
-        Shape { node: super::MS, replicas: cfg.replicas, max_key: cfg.max_key, max_value: cfg.max_value }
+        Shape {
+            node: super::MS,
+            replicas: cfg.replicas,
+            max_key: cfg.max_key,
+            max_value: cfg.max_value,
+            lifetime_ns: super::cursor_lifetime_ns(cfg),
+        }
     }
 
     /// Bytes of every buffer.
@@ -308,7 +317,7 @@ impl MetadataServer {
         self.paths.freed += 1;
         if next.gc == 0 {
             self.paths.wrapped += 1;
-            self.overflow.push_back((now + super::epoch_ns(mem), next));
+            self.overflow.push_back((now + super::epoch_ns(mem, self.shape.lifetime_ns), next));
         } else {
             self.cooling.push_back((now + super::REUSE_AFTER_TIMEOUTS * super::read_timeout_ns(mem), next));
         }
