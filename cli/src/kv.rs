@@ -43,6 +43,7 @@ use swarm_core::substrate::clock::SystemClock;
 use swarm_core::substrate::exec::block_on;
 use swarm_core::substrate::lease::{Held, LeaseError, Want};
 use swarm_core::substrate::msg::MsgError;
+use swarm_core::substrate::msg::area::{Area, State};
 use swarm_core::substrate::msg::rpc::{Channel, Status, method};
 use swarm_core::substrate::msg::server::{Bare, Service};
 use swarm_core::substrate::space::region::{Region, RegionError};
@@ -277,8 +278,16 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
     let clock = SystemClock { epoch_us };
     let held = claim(&mem, &cfg, &clock, want)?;
     let id = held.id;
-    let mut store = block_on(systems::connect_any(mem, &cfg, Who::Lease(held), clock))
-        .map_err(|e| format!("cannot connect: {}", explain(e)))?;
+    let server = cfg.system.server();
+    let mut store =
+        block_on(systems::connect_any(mem.clone(), &cfg, Who::Lease(held), clock)).map_err(|e| {
+            match server.and_then(|node| no_server(&mem, node, &e)) {
+                Some(why) => {
+                    format!("cannot connect: {why}: start one with `swarm serve --dir {} --node 0`", a.dir.display())
+                }
+                None => format!("cannot connect: {}", explain(e)),
+            }
+        })?;
     // A store that recovers a crashed holder's log at connect (FUSEE)
     // says so, with what it took.
     let p = store.paths();
@@ -429,6 +438,31 @@ type Client = AnyClient<'static, Value<ShmBuf>>;
 /// Explains a store error to a person.
 fn kv_error(what: &str, key: &str, e: KvError) -> String {
     format!("{what} '{key}': {}", explain(e))
+}
+
+/// Why the store's server beside `node` did not answer a client's
+/// connection that failed with `e`, if it is the server and not the node:
+/// the node's memory answers, and no server runs beside it.
+fn no_server(mem: &ShmMemory, node: NodeId, e: &KvError) -> Option<String> {
+    let KvError::Down(d) = e else { return None };
+    if d.node != node {
+        return None;
+    }
+    let area = match block_on(Area::open(mem, node)) {
+        Ok(area) => area,
+        Err(MsgError::NoServer { .. }) => return Some(not_running(node, "no server ever ran beside it")),
+        Err(_) => return None,
+    };
+    let why = match block_on(area.state(mem)).ok()? {
+        State::Never => "no server ever ran beside it",
+        State::Stopped(_) => "its server stopped",
+        State::Running(_) => "its server does not answer (killed, or hung)",
+    };
+    Some(not_running(node, why))
+}
+
+fn not_running(node: NodeId, why: &str) -> String {
+    format!("the store's server beside {node} is not running ({why})")
 }
 
 /// A store error in words, with what the core's message cannot know of

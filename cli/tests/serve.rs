@@ -78,3 +78,25 @@ fn a_server_started_before_the_store_takes_its_role() {
     assert!(said.contains("a store was set up: bare after"), "{said}");
     assert!(said.contains("as pdpm-central's server"), "{said}");
 }
+
+/// A client of a store whose server is not running says so, and how to
+/// start it, rather than that node 0 is down: before any server ran, and
+/// after one stopped.
+#[test]
+fn a_client_without_its_server_says_how_to_start_it() {
+    let (dir, _) = ShmDir::named("no-server");
+    let d = dir.arg().to_string();
+    ok(&["memnode", "create", "--dir", &d, "--nodes", "3", "--size", "64M"]);
+    ok(&["kv", "--dir", &d, "init", "--system", "clover"]);
+    let start = format!("start one with `swarm serve --dir {d} --node 0`");
+    let line = fails(&["kv", "--dir", &d, "get", "k"], 1);
+    assert!(line.contains("the store's server beside node 0 is not running (no server ever ran beside it)"), "{line}");
+    assert!(line.contains(&start), "{line}");
+    let (server, _) = start_server(&d, "0");
+    ok(&["kv", "--dir", &d, "put", "k", "v"]);
+    signal(&server, "TERM");
+    assert!(server.wait_with_output().unwrap().status.success());
+    let line = fails(&["kv", "--dir", &d, "get", "k"], 1);
+    assert!(line.contains("is not running (its server stopped)"), "{line}");
+    assert!(line.contains(&start), "{line}");
+}
