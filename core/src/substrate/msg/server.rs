@@ -65,6 +65,14 @@ pub trait Service {
         out: &mut Vec<u8>,
         max: usize,
     ) -> impl Future<Output = Status>;
+
+    /// Work left over from earlier requests, done between passes over the
+    /// channels, after their answers were sent: whether it did any (the
+    /// loop does not nap then). Nothing by default.
+    fn background<M: Memory>(&mut self, mem: &M) -> impl Future<Output = bool> {
+        let _ = mem;
+        async { false }
+    }
 }
 
 /// The service of a server with nothing to serve but the built-in methods.
@@ -264,7 +272,10 @@ impl<M: Memory, S: Service> Server<M, S> {
     pub async fn run<H: Shell>(&mut self, shell: &H) -> Result<(), MsgError> {
         let mut idle = 0u32;
         while !shell.stopped() {
-            if self.poll().await? > 0 {
+            let served = self.poll().await?;
+            self.mem.reset();
+            let worked = self.service.background(&self.mem).await;
+            if served > 0 || worked {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);

@@ -32,7 +32,9 @@
 //! # Garbage collection (pDPM §5.2)
 //!
 //! - **Retires** ride on ALLOCs: the client whose CAS linked version N+1
-//!   from N retires N, naming N and N+1. The MS frees a key's versions in
+//!   from N retires N, naming N and N+1. The MS answers the ALLOC first
+//!   and frees after, between passes over its channels
+//!   (`Service::background`), so that no answer waits for cell writes. The MS frees a key's versions in
 //!   *chain order only*: it keeps the key's head (its oldest version not
 //!   freed) and frees the head when a retire names it, moving the head to
 //!   the version linked from it; retires that arrive early wait. So a walk
@@ -213,6 +215,10 @@ pub struct MetadataServer {
     overflow: VecDeque<(u64, Cursor)>,
     /// Per node: requests left before its allocations are tried again.
     skip: Vec<u32>,
+    /// Retires that came with ALLOCs, freed after their answers were sent
+    /// ([`Service::background`]): an ALLOC's answer waits for no cell
+    /// write.
+    backlog: VecDeque<Retire>,
     paths: Paths,
 }
 
@@ -232,6 +238,7 @@ impl MetadataServer {
             cooling: VecDeque::new(),
             overflow: VecDeque::new(),
             skip: Vec::new(),
+            backlog: VecDeque::new(),
             paths: Paths::default(),
         }
     }
@@ -431,10 +438,6 @@ impl MetadataServer {
     async fn retire<M: Memory>(&mut self, mem: &M, r: Retire) -> Result<(), KvError> {
         let nodes = mem.node_count();
         let primary = node_of(&r.key, 0, nodes);
-        if r.key.is_empty() || r.key.len() > self.shape.max_key || r.old.at.node != primary || r.new.at.node != primary
-        {
-            return Err(BAD_REQUEST);
-        }
         if self.head(mem, &r.key).await?.is_none() {
             return Ok(());
         }
@@ -500,13 +503,17 @@ impl MetadataServer {
         for s in self.skip.iter_mut() {
             *s = s.saturating_sub(1);
         }
-        for r in req.retires {
-            // A node down or a garbled word: what it would have freed
-            // waits (or is lost); the batch goes on.
-            if let Err(BAD_REQUEST) = self.retire(mem, r).await {
-                return Err(BAD_REQUEST);
-            }
+        let primary = |k: &[u8]| node_of(k, 0, nodes);
+        let max_key = self.shape.max_key;
+        if req.retires.iter().any(|r| {
+            r.key.is_empty()
+                || r.key.len() > max_key
+                || r.old.at.node != primary(&r.key)
+                || r.new.at.node != primary(&r.key)
+        }) {
+            return Err(BAD_REQUEST);
         }
+        self.backlog.extend(req.retires);
         for c in req.given {
             if c.at.offset != 0 {
                 self.release(mem, c);
@@ -543,6 +550,19 @@ impl MetadataServer {
 impl Service for MetadataServer {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    /// Frees what the retires waiting allow, all of them: they come as
+    /// fast as versions are written, and a head left behind costs every
+    /// restart from it hops. A node down or a garbled word: what a retire
+    /// would have freed waits (or is lost: the head is read when later
+    /// retires pile up).
+    async fn background<M: Memory>(&mut self, mem: &M) -> bool {
+        let worked = !self.backlog.is_empty();
+        while let Some(r) = self.backlog.pop_front() {
+            let _ = self.retire(mem, r).await;
+        }
+        worked
     }
 
     async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, max: usize) -> Status {

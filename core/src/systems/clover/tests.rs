@@ -368,6 +368,8 @@ fn a_recycled_buffer_is_never_read_as_a_value() {
             }
             assert_eq!(w.retires_waiting(), 3);
             w.close().await.unwrap();
+            // The MS frees after it answered.
+            mem.sleep(50_000).await;
             let tag = crate::kv::place::key_hash(b"k");
             mem.write(old.at, &buffer::encode(b"k", b"never", tag, old.gc.wrapping_add(1))).await.unwrap();
         };
@@ -439,6 +441,7 @@ fn an_old_cursor_is_used_only_if_its_cell_names_it() {
             w.update(b"k", &[b'v', b'0' + j]).await.unwrap().unwrap();
         }
         w.close().await.unwrap();
+        mem.sleep(50_000).await;
         let tag = crate::kv::place::key_hash(b"k");
         mem.write(old.at, &buffer::encode(b"k", b"never", tag, old.gc)).await.unwrap();
         mem.sleep(CURSOR_LIFETIME_NS + 1).await;
