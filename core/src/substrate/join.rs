@@ -64,6 +64,28 @@ pub fn join3<A: Future, B: Future, C: Future>(
     map(join2(join2(a, b), c), |((x, y), z)| (x, y, z))
 }
 
+/// Runs `futs` together, however many; their outputs in order.
+#[cfg(feature = "alloc")]
+pub async fn join_vec<F: Future>(futs: alloc::vec::Vec<F>) -> alloc::vec::Vec<F::Output> {
+    use alloc::vec::Vec;
+    let mut futs: Vec<Pin<alloc::boxed::Box<F>>> = futs.into_iter().map(alloc::boxed::Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    core::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("every future completed")).collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -80,6 +80,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::substrate::clock::Clock;
+use crate::substrate::join::join_vec;
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::swarm::client::ClientCtx;
@@ -397,28 +398,6 @@ async fn probe_all<M: Memory>(mem: &M, batch: &[(Pending, Register)], client: u8
                 .collect()
         })
         .collect()
-}
-
-/// Runs `futs` together; their outputs in order.
-async fn join_vec<F: core::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
-    use core::pin::Pin;
-    use core::task::Poll;
-    let mut futs: Vec<Pin<alloc::boxed::Box<F>>> = futs.into_iter().map(alloc::boxed::Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    core::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => *o = Some(v),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending { Poll::Pending } else { Poll::Ready(()) }
-    })
-    .await;
-    out.into_iter().map(|o| o.expect("every future completed")).collect()
 }
 
 /// What a check decided for one write.

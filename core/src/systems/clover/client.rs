@@ -664,6 +664,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     /// Sends the retires waiting and gives the pool back (a client that
     /// closes), in as many ALLOCs as they take.
     async fn hand_in(&mut self) -> Result<(), KvError> {
+        // The groups of an ALLOC in flight go back too.
+        self.settle().await;
         let mut given: Vec<Cursor> = self.pool.iter_mut().flat_map(|p| p.drain(..)).map(|g| g.primary).collect();
         while !self.retired.is_empty() || !given.is_empty() {
             let n = self.retired.len().min(MAX_RETIRES);

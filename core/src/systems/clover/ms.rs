@@ -34,7 +34,10 @@
 //! - **Retires** ride on ALLOCs: the client whose CAS linked version N+1
 //!   from N retires N, naming N and N+1. The MS answers the ALLOC first
 //!   and frees after, between passes over its channels
-//!   (`Service::background`), so that no answer waits for cell writes. The MS frees a key's versions in
+//!   (`Service::background`), so that no answer waits for cell writes;
+//!   the cells of all the retires waiting are written at once (one
+//!   roundtrip a pass, not one a retire: the MS keeps up with its
+//!   clients' writes). The MS frees a key's versions in
 //!   *chain order only*: it keeps the key's head (its oldest version not
 //!   freed) and frees the head when a retire names it, moving the head to
 //!   the version linked from it; retires that arrive early wait. So a walk
@@ -103,7 +106,7 @@ use super::wire::{self, Alloc, Answer, Chain, Group, MAX_BATCH, Retire};
 use crate::index::{Index, Insert, RaceIndex};
 use crate::kv::place::{addr_of, key_hash, location_of, node_of};
 use crate::kv::{KvError, StoreConfig};
-use crate::substrate::join::join2;
+use crate::substrate::join::{join_vec, join2};
 use crate::substrate::memory::read_word;
 use crate::substrate::msg::rpc::Status;
 use crate::substrate::msg::server::{Request, Service};
@@ -220,6 +223,19 @@ pub struct MetadataServer {
     /// write.
     backlog: VecDeque<Retire>,
     paths: Paths,
+}
+
+/// A key's head moved by retires, to be written to its cell before what
+/// it passed is freed.
+struct Moved {
+    key: Vec<u8>,
+    cell: RemoteAddr,
+    /// The cell's new word, as written.
+    word: [u8; 8],
+    /// The head before (restored if the cell cannot be written).
+    before: Cursor,
+    /// The versions behind the new head.
+    freed: Vec<Cursor>,
 }
 
 /// A request that is not what its method takes.
@@ -431,22 +447,25 @@ impl MetadataServer {
         Ok((Answer::Created(Chain { head, cell }), rounds))
     }
 
-    /// Takes `r` into its key's chain and frees what it can, in chain
-    /// order: the head while a retire names it (the head written to the
-    /// index first), and the head read from memory while too many
-    /// retires wait.
-    async fn retire<M: Memory>(&mut self, mem: &M, r: Retire) -> Result<(), KvError> {
+    /// Takes `r` into its key's chain and moves the key's head as far as
+    /// it can, in chain order: past the head while a retire names it, and
+    /// past what the head's own word links to while too many retires
+    /// wait. Answers what that frees once the new head is in the key's
+    /// cell ([`Moved`]); the head is moved in the MS's map at once, so
+    /// that the next retires of the key go on from it.
+    async fn retire<M: Memory>(&mut self, mem: &M, r: Retire) -> Result<Option<Moved>, KvError> {
         let nodes = mem.node_count();
         let primary = node_of(&r.key, 0, nodes);
         if self.head(mem, &r.key).await?.is_none() {
-            return Ok(());
+            return Ok(None);
         }
         let tag = key_hash(&r.key);
-        let Some(chain) = self.chains.get_mut(&r.key) else { return Ok(()) };
+        let Some(chain) = self.chains.get_mut(&r.key) else { return Ok(None) };
         if !chain.pending.iter().any(|p| p.0 == r.old) {
             chain.pending.push((r.old, r.new));
         }
         let mut freed = Vec::new();
+        let before = chain.head;
         let mut head = chain.head;
         let mut reads = 0;
         loop {
@@ -476,22 +495,47 @@ impl MetadataServer {
             }
         }
         if freed.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let cell = chain.cell;
-        match mem.write(cell, &header::cell_word(head, tag).to_le_bytes()).await {
-            Ok(()) => {
-                if let Some(chain) = self.chains.get_mut(&r.key) {
-                    chain.head = head;
+        chain.head = head;
+        Ok(Some(Moved {
+            key: r.key,
+            cell: chain.cell,
+            word: header::cell_word(head, tag).to_le_bytes(),
+            before,
+            freed,
+        }))
+    }
+
+    /// Frees what the retires waiting allow: every key's new head written
+    /// to its cell, all cells at once, then what is behind each head
+    /// freed. A cell not written frees nothing: its key's head goes back
+    /// (the versions stay allocated; their retires are spent, and the head
+    /// is read again when later ones pile up).
+    async fn free_retired<M: Memory>(&mut self, mem: &M) {
+        let mut moves: Vec<Moved> = Vec::new();
+        while let Some(r) = self.backlog.pop_front() {
+            // A node down or a garbled word: what it would have freed
+            // waits (or is lost).
+            let Ok(Some(m)) = self.retire(mem, r).await else { continue };
+            match moves.iter_mut().find(|x| x.key == m.key) {
+                Some(x) => {
+                    x.word = m.word;
+                    x.freed.extend(m.freed);
                 }
-                for c in freed {
-                    self.release(mem, c);
-                }
-                Ok(())
+                None => moves.push(m),
             }
-            // Not written: nothing is freed (the retires are lost: the
-            // head will be read again when they pile up).
-            Err(e) => Err(KvError::Down(e)),
+        }
+        let written = join_vec(moves.iter().map(|m| mem.write(m.cell, &m.word)).collect()).await;
+        for (m, w) in moves.into_iter().zip(written) {
+            match w {
+                Ok(()) => m.freed.into_iter().for_each(|c| self.release(mem, c)),
+                Err(_) => {
+                    if let Some(chain) = self.chains.get_mut(&m.key) {
+                        chain.head = m.before;
+                    }
+                }
+            }
         }
     }
 
@@ -559,9 +603,7 @@ impl Service for MetadataServer {
     /// retires pile up).
     async fn background<M: Memory>(&mut self, mem: &M) -> bool {
         let worked = !self.backlog.is_empty();
-        while let Some(r) = self.backlog.pop_front() {
-            let _ = self.retire(mem, r).await;
-        }
+        self.free_retired(mem).await;
         worked
     }
 
