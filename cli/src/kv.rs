@@ -278,16 +278,9 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
     let clock = SystemClock { epoch_us };
     let held = claim(&mem, &cfg, &clock, want)?;
     let id = held.id;
-    let server = cfg.system.server();
-    let mut store =
-        block_on(systems::connect_any(mem.clone(), &cfg, Who::Lease(held), clock)).map_err(|e| {
-            match server.and_then(|node| no_server(&mem, node, &e)) {
-                Some(why) => {
-                    format!("cannot connect: {why}: start one with `swarm serve --dir {} --node 0`", a.dir.display())
-                }
-                None => format!("cannot connect: {}", explain(e)),
-            }
-        })?;
+    let why = Why { mem: mem.clone(), server: cfg.system.server(), dir: a.dir.clone() };
+    let mut store = block_on(systems::connect_any(mem.clone(), &cfg, Who::Lease(held), clock))
+        .map_err(|e| format!("cannot connect: {}", why.explain(e)))?;
     // A store that recovers a crashed holder's log at connect (FUSEE)
     // says so, with what it took.
     let p = store.paths();
@@ -302,10 +295,10 @@ pub fn run(a: &KvArgs) -> Result<(), String> {
         );
     }
     let done = match &a.command {
-        KvCommand::Get { key } => get(&mut store, key).map(|out| print!("{out}")),
-        KvCommand::Put { key, value } => put(&mut store, key, value).map(|out| print!("{out}")),
-        KvCommand::Delete { key } => delete(&mut store, key).map(|out| print!("{out}")),
-        KvCommand::Shell => shell(&mut store, std::time::Duration::from_millis((cfg.lease_ms as u64 / 4).max(1))),
+        KvCommand::Get { key } => get(&mut store, &why, key).map(|out| print!("{out}")),
+        KvCommand::Put { key, value } => put(&mut store, &why, key, value).map(|out| print!("{out}")),
+        KvCommand::Delete { key } => delete(&mut store, &why, key).map(|out| print!("{out}")),
+        KvCommand::Shell => shell(&mut store, &why, std::time::Duration::from_millis((cfg.lease_ms as u64 / 4).max(1))),
         KvCommand::Init(_) | KvCommand::Info => Ok(()),
     };
     // The id goes back whether the command succeeded or not.
@@ -435,9 +428,31 @@ fn check_fits(cfg: &StoreConfig, nodes: usize, shape: &NodeShape) -> Result<(), 
 /// A client of a store on shared memory, whichever system it is.
 type Client = AnyClient<'static, Value<ShmBuf>>;
 
-/// Explains a store error to a person.
-fn kv_error(what: &str, key: &str, e: KvError) -> String {
-    format!("{what} '{key}': {}", explain(e))
+/// What a store's errors need to be told to a person: the cluster, to
+/// look at the server area of a store that has a server (an operation
+/// that finds node 0 silent may have found its server gone, at connect or
+/// at any later operation), and the directory, to say how to start one.
+struct Why {
+    mem: ShmMemory,
+    server: Option<NodeId>,
+    dir: PathBuf,
+}
+
+impl Why {
+    /// A store error in words.
+    fn explain(&self, e: KvError) -> String {
+        match self.server.and_then(|node| no_server(&self.mem, node, &e).map(|why| (node, why))) {
+            Some((node, why)) => {
+                format!("{why}: start one with `swarm serve --dir {} --node {}`", self.dir.display(), node.0)
+            }
+            None => explain(e),
+        }
+    }
+
+    /// A failed operation on `key`, in words.
+    fn error(&self, what: &str, key: &str, e: KvError) -> String {
+        format!("{what} '{key}': {}", self.explain(e))
+    }
 }
 
 /// Why the store's server beside `node` did not answer a client's
@@ -483,27 +498,27 @@ fn explain(e: KvError) -> String {
     }
 }
 
-fn get(s: &mut Client, key: &str) -> Result<String, String> {
-    match block_on(s.get(key.as_bytes())).map_err(|e| kv_error("get", key, e))? {
+fn get(s: &mut Client, why: &Why, key: &str) -> Result<String, String> {
+    match block_on(s.get(key.as_bytes())).map_err(|e| why.error("get", key, e))? {
         Got::Found(v) => Ok(format!("{}\n", String::from_utf8_lossy(&v))),
         Got::NotFound | Got::Deleted => Err(format!("'{key}' not found")),
     }
 }
 
-fn put(s: &mut Client, key: &str, value: &str) -> Result<String, String> {
-    let Written = block_on(s.insert(key.as_bytes(), value.as_bytes())).map_err(|e| kv_error("put", key, e))?;
+fn put(s: &mut Client, why: &Why, key: &str, value: &str) -> Result<String, String> {
+    let Written = block_on(s.insert(key.as_bytes(), value.as_bytes())).map_err(|e| why.error("put", key, e))?;
     Ok("OK\n".into())
 }
 
-fn update(s: &mut Client, key: &str, value: &str) -> Result<String, String> {
-    match block_on(s.update(key.as_bytes(), value.as_bytes())).map_err(|e| kv_error("update", key, e))? {
+fn update(s: &mut Client, why: &Why, key: &str, value: &str) -> Result<String, String> {
+    match block_on(s.update(key.as_bytes(), value.as_bytes())).map_err(|e| why.error("update", key, e))? {
         Ok(Written) => Ok("OK\n".into()),
         Err(Missing::NotFound) => Err(format!("'{key}' not found (insert it with put)")),
     }
 }
 
-fn delete(s: &mut Client, key: &str) -> Result<String, String> {
-    match block_on(s.delete(key.as_bytes())).map_err(|e| kv_error("delete", key, e))? {
+fn delete(s: &mut Client, why: &Why, key: &str) -> Result<String, String> {
+    match block_on(s.delete(key.as_bytes())).map_err(|e| why.error("delete", key, e))? {
         Ok(Written) => Ok("deleted\n".into()),
         Err(Missing::NotFound) => Err(format!("'{key}' not found")),
     }
@@ -537,7 +552,7 @@ fn unquote(value: &str) -> &str {
 
 /// One shell line, without its line end: the text to print, or an error to
 /// print; `None` to quit.
-fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
+fn shell_line(s: &mut Client, why: &Why, line: &str) -> Option<Result<String, String>> {
     let line = line.trim_start();
     let (cmd, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
     let rest = rest.trim_start();
@@ -549,11 +564,11 @@ fn shell_line(s: &mut Client, line: &str) -> Option<Result<String, String>> {
         "quit" | "exit" => return None,
         "help" | "?" => Ok(HELP.into()),
         "get" | "delete" | "del" if key.is_empty() || !value.is_empty() => need_key(),
-        "get" => get(s, key),
-        "delete" | "del" => delete(s, key),
+        "get" => get(s, why, key),
+        "delete" | "del" => delete(s, why, key),
         "put" | "insert" | "update" if key.is_empty() || value.is_empty() => need_value(),
-        "put" | "insert" => put(s, key, unquote(value)),
-        "update" => update(s, key, unquote(value)),
+        "put" | "insert" => put(s, why, key, unquote(value)),
+        "update" => update(s, why, key, unquote(value)),
         other => Err(format!("unknown command '{other}' (type help)")),
     })
 }
@@ -605,7 +620,7 @@ fn claim(mem: &ShmMemory, cfg: &StoreConfig, clock: &SystemClock, want: Want) ->
 /// [`swarm_ycsb::runner::KEEP_EVERY_NS`], whichever is shorter, whether commands come
 /// (between two of them) or not: a shell waiting for input keeps its id,
 /// and one fed a stream of writes reuses its log.
-fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
+fn shell(s: &mut Client, why: &Why, renew: std::time::Duration) -> Result<(), String> {
     use std::sync::mpsc::{RecvTimeoutError, channel};
     use std::time::{Duration, Instant};
 
@@ -655,7 +670,7 @@ fn shell(s: &mut Client, renew: std::time::Duration) -> Result<(), String> {
             Err(e) => return Err(format!("cannot read stdin: {e}")),
         };
         let done = match &line {
-            Ok(line) => shell_line(s, line),
+            Ok(line) => shell_line(s, why, line),
             Err(e) => Some(Err(e.clone())),
         };
         match done {

@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::thread;
 
 use common::{ShmDir, fails, ok, signal, start_server};
@@ -99,4 +101,33 @@ fn a_client_without_its_server_says_how_to_start_it() {
     let line = fails(&["kv", "--dir", &d, "get", "k"], 1);
     assert!(line.contains("is not running (its server stopped)"), "{line}");
     assert!(line.contains(&start), "{line}");
+
+    // A session whose server is killed after it connected: its next call
+    // to the server says so too, rather than blaming node 0.
+    let (server, _) = start_server(&d, "0");
+    let mut shell = Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .args(["kv", "--dir", &d, "shell"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = shell.stdin.take().unwrap();
+    let mut out = BufReader::new(shell.stdout.take().unwrap());
+    writeln!(stdin, "put k w").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "OK\n");
+    signal(&server, "KILL");
+    server.wait_with_output().unwrap();
+    // A key this session never saw: its cursor comes from the server.
+    writeln!(stdin, "get other").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("error: get 'other': the store's server beside node 0 is not running"), "{line}");
+    assert!(line.contains("(its server does not answer (killed, or hung))") && line.contains(&start), "{line}");
+    drop(stdin);
+    // It still gives its id back (memory alone), and ends cleanly.
+    let end = shell.wait_with_output().unwrap();
+    assert!(end.status.success(), "{}", String::from_utf8_lossy(&end.stderr));
 }
