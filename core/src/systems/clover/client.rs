@@ -281,9 +281,15 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         }
     }
 
-    /// Whether a cursor known right since `since` is too old to use.
+    /// Whether a cursor known right since `since` is too old to use on its
+    /// own word at `at` (now, or when the READ that uses it was posted).
+    fn expired_at(&self, since: u64, at: u64) -> bool {
+        at.saturating_sub(since) > self.lifetime
+    }
+
+    /// Whether a cursor known right since `since` is too old to use now.
     fn expired(&self, since: u64) -> bool {
-        self.clock.now().saturating_sub(since) > self.lifetime
+        self.expired_at(since, self.clock.now())
     }
 
     /// The key's cursor if cached (too old or not: one too old starts
@@ -599,7 +605,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             // cell names it: then it is the key's head, linked and not
             // freed, when the cell was read ([`super`], "Old cursors").
             // Mutant `clover-old-cursor`: an old cursor is used unvouched.
-            let vouched = match sent.saturating_sub(seen.since) > self.lifetime {
+            let vouched = match self.expired_at(seen.since, sent) {
                 false => true,
                 true => {
                     let named = cell.and_then(|(w, _)| header::decode_cell(w, tag, nodes)) == Some(at);
