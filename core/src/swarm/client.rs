@@ -490,15 +490,20 @@ impl<C: Clock> ClientCtx<C> {
     /// guessTs(): the local clock (re-synchronised), but strictly above
     /// every time this client used before.
     pub fn guess_time(&mut self) -> Result<u64, ClientError> {
-        let t = (self.clock.now() + self.offset).max(self.last_time + 1);
+        self.guess_at(self.clock.now())
+    }
+
+    /// [`ClientCtx::guess_time`] with the clock read at `now`.
+    fn guess_at(&mut self, now: u64) -> Result<u64, ClientError> {
+        let t = (now + self.offset).max(self.last_time + 1);
         self.use_time(t)
     }
 
     /// A time after `seen` (a write this one must follow: DM-ABD's write,
     /// Safe-Guess' rewrite), at least the next guess. Refused if `seen` is
     /// further ahead of this client's clock than clocks may differ.
-    pub fn time_after(&mut self, seen: Meta) -> Result<u64, ClientError> {
-        let now = self.clock.now();
+    /// `now` is the clock, read.
+    fn time_after(&mut self, seen: Meta, now: u64) -> Result<u64, ClientError> {
         if seen.time() > now + self.ahead {
             return Err(ClientError::TimeAhead { seen: seen.time(), now, tick_ns: self.clock.tick_ns() });
         }
@@ -527,17 +532,26 @@ impl<C: Clock> ClientCtx<C> {
     /// or a time after `after` (bottom for none). The lease, if any, is
     /// renewed first when half of it has passed.
     pub async fn next_write<M: Memory>(&mut self, mem: &M, after: Meta) -> Result<(u64, Place), ClientError> {
+        // One reading of the clock serves the lease and the write's time
+        // (it is on every write's path); it is read again after anything
+        // that waits.
+        let mut now = self.clock.now();
         if let Some(held) = &self.lease
-            && held.needs_renewal(self.clock.now())
+            && held.needs_renewal(now)
         {
             cold(|| self.renew(mem)).await?;
+            now = self.clock.now();
         }
         let c = match self.cursor {
             Some(c) if c.start != 0 && c.next < self.per_segment => c,
-            _ => cold(|| self.open(mem)).await?,
+            _ => {
+                let c = cold(|| self.open(mem)).await?;
+                now = self.clock.now();
+                c
+            }
         };
         // After opening: the segment's start is below every time in it.
-        let time = if after.is_bottom() { self.guess_time()? } else { self.time_after(after)? };
+        let time = if after.is_bottom() { self.guess_at(now)? } else { self.time_after(after, now)? };
         self.cursor = Some(Cursor { next: c.next + 1, ..c });
         Ok((time, Place { segment: c.segment, slot: c.next, start: c.start }))
     }
