@@ -153,7 +153,7 @@ pub fn line(client: u32, call: u64, ret: u64, op: &KvOp, answer: Option<&KvRet>)
     format!("{client} {call} {ret} {name} {k} {v} {a} {av}\n")
 }
 
-/// The operation of a line written by [`line`].
+/// The operation of a line written by [`line()`].
 pub fn parse(l: &str) -> Operation<KvOp, KvRet> {
     let f: Vec<&str> = l.split_whitespace().collect();
     let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|_| panic!("a bad history line: {l}"));

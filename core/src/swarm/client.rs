@@ -199,7 +199,7 @@ paths! {
 
 /// How long a write waits for its writer's log to give a segment back
 /// when it has none left or a node has no room for another
-/// ([`ClientCtx::open`]), in units of R: long enough for a segment whose
+/// ([`ClientCtx::next_write`]), in units of R: long enough for a segment whose
 /// last write was just written to be recycled (at most about 4 R, its
 /// values moved home) and for an id's new holder to take over what its
 /// predecessor left.
@@ -440,7 +440,7 @@ impl<C: Clock> ClientCtx<C> {
         self.delay
     }
 
-    /// Sets R ([`crate::swarm::recycle::delay_ns`]) and, for the writes of
+    /// Sets R ([`recycle_delay_ns`]) and, for the writes of
     /// an id's previous holder, the layout of the store's objects (their
     /// tags aside).
     pub fn configure(&mut self, delay_ns: u64, _layout: crate::swarm::inout::Layout) {

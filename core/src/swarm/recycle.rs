@@ -209,7 +209,7 @@ pub struct Rewrite {
 const MAX_REWRITES: usize = 1 << 16;
 
 impl Recycler {
-    /// A recycler with delay `delay_ns` ([`delay_ns`]).
+    /// A recycler with delay `delay_ns` ([`crate::swarm::client::recycle_delay_ns`]).
     pub fn new(delay_ns: u64) -> Self {
         Recycler {
             delay: delay_ns.max(1),
