@@ -108,6 +108,37 @@ mod tests {
         assert!(rtts.iter().all(|&r| r == (2, 2)), "{rtts:?}");
     }
 
+    /// Two writers taking turns on one register (one metadata word that
+    /// both change): each write still takes 2 roundtrips, its timestamp
+    /// read having shown it the other's word, which its MAX then expects.
+    /// (Seeded with its own last word instead, every MAX failed its first
+    /// CAS: 3 roundtrips.)
+    #[test]
+    fn writers_taking_turns_take_two_roundtrips_each() {
+        let mut sim =
+            Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
+        let reg = setup(&mut sim, 3, layout(64).unwrap());
+        let mem = sim.client();
+        let rtts = sim
+            .block_on(async move {
+                let mut ctxs = [ClientCtx::new(1, clock(&mem, 0)).unwrap(), ClientCtx::new(2, clock(&mem, 0)).unwrap()];
+                let mut caches = [RegCache::default(), RegCache::default()];
+                for ctx in &mut ctxs {
+                    ctx.prepare(&mem).await.unwrap();
+                }
+                let mut rtts = Vec::new();
+                for seq in 1..20u64 {
+                    let i = (seq % 2) as usize;
+                    let c = Counted::new(&mem);
+                    write(&mut ctxs[i], &c, &reg, &mut caches[i], &value(i as u8 + 1, seq, 64)).await.unwrap();
+                    rtts.push(c.roundtrips());
+                }
+                rtts
+            })
+            .unwrap();
+        assert!(rtts.iter().all(|&r| r == 2), "{rtts:?}");
+    }
+
     #[test]
     fn campaign_3_replicas() {
         campaign(Protocol::Abd, 3, 2_000);

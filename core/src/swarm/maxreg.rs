@@ -19,6 +19,7 @@ use crate::objects::max::MaxOutcome;
 use crate::substrate::clock::Clock;
 use crate::substrate::exec::cold;
 use crate::substrate::late::{Plan, Watch, late, or_late};
+use crate::substrate::memory::word_at;
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, Tally, majority, quorum, quorum_first};
 use crate::substrate::value::Value;
@@ -509,7 +510,18 @@ impl Register {
             match res {
                 Ok(buf) => {
                     let m = max_word(&buf, words);
-                    cache.replicas[r].max = cache.replicas[r].max.max(m);
+                    let c = &mut cache.replicas[r];
+                    c.max = c.max.max(m);
+                    // The word this client's next MAX expects, as a read
+                    // learns it: with one word shared by every writer
+                    // (DM-ABD), the seed of its last write is stale once
+                    // another wrote, and the MAX would take a roundtrip
+                    // more to find the word (the mutant `abd-stale-seed`).
+                    if let Some(w) = word_at(&buf, self.layout.word_of(ctx.id) as usize)
+                        && !mutant!("abd-stale-seed")
+                    {
+                        c.mine = w;
+                    }
                     max = max.max(m);
                 }
                 Err(e) => first_err = first_err.or(Some(e)),
