@@ -11,8 +11,12 @@
 //! 1. **load**: every key inserted once, the keys dealt round-robin over all
 //!    handles of all clients;
 //! 2. for each in-flight setting `k` of the sweep: **warm-up** (`warmup`
-//!    operations per client, unmeasured), then **measured** (`ops`
-//!    operations per client), split over the client's first `k` handles.
+//!    operations per client, unmeasured, and for at least the store's
+//!    [`KvClient::settle_ns`], so that the background recycling of what
+//!    came before, the load's millions of writes among it, is done before
+//!    measuring: the measured run sees the steady state), then
+//!    **measured** (`ops` operations per client), split over the client's
+//!    first `k` handles.
 //!
 //! Every operation is timed ([`Env::now_ns`]) and its sequential roundtrips
 //! counted ([`Counting`], over [`Counted`] memory).
@@ -553,7 +557,11 @@ enum Phase {
     Load,
     /// Reading every key the handle did not load (see [`RunSpec::warm_cache`]).
     WarmCache,
-    Warmup,
+    /// Unmeasured operations, and more until `until_ns` (the store's
+    /// settling time, [`KvClient::settle_ns`]).
+    Warmup {
+        until_ns: u64,
+    },
     Measure,
 }
 
@@ -588,7 +596,14 @@ async fn drive<S: Counting, E: Env>(
         KvError::Torn { .. } => sh.tears,
         _ => false,
     };
-    for i in 0..n {
+    let settling = |now: u64| matches!(phase, Phase::Warmup { until_ns } if now < until_ns);
+    // Progress counts the operations asked for, not those of settling.
+    let progress = |i: u64| {
+        if i < n {
+            env.progress(1)
+        }
+    };
+    for i in (0..).take_while(|&i| i < n || settling(env.now_ns())) {
         if env.aborted() {
             return Err(String::new());
         }
@@ -596,7 +611,7 @@ async fn drive<S: Counting, E: Env>(
             Phase::Load => (OpKind::Insert, slot.global + i * sh.handles),
             Phase::WarmCache if i % sh.handles == slot.global => {
                 // Loaded (and cached) by this handle.
-                env.progress(1);
+                progress(i);
                 continue;
             }
             Phase::WarmCache => (OpKind::Get, i),
@@ -624,7 +639,7 @@ async fn drive<S: Counting, E: Env>(
                 if let (Some(t), Some(w)) = (&mut stats.timeline, window) {
                     t.record_error(end.saturating_sub(w.origin_ns));
                 }
-                env.progress(1);
+                progress(i);
                 continue;
             }
             Err(e) => {
@@ -643,7 +658,7 @@ async fn drive<S: Counting, E: Env>(
         if let (Some(t), Some(w)) = (&mut stats.timeline, window) {
             t.record(end.saturating_sub(w.origin_ns), latency);
         }
-        env.progress(1);
+        progress(i);
         if end >= slot.keep_at {
             // Background work, between operations: not measured. A failure
             // (a lease not renewed while nodes are down) shows in the next
@@ -797,7 +812,9 @@ async fn client_phases<S: Counting, E: Env>(
     let mut runs = Vec::with_capacity(spec.inflight.len());
     for &k in &spec.inflight {
         let active = &mut slots[..k];
-        phase(active, &sh, env, Phase::Warmup, None, |i| share(spec.warmup, k, i)).await.map_err(fail)?;
+        let settle = active.iter().map(|s| s.store.settle_ns()).max().unwrap_or(0);
+        let warm = Phase::Warmup { until_ns: env.now_ns().saturating_add(settle) };
+        phase(active, &sh, env, warm, None, |i| share(spec.warmup, k, i)).await.map_err(fail)?;
         let origin_ns = env.gate().await.ok_or(None)?;
         let window =
             spec.timed.as_ref().map(|t| Window { origin_ns, run_ns: t.run_ns, tolerate: !t.faults.is_empty() });

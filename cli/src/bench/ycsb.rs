@@ -133,7 +133,9 @@ pub struct YcsbArgs {
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = parse_replicas)]
     pub replicas: usize,
     /// Unmeasured operations per client before each measurement (of every
-    /// round, with --rounds) [default: ops / 5].
+    /// round, with --rounds), going on until the store's background
+    /// recycling has worked off the load (SWARM-KV and DM-ABD: 4 recycling
+    /// delays, 400 ms on shm) [default: ops / 5].
     #[arg(long, value_name = "N", value_parser = parse_warmup)]
     pub warmup: Option<u64>,
     /// Measured operations per client (per in-flight setting) [default:

@@ -25,6 +25,7 @@ trait DynClient<V> {
     fn delete<'a>(&'a mut self, key: &'a [u8]) -> Op<'a, Result<Written, Missing>>;
     fn close(&mut self) -> Op<'_, ()>;
     fn keep(&mut self) -> Op<'_, ()>;
+    fn settle_ns(&self) -> u64;
     fn paths(&self) -> Paths;
 }
 
@@ -59,6 +60,10 @@ impl<K: KvClient> DynClient<K::Value> for K {
 
     fn keep(&mut self) -> Op<'_, ()> {
         Box::pin(KvClient::keep(self))
+    }
+
+    fn settle_ns(&self) -> u64 {
+        KvClient::settle_ns(self)
     }
 
     fn paths(&self) -> Paths {
@@ -112,6 +117,10 @@ impl<V: Deref<Target = [u8]>> KvClient for AnyClient<'_, V> {
 
     async fn keep(&mut self) -> Result<(), KvError> {
         self.inner.keep().await
+    }
+
+    fn settle_ns(&self) -> u64 {
+        self.inner.settle_ns()
     }
 
     fn paths(&self) -> Paths {

@@ -140,6 +140,15 @@ pub trait KvClient {
         async { Ok(()) }
     }
 
+    /// How long [`KvClient::keep`] goes on working off a write after it was
+    /// made, ns (0 for a store with no such background work): SWARM-KV's
+    /// and DM-ABD's log recycling resolves a write within a few recycling
+    /// delays. A benchmark warms up at least this long, so that it
+    /// measures the steady state rather than the recycling of its load.
+    fn settle_ns(&self) -> u64 {
+        0
+    }
+
     /// How often this client's operations took the rare paths of SWARM's
     /// objects (none for a store without them): what campaigns assert
     /// they exercised.
@@ -185,6 +194,10 @@ impl<K: KvClient + ?Sized> KvClient for alloc::boxed::Box<K> {
 
     fn keep(&mut self) -> impl Future<Output = Result<(), KvError>> {
         (**self).keep()
+    }
+
+    fn settle_ns(&self) -> u64 {
+        (**self).settle_ns()
     }
 
     fn paths(&self) -> crate::swarm::client::Paths {

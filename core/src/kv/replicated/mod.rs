@@ -726,6 +726,12 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         Ok(())
     }
 
+    /// A write that stays its key's value is resolved about 3 R after it
+    /// (probed at R and 2 R, moved home at 3 R: [`crate::swarm::recycle`]).
+    fn settle_ns(&self) -> u64 {
+        if cfg!(feature = "alloc") { 4 * self.io.ctx.delay() } else { 0 }
+    }
+
     fn paths(&self) -> crate::swarm::client::Paths {
         let mut p = self.io.ctx.paths;
         p.index_views = self.index.master_paths().views;
