@@ -80,12 +80,18 @@ mod tests {
     use crate::sim::{Sim, SimConfig};
     use crate::substrate::rtt::Counted;
 
-    /// SWARM Table 2: DM-ABD takes 2 roundtrips per get and per update.
-    #[test]
-    fn two_roundtrips_each() {
+    /// A simulator with fixed roundtrips and a register on its 3 nodes.
+    fn three_replicas() -> (Sim, Register) {
         let mut sim =
             Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
         let reg = setup(&mut sim, 3, layout(64).unwrap());
+        (sim, reg)
+    }
+
+    /// SWARM Table 2: DM-ABD takes 2 roundtrips per get and per update.
+    #[test]
+    fn two_roundtrips_each() {
+        let (mut sim, reg) = three_replicas();
         let mem = sim.client();
         let rtts = sim
             .block_on(async move {
@@ -115,9 +121,7 @@ mod tests {
     /// CAS: 3 roundtrips.)
     #[test]
     fn writers_taking_turns_take_two_roundtrips_each() {
-        let mut sim =
-            Sim::new(SimConfig { nodes: 3, node_size: NODE_SIZE, ..SimConfig::default() }.fixed_latency(2_000));
-        let reg = setup(&mut sim, 3, layout(64).unwrap());
+        let (mut sim, reg) = three_replicas();
         let mem = sim.client();
         let rtts = sim
             .block_on(async move {
