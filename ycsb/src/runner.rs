@@ -13,7 +13,7 @@
 //! 2. for each in-flight setting `k` of the sweep: **warm-up** (`warmup`
 //!    operations per client, unmeasured, and for at least the store's
 //!    [`KvClient::settle_ns`], so that the background recycling of what
-//!    came before, the load's millions of writes among it, is done before
+//!    came before (the load's writes among it) is done before
 //!    measuring: the measured run sees the steady state), then
 //!    **measured** (`ops` operations per client), split over the client's
 //!    first `k` handles.
