@@ -134,8 +134,8 @@ pub struct YcsbArgs {
     pub replicas: usize,
     /// Unmeasured operations per client before each measurement (of every
     /// round, with --rounds), going on until the store's background
-    /// recycling has worked off the load (SWARM-KV and DM-ABD: 4 recycling
-    /// delays, 400 ms on shm) [default: ops / 5].
+    /// recycling has worked off the load (SWARM-KV and DM-ABD: 5 recycling
+    /// delays, 500 ms on shm) [default: ops / 5].
     #[arg(long, value_name = "N", value_parser = parse_warmup)]
     pub warmup: Option<u64>,
     /// Measured operations per client (per in-flight setting) [default:

@@ -141,10 +141,12 @@ pub trait KvClient {
     }
 
     /// How long [`KvClient::keep`] goes on working off a write after it was
-    /// made, ns (0 for a store with no such background work): SWARM-KV's
-    /// and DM-ABD's log recycling resolves a write within a few recycling
-    /// delays. A benchmark warms up at least this long, so that it
-    /// measures the steady state rather than the recycling of its load.
+    /// made, if it is called often meanwhile, ns (0 for a store with no
+    /// such background work): SWARM-KV's and DM-ABD's log recycling
+    /// resolves a write within a few recycling delays. A benchmark warms
+    /// up at least this long, calling `keep` after every operation, so
+    /// that it measures the steady state rather than the recycling of its
+    /// load.
     fn settle_ns(&self) -> u64 {
         0
     }

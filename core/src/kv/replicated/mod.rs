@@ -726,10 +726,12 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         Ok(())
     }
 
-    /// A write that stays its key's value is resolved about 3 R after it
-    /// (probed at R and 2 R, moved home at 3 R: [`crate::swarm::recycle`]).
+    /// A write that stays its key's value is resolved 3 R after it (probed
+    /// at R, moved home at 2 R, confirmed at 3 R: [`crate::swarm::recycle`])
+    /// and its segment given back R later; one more R for what a pass
+    /// finds at once (a write that is not VERIFIED yet, a write-back).
     fn settle_ns(&self) -> u64 {
-        if cfg!(feature = "alloc") { 4 * self.io.ctx.delay() } else { 0 }
+        if cfg!(feature = "alloc") { 5 * self.io.ctx.delay() } else { 0 }
     }
 
     fn paths(&self) -> crate::swarm::client::Paths {
