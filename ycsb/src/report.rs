@@ -87,6 +87,9 @@ pub struct SystemSummary {
     pub runs: Vec<RunSummary>,
     /// Its store's memory after the run (of the last round).
     pub memory: Option<MemoryUse>,
+    /// Operations of the warm-ups that failed with an error the run
+    /// tolerates (RAW's torn copies).
+    pub warmup_errors: u64,
 }
 
 /// Everything a report shows.
@@ -117,6 +120,7 @@ impl Report {
                     load_s: l.window_ns() as f64 / 1e9,
                     runs: spec.inflight.iter().zip(&r.result.runs).map(|(&k, p)| RunSummary::new(k, p)).collect(),
                     memory: r.result.memory,
+                    warmup_errors: r.result.warmup_errors,
                 }
             })
             .collect();
@@ -286,13 +290,14 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
             // nodes too: its availability table shows them.
             let untimed = sys.runs.iter().filter(|r| r.timeline.is_none());
             let failed: u64 = untimed.flat_map(|r| &r.ops).map(|(_, s)| s.errors).sum();
-            if failed > 0 {
+            if failed > 0 || sys.warmup_errors > 0 {
                 let _ = writeln!(
                     out,
-                    "note: {}: {failed} get(s) found a copy that two clients' concurrent updates left torn (it has no \
-                     concurrency control: updates of one key by two clients at once can mix); each read it again for \
-                     {} ms, then was counted as failed, not in the latencies",
+                    "note: {}: {failed} measured get(s) and {} in the warm-ups found a copy that two clients' \
+                     concurrent updates left torn (it has no concurrency control: updates of one key by two clients at \
+                     once can mix); each read it again for {} ms, then was counted as failed, not in the latencies",
                     sys.system.name(),
+                    sys.warmup_errors,
                     swarm_core::kv::torn::TORN_PATIENCE_NS / 1_000_000
                 );
             }
@@ -441,6 +446,7 @@ rare paths per 1,000 measured operations ({} in flight):",
                 v["load"] = sys.load.to_json();
                 v["load"]["window_s"] = json!(sys.load_s);
                 v["sweep"] = Value::Array(sweep);
+                v["warmup_errors"] = json!(sys.warmup_errors);
                 if let Some(m) = sys.memory {
                     v["memory"] = json!({
                         "claimed_bytes": m.claimed,

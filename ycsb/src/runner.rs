@@ -363,6 +363,9 @@ pub struct ClientResult {
     /// The store's memory once its clients were done (the runners that see
     /// its nodes whole: simulator, threads).
     pub memory: Option<MemoryUse>,
+    /// Operations of the warm-ups that failed with an error the run
+    /// tolerates (RAW's torn copies), reported beside the measured ones.
+    pub warmup_errors: u64,
 }
 
 /// The disaggregated memory a store holds (SWARM Table 3), all nodes
@@ -432,6 +435,7 @@ impl ClientResult {
     /// Adds `o` phase by phase with `add`.
     fn combine(&mut self, o: &ClientResult, add: fn(&mut PhaseStats, &PhaseStats)) {
         add(&mut self.load, &o.load);
+        self.warmup_errors += o.warmup_errors;
         self.runs.resize_with(self.runs.len().max(o.runs.len()), PhaseStats::default);
         for (a, b) in self.runs.iter_mut().zip(&o.runs) {
             add(a, b);
@@ -440,16 +444,22 @@ impl ClientResult {
 
     /// As JSON, from a worker.
     pub fn to_json(&self) -> Value {
-        json!({ "load": self.load.to_json(), "runs": self.runs.iter().map(PhaseStats::to_json).collect::<Vec<_>>() })
+        json!({
+            "load": self.load.to_json(),
+            "runs": self.runs.iter().map(PhaseStats::to_json).collect::<Vec<_>>(),
+            "warmup_errors": self.warmup_errors,
+        })
     }
 
     /// Reads what [`ClientResult::to_json`] wrote.
     pub fn from_json(v: &Value) -> Result<ClientResult, String> {
-        let runs = v["runs"].as_array().ok_or("a worker sent malformed measurements")?;
+        let malformed = "a worker sent malformed measurements";
+        let runs = v["runs"].as_array().ok_or(malformed)?;
         Ok(ClientResult {
             load: PhaseStats::from_json(&v["load"])?,
             runs: runs.iter().map(PhaseStats::from_json).collect::<Result<_, _>>()?,
             memory: None,
+            warmup_errors: v["warmup_errors"].as_u64().ok_or(malformed)?,
         })
     }
 }
@@ -816,12 +826,13 @@ async fn client_phases<S: Counting, E: Env>(
         phase(&mut slots, &sh, env, Phase::WarmCache, None, |_| spec.keys).await.map_err(fail)?;
         env.gate().await.ok_or(None)?;
     }
-    let mut runs = Vec::with_capacity(spec.inflight.len());
+    let (mut runs, mut warmup_errors) = (Vec::with_capacity(spec.inflight.len()), 0);
     for &k in &spec.inflight {
         let active = &mut slots[..k];
         let settle = active.iter().map(|s| s.store.settle_ns()).max().unwrap_or(0);
         let warm = Phase::Warmup { until_ns: env.now_ns().saturating_add(settle) };
-        phase(active, &sh, env, warm, None, |i| share(spec.warmup, k, i)).await.map_err(fail)?;
+        let warmed = phase(active, &sh, env, warm, None, |i| share(spec.warmup, k, i)).await.map_err(fail)?;
+        warmup_errors += warmed.errors();
         let origin_ns = env.gate().await.ok_or(None)?;
         let window =
             spec.timed.as_ref().map(|t| Window { origin_ns, run_ns: t.run_ns, tolerate: !t.faults.is_empty() });
@@ -837,7 +848,7 @@ async fn client_phases<S: Counting, E: Env>(
     for slot in &mut slots {
         slot.store.close().await.map_err(|e| Some(format!("client {client}: close: {e}")))?;
     }
-    Ok(ClientResult { load, runs, memory: None })
+    Ok(ClientResult { load, runs, memory: None, warmup_errors })
 }
 
 /// What one system measured in a run.

@@ -230,6 +230,11 @@ impl PhaseStats {
         self.ops.iter().map(OpHist::count).sum()
     }
 
+    /// Failed operations of every type (see [`OpHist::record_error`]).
+    pub fn errors(&self) -> u64 {
+        self.ops.iter().map(|o| o.errors).sum()
+    }
+
     /// The window, ns.
     pub fn window_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)

@@ -159,8 +159,34 @@ fn torn_raw_copies_are_counted_and_explained() {
     let result = run_sim(&s, raw, None).unwrap();
     let mut report = Report::new(&s, "sim".into(), serde_json::json!({}), true, &[SystemRun { system: raw, result }]);
     assert!(!report.text().contains("left torn"), "no torn copy, no note");
+    // Those of the warm-ups are reported too, apart.
+    report.systems[0].warmup_errors = 3;
+    let text = report.text();
+    assert!(text.contains("note: raw: 0 measured get(s) and 3 in the warm-ups found a copy"), "{text}");
+    assert_eq!(report.json()["systems"][0]["warmup_errors"], 3);
     let ops = &mut report.systems[0].runs[0].ops;
     ops.iter_mut().find(|(k, _)| *k == OpKind::Get).unwrap().1.errors = 2;
     let text = report.text();
-    assert!(text.contains("note: raw: 2 get(s) found a copy that two clients' concurrent updates left torn"), "{text}");
+    assert!(
+        text.contains("note: raw: 2 measured get(s) and 3 in the warm-ups found a copy that two clients' concurrent updates left torn"),
+        "{text}"
+    );
+}
+
+/// A worker process's result carries its warm-ups' errors to the parent,
+/// which adds them up over clients and rounds.
+#[test]
+fn warm_up_errors_cross_from_workers_and_add_up() {
+    let s = RunSpec { inflight: vec![1], ..spec(Workload::B) };
+    let mut one = run_sim(&s, systems::from_name("raw").unwrap(), None).unwrap();
+    one.warmup_errors = 2;
+    let back = swarm_ycsb::ClientResult::from_json(&one.to_json()).unwrap();
+    assert_eq!(back.warmup_errors, 2);
+    let mut all = back.clone();
+    all.merge_foreign(&back);
+    all.append(&one);
+    assert_eq!(all.warmup_errors, 6);
+    let mut v = one.to_json();
+    v.as_object_mut().unwrap().remove("warmup_errors");
+    assert!(swarm_ycsb::ClientResult::from_json(&v).is_err(), "a result without them is malformed");
 }
