@@ -48,6 +48,7 @@ MUTANTS=(
   "torn-impatient||answered Err(Corrupt)|cargo test -p swarm-core --release --lib systems::raw::tests::a_copy_torn_for_a_while"
   "fusee-carve-last-byte||Err(Corrupt)|cargo test -p swarm-core --release --lib systems::fusee::tests::a_recovered_log"
   "clover-old-cursor||an old cursor's recycled buffer was read as the value|cargo test -p swarm-core --release --lib systems::clover::tests::an_old_cursor"
+  "clover-late-restarts||late READs were answered as something else than its time-out|cargo test -p swarm-core --release --lib systems::clover::tests::late_reads"
   "abd-stale-seed||2, 3, 3, 3|cargo test -p swarm-core --release --lib baselines::abd::tests::writers_taking_turns"
 )
 

@@ -586,7 +586,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let tag = key_hash(key);
         let nodes = self.mem.node_count();
         let Some((mut at, mut seen)) = self.find(key).await? else { return Ok(Got::NotFound) };
-        let mut restarts = 0;
+        let (mut restarts, mut lates) = (0, 0);
         loop {
             let sent = self.clock.now();
             // The cursor's buffer, and beside it the key's cell: where the
@@ -634,6 +634,20 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                     None
                 }
             };
+            // A late READ of a cursor that may be used says nothing of the
+            // cursor: it is read again, rather than the walk starting again
+            // from the head (on a long chain, a slow node then made gets
+            // fail after MAX_RESTARTS late hops). A node whose every READ
+            // is late is as good as timed out.
+            if !late {
+                lates = 0;
+            } else if vouched && !mutant!("clover-late-restarts") {
+                lates += 1;
+                if lates > MAX_RESTARTS {
+                    return Err(KvError::Down(MemError::new(at.at.node, MemErrorKind::TimedOut)));
+                }
+                continue;
+            }
             // Any of these: start again from the head, in the cell's word
             // read beside (a head then, whatever the READ's time), or read
             // now.

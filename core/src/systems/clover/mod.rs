@@ -99,7 +99,10 @@
 //!   or the memory's own time-out): a READ that began before the free and
 //!   still samples the buffer when its new owner writes it took longer
 //!   than the time-out, and a client discards such a READ (measured with
-//!   its `Clock`) and starts again. This is the paper's argument; here it
+//!   its `Clock`) and reads the same cursor again (not the chain from its
+//!   head: on a long chain, a slow node would make every walk start over;
+//!   a node whose every READ is late fails the get as timed out, naming
+//!   it). This is the paper's argument; here it
 //!   is a second line, as the sum and the tail word's GC version already
 //!   reject such a torn READ (the paper's reader, which reads a header
 //!   and a value that are not atomic together, needs the time-out).

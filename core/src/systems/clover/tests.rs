@@ -20,6 +20,7 @@ use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::region::Region;
 use crate::systems::from_name;
+use crate::{MemError, MemErrorKind};
 
 fn config() -> StoreConfig {
     let mut cfg = StoreConfig::new(from_name("clover").unwrap(), 64);
@@ -647,4 +648,61 @@ fn a_crash_loses_a_bounded_amount_of_memory() {
         }
     })
     .unwrap();
+}
+
+/// A READ that outlasts the read time-out is read again from the same
+/// cursor, not from the key's head: on a long chain and a slow node, gets
+/// that started again from the head at every late hop ran out of restarts
+/// and answered "corrupt" (campaign seed 12847, 5 replicas). A node whose
+/// every READ is late is as good as timed out: the get says so, naming
+/// it (the mutant `clover-late-restarts`, which starts again from the
+/// head, answers corrupt), and reads again once the node is fast.
+#[test]
+fn late_reads_are_read_again_and_then_time_out() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg, 3, 11);
+    let mem = sim.client();
+    let primary = node_of(b"k", 0, 3);
+    let m = mem.clone();
+    let c = cfg.clone();
+    let a = Rc::new(RefCell::new(None));
+    let a2 = a.clone();
+    sim.block_on(async move {
+        let mut a = connect(m.clone(), &m, &c, 1).await;
+        a.insert(b"k", b"v0").await.unwrap();
+        assert_eq!(value(a.get(b"k").await).as_deref(), Some(&b"v0"[..]));
+        *a2.borrow_mut() = Some(a);
+    })
+    .unwrap();
+    // Every operation on the key's primary takes 40 roundtrips of 2 us:
+    // longer than the read time-out (50 us), and answered.
+    let now = sim.now();
+    sim.slow_node_at(primary.index(), now, 40);
+    let (a2, m) = (a.clone(), mem.clone());
+    let got = sim
+        .block_on(async move {
+            let mut a = a2.borrow_mut().take().unwrap();
+            m.sleep(1_000).await;
+            let got = a.get(b"k").await.map(|g| matches!(g, Got::Found(_)));
+            *a2.borrow_mut() = Some(a);
+            got
+        })
+        .unwrap();
+    assert_eq!(
+        got,
+        Err(KvError::Down(MemError::new(primary, MemErrorKind::TimedOut))),
+        "a slow node's late READs were answered as something else than its time-out"
+    );
+    let now = sim.now();
+    sim.slow_node_at(primary.index(), now, 1);
+    let got = sim
+        .block_on(async move {
+            let mut a = a.borrow_mut().take().unwrap();
+            mem.sleep(1_000).await;
+            let p = a.paths();
+            (value(a.get(b"k").await), p.gc_timeouts)
+        })
+        .unwrap();
+    assert_eq!(got.0.as_deref(), Some(&b"v0"[..]));
+    assert!(got.1 > 16, "every late READ counted: {}", got.1);
 }
