@@ -154,12 +154,16 @@ impl From<RegionError> for KvError {
     }
 }
 
+// The message below names the number.
+const _: () = assert!(crate::substrate::space::slab::USED_CLASSES == 12);
+
 impl From<AllocError> for KvError {
     fn from(e: AllocError) -> KvError {
         match e {
             AllocError::Region(e) => e.into(),
             AllocError::BadSize { .. } => KvError::BadConfig("values too large for the nodes' chunks"),
             AllocError::TooManyNodes => KvError::BadConfig("at most 32 memory nodes"),
+            AllocError::TooManyClasses { .. } => KvError::BadConfig("more than 12 object sizes on one node"),
         }
     }
 }

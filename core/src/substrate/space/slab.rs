@@ -2,8 +2,11 @@
 //! common case.
 //!
 //! Each client takes whole chunks from a node's [`Region`] (one CAS) and
-//! carves them into objects of power-of-two size classes, from 64 bytes (a
-//! cache line, so objects never share one) up to the chunk size. Freed
+//! carves them into objects of size classes, from 64 bytes (a cache line,
+//! so objects never share one) up to the chunk size: multiples of 64 bytes
+//! up to 256, then four classes per doubling ([`class_of`]), so that an
+//! object wastes at most a fifth of its size (a 1 KiB value with its
+//! header takes 1,280 bytes, not the 2,048 of a power of two). Freed
 //! objects go to a small per-class free list of this client and are reused by
 //! it; there is no global free, as in the systems this toolkit reproduces
 //! (SWARM §4.5 leaves recycling to future work): a client that frees more
@@ -25,8 +28,12 @@ use crate::{Memory, NodeId, RemoteAddr};
 
 /// Smallest object: one cache line.
 pub const MIN_OBJECT: u64 = 64;
-/// Number of size classes (64 B to 32 MiB).
-pub const CLASSES: usize = 20;
+/// Number of size classes (64 B to 32 MiB, [`class_of`]).
+pub const CLASSES: usize = 72;
+/// Size classes one client uses on one node at once (a store uses a few:
+/// its objects, its descriptors); a class whose chunk is used up and whose
+/// free list is empty gives its place to another.
+pub const USED_CLASSES: usize = 12;
 /// Freed objects a client remembers per class and node.
 pub const FREE_LIST: usize = 8;
 /// Nodes one allocator serves.
@@ -44,6 +51,12 @@ pub enum AllocError {
     },
     /// More nodes than [`MAX_NODES`] were used.
     TooManyNodes,
+    /// More than [`USED_CLASSES`] object sizes are in use on one node,
+    /// each with room left or objects freed.
+    TooManyClasses {
+        /// The node.
+        node: NodeId,
+    },
 }
 
 impl From<RegionError> for AllocError {
@@ -64,6 +77,9 @@ impl fmt::Display for AllocError {
             AllocError::Region(e) => write!(f, "{e}"),
             AllocError::BadSize { size } => write!(f, "cannot allocate an object of {size} bytes"),
             AllocError::TooManyNodes => write!(f, "allocator serves at most {MAX_NODES} nodes"),
+            AllocError::TooManyClasses { node } => {
+                write!(f, "{node}: more than {USED_CLASSES} object sizes in use at once by one client")
+            }
         }
     }
 }
@@ -141,7 +157,32 @@ impl Class {
 
 struct NodeSlabs {
     region: Region,
-    classes: [Class; CLASSES],
+    /// The classes in use, by number.
+    classes: heapless::Vec<(u8, Class), USED_CLASSES>,
+}
+
+impl NodeSlabs {
+    /// Class `class`'s state, if it is in use.
+    fn get(&mut self, class: usize) -> Option<&mut Class> {
+        self.classes.iter_mut().find(|(c, _)| *c as usize == class).map(|(_, st)| st)
+    }
+
+    /// Class `class`'s place in `classes`, made if it was not in use (in
+    /// the place of a used-up class if need be).
+    fn place(&mut self, class: usize) -> Result<usize, AllocError> {
+        if let Some(i) = self.classes.iter().position(|(c, _)| *c as usize == class) {
+            return Ok(i);
+        }
+        if self.classes.is_full() {
+            let spent = self.classes.iter().position(|(c, st)| !st.can_take(class_size(*c as usize)));
+            let i = spent.ok_or(AllocError::TooManyClasses { node: self.region.node })?;
+            self.classes.swap_remove(i);
+        }
+        self.classes
+            .push((class as u8, Class::default()))
+            .map_err(|_| AllocError::TooManyClasses { node: self.region.node })?;
+        Ok(self.classes.len() - 1)
+    }
 }
 
 /// One client's allocator over any number of nodes (up to [`MAX_NODES`]).
@@ -152,14 +193,36 @@ pub struct SlabAllocator {
     adopted: heapless::Vec<Carry, MAX_CARRIED>,
 }
 
-/// The size class for `size` bytes, and that class's object size.
+/// The size class for `size` bytes, and that class's object size: the
+/// multiple of 64 bytes at or above it up to 256 (classes 0 to 3), then,
+/// in each doubling from 2^k to 2^(k+1), the multiple of 2^(k-2) (four
+/// classes per doubling), up to 32 MiB.
 pub fn class_of(size: u64) -> Option<(usize, u64)> {
     if size == 0 {
         return None;
     }
-    let obj = size.max(MIN_OBJECT).checked_next_power_of_two()?;
-    let class = (obj.trailing_zeros() - MIN_OBJECT.trailing_zeros()) as usize;
+    let size = size.max(MIN_OBJECT);
+    if size <= 4 * MIN_OBJECT {
+        let obj = size.next_multiple_of(MIN_OBJECT);
+        return Some(((obj / MIN_OBJECT - 1) as usize, obj));
+    }
+    // size is in (2^k, 2^(k+1)], k >= 8.
+    let k = 63 - (size - 1).leading_zeros();
+    let step = 1u64 << (k - 2);
+    let obj = size.checked_next_multiple_of(step)?;
+    let class = 4 + 4 * (k as usize - 8) + (obj / step - 5) as usize;
     (class < CLASSES).then_some((class, obj))
+}
+
+/// The object size of class `class` (< [`CLASSES`]): what [`class_of`]
+/// gives with it.
+pub fn class_size(class: usize) -> u64 {
+    if class < 4 {
+        return (class as u64 + 1) * MIN_OBJECT;
+    }
+    let j = class - 4;
+    let step = 1u64 << (8 + j / 4 - 2);
+    (5 + (j % 4) as u64) * step
 }
 
 impl SlabAllocator {
@@ -184,10 +247,11 @@ impl SlabAllocator {
     /// index in `nodes`.
     fn opened(&mut self, region: Region) -> Result<usize, AllocError> {
         let node = region.node;
-        let mut classes: [Class; CLASSES] = Default::default();
+        let mut classes = heapless::Vec::new();
         for c in self.adopted.iter().filter(|c| c.node == node && (c.class as usize) < CLASSES) {
-            if c.fits(&region) {
-                (classes[c.class as usize].bump, classes[c.class as usize].end) = (c.bump, c.end);
+            if c.fits(&region) && !classes.iter().any(|(k, _): &(u8, Class)| *k == c.class) {
+                // More than the table holds: the rest are left (lost space).
+                let _ = classes.push((c.class, Class { bump: c.bump, end: c.end, free: heapless::Vec::new() }));
             }
         }
         self.adopted.retain(|c| c.node != node || c.class as usize >= CLASSES);
@@ -232,12 +296,13 @@ impl SlabAllocator {
         if obj > slabs.region.chunk {
             return Err(AllocError::BadSize { size });
         }
-        let c = &mut slabs.classes[class];
-        if !c.can_take(obj) {
+        let i = slabs.place(class)?;
+        if !slabs.classes[i].1.can_take(obj) {
             let chunk = slabs.region.alloc_chunk(mem).await?;
+            let c = &mut slabs.classes[i].1;
             (c.bump, c.end) = (chunk.offset, chunk.offset + slabs.region.chunk);
         }
-        let off = c.take(obj).ok_or(AllocError::BadSize { size })?;
+        let off = slabs.classes[i].1.take(obj).ok_or(AllocError::BadSize { size })?;
         Ok(RemoteAddr::new(node, off))
     }
 
@@ -247,7 +312,7 @@ impl SlabAllocator {
     pub fn alloc_local(&mut self, node: NodeId, size: u64) -> Option<RemoteAddr> {
         let (class, obj) = class_of(size)?;
         let s = self.nodes.iter_mut().find(|s| s.region.node == node)?;
-        Some(RemoteAddr::new(node, s.classes[class].take(obj)?))
+        Some(RemoteAddr::new(node, s.get(class)?.take(obj)?))
     }
 
     /// Takes a whole chunk of `node` for the caller (e.g. a log segment).
@@ -323,10 +388,10 @@ impl SlabAllocator {
             let Some((class, obj)) = class(i) else { continue };
             let slabs = opened
                 .and_then(|()| self.nodes.iter_mut().find(|s| s.region.node == node).ok_or(AllocError::TooManyNodes));
-            match slabs {
-                Ok(s) if obj > s.region.chunk => {}
-                Ok(s) => {
-                    if !s.classes[class].can_take(obj) {
+            match slabs.and_then(|s| if obj > s.region.chunk { Ok(None) } else { Ok(Some((s.place(class)?, s))) }) {
+                Ok(None) => {}
+                Ok(Some((c, s))) => {
+                    if !s.classes[c].1.can_take(obj) {
                         let _ = short.push(node);
                     }
                     out[i] = Ok(RemoteAddr::new(node, 0));
@@ -343,8 +408,10 @@ impl SlabAllocator {
                     if let (Some(s), Some((class, _))) =
                         (self.nodes.iter_mut().find(|s| s.region.node == node), class(i))
                     {
-                        let c = &mut s.classes[class];
-                        (c.bump, c.end) = (chunk.offset, chunk.offset + s.region.chunk);
+                        let size = s.region.chunk;
+                        if let Some(c) = s.get(class) {
+                            (c.bump, c.end) = (chunk.offset, chunk.offset + size);
+                        }
                     }
                 }
                 Err(e) => out[i] = Err(e),
@@ -356,8 +423,9 @@ impl SlabAllocator {
                 continue;
             }
             let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == node) else { continue };
-            out[i] = s.classes[class]
-                .take(obj)
+            out[i] = s
+                .get(class)
+                .and_then(|c| c.take(obj))
                 .map(|off| RemoteAddr::new(node, off))
                 .ok_or(AllocError::BadSize { size: size(i) });
         }
@@ -372,9 +440,9 @@ impl SlabAllocator {
     /// Its partly used chunks, for the id's next holder.
     pub fn carried(&self) -> impl Iterator<Item = Carry> + '_ {
         let open = self.nodes.iter().flat_map(|s| {
-            s.classes.iter().enumerate().filter(|(_, c)| c.bump < c.end).map(|(class, c)| Carry {
+            s.classes.iter().filter(|(_, c)| c.bump < c.end).map(|&(class, ref c)| Carry {
                 node: s.region.node,
-                class: class as u8,
+                class,
                 bump: c.bump,
                 end: c.end,
             })
@@ -429,11 +497,15 @@ impl SlabAllocator {
     }
 
     /// Returns an object of `size` bytes at `addr` to this client's free list
-    /// (it is reused by this client only; see the module doc).
+    /// (it is reused by this client only; see the module doc). Lost, as when
+    /// the list is full, if the client has [`USED_CLASSES`] other sizes with
+    /// room on that node.
     pub fn free(&mut self, addr: RemoteAddr, size: u64) {
         let Some((class, _)) = class_of(size) else { return };
-        if let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == addr.node) {
-            let _ = s.classes[class].free.push(addr.offset);
+        if let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == addr.node)
+            && let Ok(i) = s.place(class)
+        {
+            let _ = s.classes[i].1.free.push(addr.offset);
         }
     }
 }
@@ -448,10 +520,62 @@ mod tests {
         assert_eq!(class_of(1), Some((0, 64)));
         assert_eq!(class_of(64), Some((0, 64)));
         assert_eq!(class_of(65), Some((1, 128)));
-        assert_eq!(class_of(8192), Some((7, 8192)));
-        assert_eq!(class_of(32 << 20), Some((19, 32 << 20)));
+        assert_eq!(class_of(256), Some((3, 256)));
+        assert_eq!(class_of(257), Some((4, 320)));
+        assert_eq!(class_of(512), Some((7, 512)));
+        assert_eq!(class_of(513), Some((8, 640)));
+        // A 1 KiB value and its header.
+        assert_eq!(class_of(1032), Some((12, 1280)));
+        assert_eq!(class_of(8192), Some((23, 8192)));
+        assert_eq!(class_of(32 << 20), Some((CLASSES - 1, 32 << 20)));
         assert_eq!(class_of((32 << 20) + 1), None);
         assert_eq!(class_of(u64::MAX), None);
+    }
+
+    proptest::proptest! {
+        /// Every size up to the largest class gets the smallest class that
+        /// holds it: cache-line multiples, a fifth at most wasted above
+        /// 256 bytes, classes in order of size.
+        #[test]
+        fn a_size_gets_the_smallest_class_that_holds_it(size in 1u64..=(32 << 20)) {
+            let (class, obj) = class_of(size).unwrap();
+            proptest::prop_assert!(obj >= size && obj.is_multiple_of(MIN_OBJECT));
+            proptest::prop_assert_eq!(class_size(class), obj);
+            proptest::prop_assert!(size <= 256 || obj * 4 < size * 5, "{} in {}", size, obj);
+            if class > 0 {
+                proptest::prop_assert!(class_size(class - 1) < size);
+            }
+        }
+    }
+
+    /// A client uses at most [`USED_CLASSES`] sizes on a node at once; a
+    /// class that is used up gives its place to another, one still in use
+    /// makes the next size an error that says so.
+    #[test]
+    fn used_up_classes_give_their_place() {
+        use crate::sim::{Sim, SimConfig};
+        use crate::substrate::space::Region;
+
+        let mut sim = Sim::new(SimConfig { nodes: 1, node_size: 1 << 20, ..SimConfig::default() });
+        let mem = sim.client();
+        let (full, after) = sim
+            .block_on(async move {
+                Region::format_fresh(&mem, NodeId(0), 1 << 20, 4 << 10).await.unwrap();
+                let mut slab = SlabAllocator::new();
+                // Classes of 64 B to 1 KiB: each takes a 4 KiB chunk.
+                for c in 0..USED_CLASSES {
+                    slab.alloc(&mem, NodeId(0), class_size(c)).await.unwrap();
+                }
+                let full = slab.alloc(&mem, NodeId(0), class_size(USED_CLASSES)).await;
+                // The 1 KiB class's chunk, used up.
+                while slab.alloc_local(NodeId(0), class_size(USED_CLASSES - 1)).is_some() {}
+                let after = slab.alloc(&mem, NodeId(0), class_size(USED_CLASSES)).await;
+                (full, after)
+            })
+            .unwrap();
+        assert_eq!(full, Err(AllocError::TooManyClasses { node: NodeId(0) }));
+        assert!(alloc::format!("{}", full.unwrap_err()).contains("more than 12 object sizes"));
+        assert!(after.is_ok(), "{after:?}");
     }
 
     /// An arena chunk goes through a lease payload under its own class: the
