@@ -66,7 +66,7 @@ use crate::substrate::memory::word_at;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
-use crate::substrate::space::slab::{AllocError, SlabAllocator};
+use crate::substrate::space::slab::{AllocError, SlabAllocator, class_of};
 use crate::swarm::meta::{MAX_CLIENT, MAX_SLOT, Meta};
 use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
@@ -228,7 +228,13 @@ impl LogGeometry {
             return Err(LogError::Alloc(AllocError::BadSize { size: max_value }));
         }
         let entry_size = (ENTRY_HEADER + max_value).next_multiple_of(64);
-        let per_segment = (chunk / entry_size).min(MAX_PER_SEGMENT);
+        // A segment is an object of the slab's size class for its bytes,
+        // which must fit in a chunk (a chunk that is not a power of two
+        // may be below the class of what it holds).
+        let mut per_segment = (chunk / entry_size).min(MAX_PER_SEGMENT);
+        while per_segment > 0 && class_of(per_segment * entry_size).is_none_or(|(_, obj)| obj > chunk) {
+            per_segment -= 1;
+        }
         if per_segment == 0 || segments == 0 || segments > MAX_SEGMENTS {
             return Err(LogError::Alloc(AllocError::BadSize { size: entry_size }));
         }

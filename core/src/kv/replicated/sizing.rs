@@ -157,10 +157,7 @@ pub(crate) fn node_chunks(
             "a value's replica does not fit in a chunk (use bigger chunks or smaller values)",
         )?;
     }
-    take(
-        geo.per_segment * geo.entry_size,
-        "a writer-log segment does not fit in a chunk (a chunk of a power of two bytes holds one)",
-    )?;
+    take(geo.per_segment * geo.entry_size, "a writer-log segment does not fit in a chunk")?;
     let client = classes.iter().filter(|&&c| c).count() as u64;
     Ok(NodeChunks { own: dir + index, per_client: client })
 }

@@ -222,3 +222,20 @@ fn usage_counts_segments_in_use_and_given_back() {
     assert_eq!(usage[2], LogUsage { in_use: 2, free: 0, ids: 1 }, "node 1: 5's two");
     assert_eq!(usage[3], usage[2]);
 }
+
+/// A segment is an object of the slab's class for its bytes: on a chunk
+/// that is not a power of two it holds fewer entries, so that its class
+/// fits, rather than being refused; on a power of two it fills the chunk.
+#[test]
+fn segments_take_a_class_that_fits_the_chunk() {
+    for chunk in [12 << 10, 36 << 10, 64 << 10, 100 << 10] {
+        let g = LogGeometry::new(1024, chunk, 4).unwrap();
+        let (_, obj) = class_of(g.per_segment * g.entry_size).unwrap();
+        assert!(obj <= chunk, "{chunk}: {} entries take {obj} B", g.per_segment);
+        // One entry more would not fit (or would pass the cap).
+        let more = class_of((g.per_segment + 1) * g.entry_size).unwrap().1;
+        assert!(more > chunk || g.per_segment == MAX_PER_SEGMENT, "{chunk}: room for more than {}", g.per_segment);
+    }
+    let g = LogGeometry::new(1024, 64 << 10, 4).unwrap();
+    assert_eq!(g.per_segment, (64 << 10) / g.entry_size);
+}
