@@ -241,6 +241,13 @@ impl LogGeometry {
         Ok(LogGeometry { entry_size, segments, per_segment })
     }
 
+    /// Bytes a segment takes: the slab's object of the size class of its
+    /// entries ([`LogGeometry::new`] makes it fit in a chunk).
+    pub fn segment_bytes(&self) -> u64 {
+        let bytes = self.per_segment * self.entry_size;
+        class_of(bytes).map_or(bytes, |(_, obj)| obj)
+    }
+
     /// Largest value an entry holds.
     pub fn max_value(&self) -> u64 {
         self.entry_size - ENTRY_HEADER
@@ -836,7 +843,7 @@ impl Logs {
             let targets: heapless::Vec<NodeId, MAX_REPLICAS> = empty.iter().map(|&k| missing[k].1.node).collect();
             // A segment takes what its entries need (an object of its size
             // class: a quarter of a chunk for small values), not a chunk.
-            let bytes = self.nodes.first().map_or(0, |d| d.geo.per_segment * d.geo.entry_size);
+            let bytes = self.nodes.first().map_or(0, |d| d.geo.segment_bytes());
             let created = found.iter().filter(|f| f.is_some_and(|(_, off)| off != 0)).count();
             let need = need.saturating_sub(created);
             let sizes = [bytes; MAX_REPLICAS];
@@ -993,13 +1000,14 @@ impl Logs {
     /// directory (two reads).
     pub async fn memory<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<NodeMemory, LogError> {
         let region = Region::open(mem, node).await?;
-        let log = match self.usage(mem, node).await {
-            Ok(u) => u,
+        let (log, segment) = match self.usage(mem, node).await {
+            // The directory is read already: its geometry costs nothing.
+            Ok(u) => (u, self.dir(mem, node).await?.geo.segment_bytes()),
             // A store without writer logs, on nodes without a directory.
-            Err(LogError::NoLog(_)) => LogUsage::default(),
+            Err(LogError::NoLog(_)) => (LogUsage::default(), 0),
             Err(e) => return Err(e),
         };
-        Ok(NodeMemory { size: region.size, claimed: region.cursor, reclaimable: log.free * region.chunk, log })
+        Ok(NodeMemory { size: region.size, claimed: region.cursor, reclaimable: log.free * segment, log })
     }
 
     /// Gives `client`'s segment `segment` on `node` back (its owner, once

@@ -239,3 +239,29 @@ fn segments_take_a_class_that_fits_the_chunk() {
     let g = LogGeometry::new(1024, 64 << 10, 4).unwrap();
     assert_eq!(g.per_segment, (64 << 10) / g.entry_size);
 }
+
+/// What a node reports reclaimable is the segments given back, each the
+/// slab object it took (a quarter of a chunk here), not a chunk each.
+#[test]
+fn given_back_segments_count_their_own_bytes() {
+    let small = LogGeometry::new(64, 4 << 10, 4).unwrap();
+    assert_eq!(small.segment_bytes(), 4 << 10);
+    let mut sim = Sim::new(SimConfig { nodes: 1, node_size: 1 << 20, ..SimConfig::default() });
+    let mem = sim.client();
+    let memory = sim
+        .block_on(async move {
+            Region::format(&mem, NodeId(0), 1 << 20, 16 << 10).await.unwrap();
+            format(&mem, NodeId(0), small).await.unwrap();
+            let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
+            for segment in 0..2 {
+                for e in logs.entries(&mem, &NODES[..1], 5, place(segment, 0, 10), Some(&mut slab), 1).await {
+                    e.unwrap().unwrap();
+                }
+            }
+            logs.mark_free(&mem, NodeId(0), 5, 1).await.unwrap();
+            logs.memory(&mem, NodeId(0)).await.unwrap()
+        })
+        .unwrap();
+    assert_eq!(memory.log, LogUsage { in_use: 1, free: 1, ids: 1 });
+    assert_eq!(memory.reclaimable, 4 << 10, "one segment of 4 KiB given back");
+}
