@@ -157,7 +157,7 @@ pub(crate) fn node_chunks(
             "a value's replica does not fit in a chunk (use bigger chunks or smaller values)",
         )?;
     }
-    take(geo.per_segment * geo.entry_size, "a writer-log segment does not fit in a chunk")?;
+    take(geo.segment_bytes(), "a writer-log segment does not fit in a chunk")?;
     let client = classes.iter().filter(|&&c| c).count() as u64;
     Ok(NodeChunks { own: dir + index, per_client: client })
 }
