@@ -50,6 +50,7 @@ MUTANTS=(
   "clover-old-cursor||an old cursor's recycled buffer was read as the value|cargo test -p swarm-core --release --lib systems::clover::tests::an_old_cursor"
   "clover-late-restarts||late READs were answered as something else than its time-out|cargo test -p swarm-core --release --lib systems::clover::tests::late_reads"
   "abd-stale-seed||2, 3, 3, 3|cargo test -p swarm-core --release --lib baselines::abd::tests::writers_taking_turns"
+  "pool-untagged||a block in the pool has impossible links|cargo test -p swarm-core --release --lib substrate::space::pool::tests::concurrent"
 )
 
 only=${1:-}

@@ -160,9 +160,9 @@ def stats(opts):
     rows = []
     for line in out.splitlines()[1:]:
         c = line.split()
-        # node N SIZE U LIVE U (%) RECL U (%) FREE U (%) segs back ids
+        # node N SIZE U LIVE U (%) RECL U (%) POOLED U FREE U (%) segs back ids
         b = lambda i: float(c[i]) * units[c[i + 1]]
-        rows.append((b(4), b(7), b(10)))
+        rows.append((b(4), b(7), b(12)))
     return rows
 
 

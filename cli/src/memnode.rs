@@ -452,11 +452,12 @@ pub fn stats(a: &StatsArgs) -> Result<(), String> {
 
 /// The table of [`stats`]: per node, its bytes live (claimed and not given
 /// back), reclaimable (writer-log segments given back, which their client
-/// id reuses) and free (never claimed), and its log segments; a node that
-/// does not answer says so.
+/// id reuses, and the node's pool, which any client takes from once no
+/// chunk is left), pooled, and free (never claimed), and its log segments;
+/// a node that does not answer says so.
 pub fn usage_table<M: Memory>(mem: &M) -> String {
     let mut rows = vec![
-        ["NODE", "SIZE", "LIVE", "RECLAIMABLE", "FREE", "LOG SEGMENTS IN USE", "GIVEN BACK", "CLIENT IDS"]
+        ["NODE", "SIZE", "LIVE", "RECLAIMABLE", "POOLED", "FREE", "LOG SEGMENTS IN USE", "GIVEN BACK", "CLIENT IDS"]
             .map(String::from),
     ];
     let mut logs = Logs::new();
@@ -470,6 +471,7 @@ pub fn usage_table<M: Memory>(mem: &M) -> String {
                     format_size(m.size),
                     share(m.live()),
                     share(m.reclaimable),
+                    format_size(m.pooled),
                     share(m.free()),
                     m.log.in_use.to_string(),
                     m.log.free.to_string(),
@@ -478,8 +480,8 @@ pub fn usage_table<M: Memory>(mem: &M) -> String {
             }
             Err(e) => {
                 let mut row = [node.to_string(), format!("unusable: {e}")].to_vec();
-                row.resize(8, String::new());
-                row.try_into().expect("eight columns")
+                row.resize(9, String::new());
+                row.try_into().expect("nine columns")
             }
         });
     }

@@ -109,7 +109,7 @@ impl fmt::Display for KvError {
             KvError::NodeFull { node, need, free } => {
                 write!(
                     f,
-                    "{node} is full: {} needed, {} free (claimed chunks stay claimed: writer logs reuse theirs, deleted keys' objects are not recycled yet)",
+                    "{node} is full: {} needed, {} free (the log segments clients gave back are taken too; deleted keys' objects are not recycled yet)",
                     Bytes(*need),
                     Bytes(*free)
                 )

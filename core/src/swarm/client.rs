@@ -91,6 +91,9 @@ paths! {
     /// Log segments of this client given back on a node, for its next
     /// segments there.
     segments_recycled,
+    /// Of which those whose memory went to the node's pool, for any client
+    /// ([`crate::swarm::writerlog::Logs::release_surplus`]).
+    segments_released,
     /// Reads that wrote their tuple back to a majority.
     write_backs,
     /// Quorum operations that contacted more replicas than a majority (a

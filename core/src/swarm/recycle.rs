@@ -177,6 +177,11 @@ pub struct Recycler {
     /// Whether the directory rows were read (the numbers a predecessor left
     /// in use are known).
     adopted: bool,
+    /// When each segment was last given back, ns (0: never by this client).
+    freed: Vec<u64>,
+    /// When the segments given back and unused for [`HOLD_R`] recycling
+    /// delays go to the nodes' pools next (a predecessor's too: at first).
+    next_release: u64,
     /// This client's own metadata words that recycling changed (marked
     /// VERIFIED or H) since the last [`Recycler::take_rewrites`]: the next
     /// write to such a word must expect the new word rather than the one
@@ -208,6 +213,13 @@ pub struct Rewrite {
 /// word forgotten takes one more roundtrip, its CAS failing once).
 const MAX_REWRITES: usize = 1 << 16;
 
+/// Recycling delays a segment given back stays with its client id, unused,
+/// before its memory goes to the node's pool (beyond
+/// [`crate::swarm::writerlog::KEEP_FREE`] of them): the segments a burst
+/// needed go to other clients, those of a steady load stay for its next
+/// segments (1.6 s on shm).
+pub const HOLD_R: u64 = 16;
+
 impl Recycler {
     /// A recycler with delay `delay_ns` ([`crate::swarm::client::recycle_delay_ns`]).
     pub fn new(delay_ns: u64) -> Self {
@@ -217,6 +229,8 @@ impl Recycler {
             pending: VecDeque::new(),
             segs: Vec::new(),
             adopted: false,
+            freed: Vec::new(),
+            next_release: 0,
             rewrites: Vec::new(),
         }
     }
@@ -243,6 +257,14 @@ impl Recycler {
 
     /// Notes that recycling changed this client's word on `rep`, of the
     /// register tagged `tag`, from `old` to `new`.
+    /// Notes that segment `s` was given back at `now`.
+    fn given_back(&mut self, s: usize, now: u64) {
+        if self.freed.len() <= s {
+            self.freed.resize(s + 1, 0);
+        }
+        self.freed[s] = now;
+    }
+
     fn rewrote(&mut self, tag: u64, rep: Replica, old: u64, new: u64) {
         if self.rewrites.len() >= MAX_REWRITES {
             self.rewrites.clear();
@@ -643,6 +665,7 @@ impl<C: Clock> ClientCtx<C> {
                     }
                     self.paths.segments_recycled += 1;
                     rec.segs[s] = if owed == 0 { Seg::Free } else { Seg::Owed { start, owed } };
+                    rec.given_back(s, now);
                 }
                 Seg::Owed { start, owed } => {
                     let mut left = owed;
@@ -652,6 +675,7 @@ impl<C: Clock> ClientCtx<C> {
                         }
                     }
                     rec.segs[s] = if left == 0 { Seg::Free } else { Seg::Owed { start, owed: left } };
+                    rec.given_back(s, now);
                 }
                 Seg::Inherited { start } => {
                     if let Some(n) = self.take_over(mem, rec, s as u32, start, now).await {
@@ -659,6 +683,29 @@ impl<C: Clock> ClientCtx<C> {
                     }
                 }
                 _ => {}
+            }
+        }
+        // Segments given back and left unused for a while (beyond a few):
+        // their memory goes to each node's pool, for any client. Checked
+        // every HOLD / 2 (a node that does not answer, at the next pass).
+        if now >= rec.next_release {
+            let hold = HOLD_R * rec.delay;
+            let mut busy = SegmentSet::default();
+            for (s, seg) in rec.segs.iter().enumerate() {
+                let recent = rec.freed.get(s).is_some_and(|&at| now < at.saturating_add(hold));
+                if !matches!(seg, Seg::Free) || recent {
+                    busy.insert(s as u32);
+                }
+            }
+            let mut all = true;
+            for n in 0..nodes {
+                match self.logs.release_surplus(mem, NodeId(n as u16), self.id, &busy).await {
+                    Ok(k) => self.paths.segments_released += k as u64,
+                    Err(_) => all = false,
+                }
+            }
+            if all {
+                rec.next_release = now + hold / 2;
             }
         }
     }

@@ -32,7 +32,12 @@
 //! then a CAS of its offset, so whoever sees the offset sees the start; the
 //! writer and a reader writing a value back agree on one segment. A
 //! segment given back has the start [`FREE`] and keeps its offset: only
-//! its writer starts a new one under the number ([`Logs::write_in`]). A
+//! its writer starts a new one under the number ([`Logs::write_in`]).
+//! Beyond [`KEEP_FREE`] of them, the writer gives their memory to the
+//! node's pool ([`Logs::release_surplus`], [`crate::substrate::space::pool`]),
+//! for any client: the number's start becomes [`RELEASED`] and its offset
+//! 0, and again only its writer starts a segment under it (with fresh
+//! memory). A
 //! node that answers for a number with another start than the one asked
 //! for holds another segment under it ([`LogError::Stale`]).
 //!
@@ -65,8 +70,8 @@ use crate::substrate::late::{Watch, in_turn, late};
 use crate::substrate::memory::word_at;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{Region, RegionError};
-use crate::substrate::space::roots;
 use crate::substrate::space::slab::{AllocError, SlabAllocator, class_of};
+use crate::substrate::space::{pool, roots};
 use crate::swarm::meta::{MAX_CLIENT, MAX_SLOT, Meta};
 use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
@@ -130,6 +135,13 @@ const CACHE: usize = 128;
 /// The start of a segment given back ([`Logs::mark_free`]): its memory stays
 /// with its number on that node, for the owner's next segment there.
 pub const FREE: u64 = u64::MAX;
+/// The start of a number whose memory went to the node's pool
+/// ([`Logs::release_surplus`]): its offset is 0, and only its owner starts
+/// a segment under it again (with fresh memory).
+pub const RELEASED: u64 = u64::MAX - 1;
+/// Segments given back that a client keeps with their memory on each node,
+/// for its next ones; the rest go to the node's pool, for any client.
+pub const KEEP_FREE: usize = 2;
 
 /// A failure to use a log.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -299,9 +311,12 @@ pub struct NodeMemory {
     /// Bytes claimed from the region (its header and the chunks handed
     /// out).
     pub claimed: u64,
-    /// Of which log segments given back: their client id's next segments
-    /// reuse them.
+    /// Of which given back: log segments that their client id's next
+    /// segments reuse, and the node's pool, which any client takes from
+    /// once no chunk is left ([`crate::substrate::space::pool`]).
     pub reclaimable: u64,
+    /// Of which in the node's pool.
+    pub pooled: u64,
     /// The client logs' segments (none on a node without a log directory).
     pub log: LogUsage,
 }
@@ -533,6 +548,11 @@ pub struct Logs {
     /// The segment its owner writes in now `(client, number, start)`: the
     /// only one [`Logs::entries`] starts under a number given back.
     writing: Option<(u8, u32, u64)>,
+    /// Nodes (bit `n`) whose pool this client gave segments to and has
+    /// not found empty since: its next segments there come from the pool
+    /// first, so that its own burst's memory serves its later segments
+    /// rather than fresh chunks.
+    pooled: u64,
 }
 
 /// Creates the log directory on `node` (once, by whoever sets the node up,
@@ -838,26 +858,41 @@ impl Logs {
                     None => None,
                 };
             }
-            let empty: heapless::Vec<usize, MAX_REPLICAS> =
-                (0..missing.len()).filter(|&k| found[k].is_some_and(|(_, off)| off == 0)).collect();
-            let targets: heapless::Vec<NodeId, MAX_REPLICAS> = empty.iter().map(|&k| missing[k].1.node).collect();
+            // A number whose memory went to the pool is its owner's to
+            // start again, as one given back is.
+            let empty: heapless::Vec<usize, MAX_REPLICAS> = (0..missing.len())
+                .filter(|&k| found[k].is_some_and(|(st, off)| off == 0 && (owner || st != RELEASED)))
+                .collect();
             // A segment takes what its entries need (an object of its size
             // class: a quarter of a chunk for small values), not a chunk.
             let bytes = self.nodes.first().map_or(0, |d| d.geo.segment_bytes());
-            let created = found.iter().filter(|f| f.is_some_and(|(_, off)| off != 0)).count();
+            let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
+            // From the pools this client gave to, first.
+            let mut fresh: heapless::Vec<usize, MAX_REPLICAS> = heapless::Vec::new();
+            for &k in &empty {
+                let node = missing[k].1.node;
+                match self.from_pool(mem, node, bytes).await {
+                    Some(block) => {
+                        let _ = claims.push((k, block));
+                    }
+                    None => {
+                        let _ = fresh.push(k);
+                    }
+                }
+            }
+            let targets: heapless::Vec<NodeId, MAX_REPLICAS> = fresh.iter().map(|&k| missing[k].1.node).collect();
+            let created = found.iter().filter(|f| f.is_some_and(|(_, off)| off != 0)).count() + claims.len();
             let need = need.saturating_sub(created);
             let sizes = [bytes; MAX_REPLICAS];
             let chunks = slab.alloc_each(mem, &targets, &sizes, need).await;
-
-            let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
             for (j, chunk) in chunks.into_iter().enumerate() {
                 match chunk {
                     Ok(c) => {
-                        let _ = claims.push((empty[j], c.offset));
+                        let _ = claims.push((fresh[j], c.offset));
                     }
                     Err(e) => {
-                        out[missing[empty[j]].0] = Err(e.into());
-                        found[empty[j]] = None;
+                        out[missing[fresh[j]].0] = Err(e.into());
+                        found[fresh[j]] = None;
                     }
                 }
             }
@@ -1007,7 +1042,82 @@ impl Logs {
             Err(LogError::NoLog(_)) => (LogUsage::default(), 0),
             Err(e) => return Err(e),
         };
-        Ok(NodeMemory { size: region.size, claimed: region.cursor, reclaimable: log.free * segment, log })
+        let pooled = pool::bytes(mem, node).await?;
+        Ok(NodeMemory {
+            size: region.size,
+            claimed: region.cursor,
+            reclaimable: log.free * segment + pooled,
+            pooled,
+            log,
+        })
+    }
+
+    /// A block of `bytes` from `node`'s pool, if this client gave to it
+    /// and has not found it empty since; a block of another size goes
+    /// back. Errors count as an empty pool (the caller claims a chunk).
+    async fn from_pool<M: Memory>(&mut self, mem: &M, node: NodeId, bytes: u64) -> Option<u64> {
+        let bit = 1u64.checked_shl(node.0 as u32).unwrap_or(0);
+        if self.pooled & bit == 0 {
+            return None;
+        }
+        let region = Region::open(mem, node).await.ok()?;
+        match pool::take(mem, &region).await {
+            Ok(Some((block, len))) if len == bytes => Some(block),
+            Ok(Some((block, len))) => {
+                let _ = pool::give(mem, &region, block, len).await;
+                None
+            }
+            _ => {
+                self.pooled &= !bit;
+                None
+            }
+        }
+    }
+
+    /// Gives the memory of `client`'s segments given back on `node` to the
+    /// node's pool ([`crate::substrate::space::pool`]), for any client,
+    /// but for the [`KEEP_FREE`] lowest numbers (its next segments take
+    /// the lowest) and those in `busy`: so that the segments a burst of
+    /// writes needed do not stay with one client id. The client is the
+    /// only one that starts segments under its numbers given back
+    /// ([`FREE`]), so nothing races with it; a number released is marked
+    /// [`RELEASED`] before its offset is cleared, so no reader starts a
+    /// segment of an older write under it either. How many were released.
+    pub async fn release_surplus<M: Memory>(
+        &mut self,
+        mem: &M,
+        node: NodeId,
+        client: u8,
+        busy: &SegmentSet,
+    ) -> Result<u32, LogError> {
+        let d = self.dir(mem, node).await?;
+        if client > MAX_CLIENT {
+            return Err(LogError::Corrupt { node, what: "client beyond the directory" });
+        }
+        let (geo, base) = (d.geo, d.base);
+        let row = mem.read(RemoteAddr::new(node, base + geo.row(client)), geo.row_bytes() as usize).await?;
+        let region = Region::open(mem, node).await?;
+        let bytes = geo.segment_bytes();
+        let mut released = 0;
+        let given = descriptors(&row, geo).filter(|&(s, st, _)| st == FREE && !busy.contains(s));
+        for (s, _, offset) in given.skip(KEEP_FREE) {
+            if !sound_segment(&region, offset, bytes) {
+                return Err(LogError::Corrupt { node, what: "a segment given back lies outside the region" });
+            }
+            let at = base + geo.descriptor(client, s);
+            let ops = [
+                Op::Write { offset: at, data: &RELEASED.to_le_bytes() },
+                Op::Cas { offset: at + 8, expected: offset, new: 0 },
+            ];
+            let out = mem.pipeline(node, &ops).await?;
+            if out.get(1).and_then(OpOutput::cas) == Some(offset) && pool::give(mem, &region, offset, bytes).await? {
+                released += 1;
+            }
+        }
+        if released > 0 {
+            self.pooled |= 1u64.checked_shl(node.0 as u32).unwrap_or(0);
+        }
+        Ok(released)
     }
 
     /// Gives `client`'s segment `segment` on `node` back (its owner, once
@@ -1030,6 +1140,12 @@ impl Logs {
         mem.write(at, &FREE.to_le_bytes()).await?;
         Ok(())
     }
+}
+
+/// Whether a segment of `bytes` at `offset` lies in `region`'s chunks.
+fn sound_segment(region: &Region, offset: u64, bytes: u64) -> bool {
+    offset >= crate::substrate::space::region::HEADER_SIZE
+        && offset.checked_add(bytes).is_some_and(|e| e <= region.size)
 }
 
 /// `node`'s log directory: its place and geometry, from the node's root

@@ -12,7 +12,9 @@
 //!        16     region size in bytes
 //!        24     chunk size in bytes
 //!        32     cursor: offset of the next free chunk (CAS)
-//!        40..64 reserved
+//!        40     the pool of given-back blocks: its head (CAS) and, at 48,
+//!               its bytes ([`super::pool`])
+//!        56..64 reserved
 //!        64..   root slots: CAS words, 0 = unset, for protocols' well-known
 //!               objects (an index's location, a log directory), declared
 //!               in [`super::roots`]
@@ -299,7 +301,7 @@ impl fmt::Display for Bytes {
 /// the writes too large ([`MemErrorKind::TooLarge`]) gets them again,
 /// halved, down to [`MIN_ZERO_PIECE`] bytes (writing zeros twice is
 /// harmless).
-async fn zero<M: Memory>(mem: &M, node: NodeId, from: u64, to: u64) -> Result<(), MemError> {
+pub(super) async fn zero<M: Memory>(mem: &M, node: NodeId, from: u64, to: u64) -> Result<(), MemError> {
     let mut piece = ZERO_PIECE as u64;
     let mut at = from;
     while at < to {

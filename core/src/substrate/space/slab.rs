@@ -298,9 +298,12 @@ impl SlabAllocator {
         }
         let i = slabs.place(class)?;
         if !slabs.classes[i].1.can_take(obj) {
-            let chunk = slabs.region.alloc_chunk(mem).await?;
+            let (bump, end) = match slabs.region.alloc_chunk(mem).await {
+                Ok(chunk) => (chunk.offset, chunk.offset + slabs.region.chunk),
+                Err(e) => from_pool(mem, &slabs.region, obj, e).await?,
+            };
             let c = &mut slabs.classes[i].1;
-            (c.bump, c.end) = (chunk.offset, chunk.offset + slabs.region.chunk);
+            (c.bump, c.end) = (bump, end);
         }
         let off = slabs.classes[i].1.take(obj).ok_or(AllocError::BadSize { size })?;
         Ok(RemoteAddr::new(node, off))
@@ -403,15 +406,19 @@ impl SlabAllocator {
         let chunks = self.alloc_chunk_each(mem, &short, need.saturating_sub(ready)).await;
         for (&node, chunk) in short.iter().zip(chunks) {
             let i = nodes.iter().position(|&n| n == node).unwrap_or(0);
-            match chunk {
-                Ok(chunk) => {
-                    if let (Some(s), Some((class, _))) =
-                        (self.nodes.iter_mut().find(|s| s.region.node == node), class(i))
-                    {
-                        let size = s.region.chunk;
-                        if let Some(c) = s.get(class) {
-                            (c.bump, c.end) = (chunk.offset, chunk.offset + size);
-                        }
+            let (Some(s), Some((class, obj))) = (self.nodes.iter_mut().find(|s| s.region.node == node), class(i))
+            else {
+                continue;
+            };
+            let range = match chunk {
+                Ok(chunk) => Ok((chunk.offset, chunk.offset + s.region.chunk)),
+                Err(AllocError::Region(e)) => from_pool(mem, &s.region, obj, e).await,
+                Err(e) => Err(e),
+            };
+            match range {
+                Ok((bump, end)) => {
+                    if let Some(c) = s.get(class) {
+                        (c.bump, c.end) = (bump, end);
                     }
                 }
                 Err(e) => out[i] = Err(e),
@@ -507,6 +514,30 @@ impl SlabAllocator {
         {
             let _ = s.classes[i].1.free.push(addr.offset);
         }
+    }
+}
+
+/// Where a class goes on when its node has no chunk left (`failed`
+/// says so): a block of the node's pool of given-back memory
+/// ([`super::pool`]) that holds an object of `obj` bytes, as the range
+/// to carve. Any other failure, or an empty pool, is `failed` itself; a
+/// block too small for the object goes back.
+async fn from_pool<M: Memory>(
+    mem: &M,
+    region: &Region,
+    obj: u64,
+    failed: RegionError,
+) -> Result<(u64, u64), AllocError> {
+    if !matches!(failed, RegionError::Exhausted { .. }) {
+        return Err(failed.into());
+    }
+    match super::pool::take(mem, region).await? {
+        Some((block, bytes)) if bytes >= obj => Ok((block, block + bytes)),
+        Some((block, bytes)) => {
+            super::pool::give(mem, region, block, bytes).await?;
+            Err(failed.into())
+        }
+        None => Err(failed.into()),
     }
 }
 

@@ -153,6 +153,78 @@ fn a_writer_out_of_room_waits_for_its_log_to_be_recycled() {
     }
 }
 
+/// A writer's burst takes every chunk of the nodes for its log; once it is
+/// recycled, the segments it gave back beyond a few go to the nodes' pools,
+/// and a second client, whose new keys and log find no chunk left, takes
+/// its memory from there: every write of both succeeds, and a fresh client
+/// reads every key's last value.
+#[test]
+fn a_burst_s_log_goes_to_the_pool_for_other_clients() {
+    use crate::substrate::space::pool;
+
+    for name in ["swarm-kv", "dm-abd"] {
+        let (cfg, mut sim) = store(name, 64);
+        let mem = Counted::new(sim.client());
+        let c = cfg.clone();
+        let (pooled, released, free) = sim
+            .block_on(async move {
+                let mut s: AnyClient<'_, _> = connect_any(&mem, &c, Who::Id(1), clock(mem.inner(), 0)).await.unwrap();
+                for seq in 0..30_000u64 {
+                    let key = format!("key{}", seq % 16).into_bytes();
+                    s.insert(&key, &value(seq % 16, seq)).await.unwrap_or_else(|e| panic!("{name}: write {seq}: {e}"));
+                }
+                // Idle: recycling gives the log back, and once the
+                // segments have been unused for HOLD_R delays, to the pools.
+                let delay = crate::swarm::client::recycle_delay_ns(mem.inner().timeout_ns());
+                for _ in 0..2 * crate::swarm::recycle::HOLD_R {
+                    mem.inner().sleep(delay).await;
+                    s.keep().await.unwrap();
+                }
+                let mut pooled = [0; 3];
+                let mut free = [0; 3];
+                for n in 0..3 {
+                    pooled[n] = pool::bytes(mem.inner(), NodeId(n as u16)).await.unwrap();
+                    let r = Region::open(mem.inner(), NodeId(n as u16)).await.unwrap();
+                    free[n] = r.size - r.cursor;
+                }
+                (pooled, s.paths().segments_released, free)
+            })
+            .unwrap();
+        std::println!("{name}: {released} segments released; pools {pooled:?} B; never claimed {free:?} B");
+        assert!(pooled.iter().all(|&b| b > NODE / 2), "{name}: the burst's log went to the pools: {pooled:?}");
+        assert!(free.iter().all(|&b| b < CHUNK), "{name}: the burst took every chunk: {free:?}");
+        let mem = Counted::new(sim.client());
+        let c = cfg.clone();
+        sim.block_on(async move {
+            let mut s: AnyClient<'_, _> = connect_any(&mem, &c, Who::Id(2), clock(mem.inner(), 0)).await.unwrap();
+            for seq in 0..5_000u64 {
+                let key = format!("new{}", seq % 16).into_bytes();
+                s.insert(&key, &value(100 + seq % 16, seq))
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: new key write {seq}: {e}"));
+                if seq % 16 == 15 {
+                    s.keep().await.unwrap();
+                }
+            }
+        })
+        .unwrap();
+        let check = sim.client();
+        sim.block_on(async move {
+            let mut r = connect_any(&check, &cfg, Who::Id(3), clock(&check, 0)).await.unwrap();
+            for k in 0..16u64 {
+                let got = r.get(format!("key{k}").as_bytes()).await.unwrap();
+                assert!(matches!(got, Got::Found(v) if v.to_vec() == value(k, 29_984 + k)), "{name}: key{k}");
+                let got = r.get(format!("new{k}").as_bytes()).await.unwrap();
+                assert!(
+                    matches!(got, Got::Found(v) if v.to_vec() == value(100 + k, (4_999 - k) / 16 * 16 + k)),
+                    "{name}: new{k}"
+                );
+            }
+        })
+        .unwrap();
+    }
+}
+
 /// Keys written once and never again keep their values at home: their
 /// writer moves them there, and gives their entries back with the rest of
 /// their segments, while it goes on writing other keys; fresh clients
