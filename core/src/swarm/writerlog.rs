@@ -871,7 +871,7 @@ impl Logs {
             let mut fresh: heapless::Vec<usize, MAX_REPLICAS> = heapless::Vec::new();
             for &k in &empty {
                 let node = missing[k].1.node;
-                match self.from_pool(mem, node, bytes).await {
+                match self.take_pooled(mem, node, bytes).await {
                     Some(block) => {
                         let _ = claims.push((k, block));
                     }
@@ -1055,7 +1055,7 @@ impl Logs {
     /// A block of `bytes` from `node`'s pool, if this client gave to it
     /// and has not found it empty since; a block of another size goes
     /// back. Errors count as an empty pool (the caller claims a chunk).
-    async fn from_pool<M: Memory>(&mut self, mem: &M, node: NodeId, bytes: u64) -> Option<u64> {
+    async fn take_pooled<M: Memory>(&mut self, mem: &M, node: NodeId, bytes: u64) -> Option<u64> {
         let bit = 1u64.checked_shl(node.0 as u32).unwrap_or(0);
         if self.pooled & bit == 0 {
             return None;
