@@ -687,7 +687,8 @@ impl<C: Clock> ClientCtx<C> {
         }
         // Segments given back and left unused for a while (beyond a few):
         // their memory goes to each node's pool, for any client. Checked
-        // every HOLD / 2 (a node that does not answer, at the next pass).
+        // every HOLD / 2 (a node that does not answer is tried again then,
+        // not at every pass: a stalled node costs a pass its time-out).
         if now >= rec.next_release {
             let hold = HOLD_R * rec.delay;
             let mut busy = SegmentSet::default();
@@ -697,16 +698,12 @@ impl<C: Clock> ClientCtx<C> {
                     busy.insert(s as u32);
                 }
             }
-            let mut all = true;
             for n in 0..nodes {
-                match self.logs.release_surplus(mem, NodeId(n as u16), self.id, &busy).await {
-                    Ok(k) => self.paths.segments_released += k as u64,
-                    Err(_) => all = false,
+                if let Ok(k) = self.logs.release_surplus(mem, NodeId(n as u16), self.id, &busy).await {
+                    self.paths.segments_released += k as u64;
                 }
             }
-            if all {
-                rec.next_release = now + hold / 2;
-            }
+            rec.next_release = now + hold / 2;
         }
     }
 

@@ -20,6 +20,11 @@
 //!                       16..  zeros
 //! ```
 //!
+//! What gives a block to the pool must know that nobody still writes to
+//! it: the writer logs give a segment only after its writer left it
+//! unused for many recycling delays, past which no reader acts on what it
+//! read there (`crate::swarm::recycle`'s timing assumption).
+//!
 //! Both header words were reserved (zero) in regions formatted before the
 //! pool existed: such a region has an empty pool. A block is zeroed
 //! before it goes in (the protocols take fresh memory to read as zero),
