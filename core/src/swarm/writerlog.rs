@@ -867,15 +867,25 @@ impl Logs {
             // class: a quarter of a chunk for small values), not a chunk.
             let bytes = self.nodes.first().map_or(0, |d| d.geo.segment_bytes());
             let mut claims: heapless::Vec<(usize, u64), MAX_REPLICAS> = heapless::Vec::new();
-            // From the pools this client gave to, first.
-            let mut fresh: heapless::Vec<usize, MAX_REPLICAS> = heapless::Vec::new();
-            for &k in &empty {
-                let node = missing[k].1.node;
-                match self.take_pooled(mem, node, bytes).await {
-                    Some(block) => {
+            // From the pools this client gave to, first (all at once; a
+            // node late once one answered gets a fresh chunk instead).
+            let bit = |node: NodeId| 1u64.checked_shl(node.0 as u32).unwrap_or(0);
+            let tries: heapless::Vec<usize, MAX_REPLICAS> =
+                empty.iter().copied().filter(|&k| self.pooled & bit(missing[k].1.node) != 0).collect();
+            let futs = tries.iter().map(|&k| pooled_block(mem, missing[k].1.node, bytes)).collect();
+            let (got, _) = join_timely(futs, 1, Watch::on(mem), |j| late(missing[tries[j]].1.node)).await;
+            let mut fresh: heapless::Vec<usize, MAX_REPLICAS> =
+                empty.iter().copied().filter(|k| !tries.contains(k)).collect();
+            for (j, r) in got.results.into_iter().enumerate() {
+                let k = tries[j];
+                match r {
+                    Some(Ok(Some(block))) => {
                         let _ = claims.push((k, block));
                     }
-                    None => {
+                    other => {
+                        if matches!(other, Some(Ok(None))) {
+                            self.pooled &= !bit(missing[k].1.node);
+                        }
                         let _ = fresh.push(k);
                     }
                 }
@@ -1052,28 +1062,6 @@ impl Logs {
         })
     }
 
-    /// A block of `bytes` from `node`'s pool, if this client gave to it
-    /// and has not found it empty since; a block of another size goes
-    /// back. Errors count as an empty pool (the caller claims a chunk).
-    async fn take_pooled<M: Memory>(&mut self, mem: &M, node: NodeId, bytes: u64) -> Option<u64> {
-        let bit = 1u64.checked_shl(node.0 as u32).unwrap_or(0);
-        if self.pooled & bit == 0 {
-            return None;
-        }
-        let region = Region::open(mem, node).await.ok()?;
-        match pool::take(mem, &region).await {
-            Ok(Some((block, len))) if len == bytes => Some(block),
-            Ok(Some((block, len))) => {
-                let _ = pool::give(mem, &region, block, len).await;
-                None
-            }
-            _ => {
-                self.pooled &= !bit;
-                None
-            }
-        }
-    }
-
     /// Gives the memory of `client`'s segments given back on `node` to the
     /// node's pool ([`crate::substrate::space::pool`]), for any client,
     /// but for the [`KEEP_FREE`] lowest numbers (its next segments take
@@ -1139,6 +1127,24 @@ impl Logs {
         d.forget(client, segment);
         mem.write(at, &FREE.to_le_bytes()).await?;
         Ok(())
+    }
+}
+
+/// A block of `bytes` from `node`'s pool (`None`: the pool is empty, or
+/// garbled); a block of another size goes back.
+async fn pooled_block<M: Memory>(mem: &M, node: NodeId, bytes: u64) -> Result<Option<u64>, MemError> {
+    let out = async {
+        let region = Region::open(mem, node).await?;
+        match pool::take(mem, &region).await? {
+            Some((block, len)) if len == bytes => Ok(Some(block)),
+            Some((block, len)) => pool::give(mem, &region, block, len).await.map(|_| None),
+            None => Ok(None),
+        }
+    };
+    match out.await {
+        Ok(b) => Ok(b),
+        Err(RegionError::Mem(e)) => Err(e),
+        Err(_) => Ok(None),
     }
 }
 
