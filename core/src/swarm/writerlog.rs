@@ -1089,7 +1089,7 @@ impl Logs {
         let mut released = 0;
         let given = descriptors(&row, geo).filter(|&(s, st, _)| st == FREE && !busy.contains(s));
         for (s, _, offset) in given.skip(KEEP_FREE) {
-            if !sound_segment(&region, offset, bytes) {
+            if !pool::sound(&region, offset, bytes) {
                 return Err(LogError::Corrupt { node, what: "a segment given back lies outside the region" });
             }
             let at = base + geo.descriptor(client, s);
@@ -1130,28 +1130,18 @@ impl Logs {
     }
 }
 
-/// A block of `bytes` from `node`'s pool (`None`: the pool is empty, or
-/// garbled); a block of another size goes back.
+/// A block for `bytes` from `node`'s pool (`None`: the pool is empty, or
+/// garbled); a smaller block goes back.
 async fn pooled_block<M: Memory>(mem: &M, node: NodeId, bytes: u64) -> Result<Option<u64>, MemError> {
     let out = async {
         let region = Region::open(mem, node).await?;
-        match pool::take(mem, &region).await? {
-            Some((block, len)) if len == bytes => Ok(Some(block)),
-            Some((block, len)) => pool::give(mem, &region, block, len).await.map(|_| None),
-            None => Ok(None),
-        }
+        Ok(pool::take_fitting(mem, &region, bytes).await?.map(|(block, _)| block))
     };
     match out.await {
         Ok(b) => Ok(b),
         Err(RegionError::Mem(e)) => Err(e),
         Err(_) => Ok(None),
     }
-}
-
-/// Whether a segment of `bytes` at `offset` lies in `region`'s chunks.
-fn sound_segment(region: &Region, offset: u64, bytes: u64) -> bool {
-    offset >= crate::substrate::space::region::HEADER_SIZE
-        && offset.checked_add(bytes).is_some_and(|e| e <= region.size)
 }
 
 /// `node`'s log directory: its place and geometry, from the node's root

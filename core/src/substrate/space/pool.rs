@@ -80,7 +80,7 @@ fn tag(head: u64) -> u64 {
 /// Whether `region` can hold a pool block at `offset` of `bytes`: inside
 /// the chunks, 64-byte aligned, room for its links, and within what a head
 /// word can name.
-fn sound(region: &Region, offset: u64, bytes: u64) -> bool {
+pub fn sound(region: &Region, offset: u64, bytes: u64) -> bool {
     offset >= super::region::HEADER_SIZE
         && offset.is_multiple_of(64)
         && bytes >= 16
@@ -158,6 +158,17 @@ pub async fn take<M: Memory>(mem: &M, region: &Region) -> Result<Option<(u64, u6
         seen = prev;
     }
     Ok(None)
+}
+
+/// A block of at least `bytes` from `region`'s pool: its offset and its
+/// own size (zeroed throughout), or `None` if the pool is empty or its top
+/// block is smaller (which goes back).
+pub async fn take_fitting<M: Memory>(mem: &M, region: &Region, bytes: u64) -> Result<Option<(u64, u64)>, RegionError> {
+    match take(mem, region).await? {
+        Some((block, len)) if len >= bytes => Ok(Some((block, len))),
+        Some((block, len)) => give(mem, region, block, len).await.map(|_| None),
+        None => Ok(None),
+    }
 }
 
 /// Bytes in `node`'s pool (approximate: the count follows the stack).

@@ -531,12 +531,8 @@ async fn from_pool<M: Memory>(
     if !matches!(failed, RegionError::Exhausted { .. }) {
         return Err(failed.into());
     }
-    match super::pool::take(mem, region).await? {
-        Some((block, bytes)) if bytes >= obj => Ok((block, block + bytes)),
-        Some((block, bytes)) => {
-            super::pool::give(mem, region, block, bytes).await?;
-            Err(failed.into())
-        }
+    match super::pool::take_fitting(mem, region, obj).await? {
+        Some((block, bytes)) => Ok((block, block + bytes)),
         None => Err(failed.into()),
     }
 }
