@@ -21,7 +21,7 @@ use crate::substrate::exec::cold;
 use crate::substrate::late::{Plan, Watch, late, or_late};
 use crate::substrate::memory::word_at;
 use crate::substrate::mutant::mutant;
-use crate::substrate::quorum::{MAX_REPLICAS, Tally, majority, quorum, quorum_first};
+use crate::substrate::quorum::{MAX_REPLICAS, Tally, majority, mask, quorum, quorum_first};
 use crate::substrate::value::Value;
 use crate::swarm::client::ClientCtx;
 use crate::swarm::inout::{InOutError, Layout, Replica, ReplicaCache, Reply, WriteReply, max_word};
@@ -572,6 +572,13 @@ impl Register {
     /// completed operation wrote or returned is on a majority, which the
     /// next quorum meets. At most one restart per replica; past that, the
     /// error stands.
+    ///
+    /// Restarts after the first read every replica that answers, each
+    /// waited for, rather than the first majority: the only copies of the
+    /// tuple's value that a majority's holders have may be spoiled (a
+    /// write that landed later than the timing assumption allows, over a
+    /// home, [`crate::swarm::recycle`]), while a replica outside that
+    /// majority, slow, holds the tuple and its value.
     async fn read_inner<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
@@ -579,13 +586,16 @@ impl Register {
         cache: &mut RegCache,
         value: bool,
     ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
-        match self.read_once(ctx, mem, cache, value).await {
+        match self.read_once(ctx, mem, cache, value, false).await {
             Err(first @ (RegError::NoQuorum(_) | RegError::Corrupt(_))) => {
                 cold(|| async move {
                     let mut last = first;
-                    for _ in 0..self.replicas.len() {
+                    for k in 0..self.replicas.len() {
                         ctx.paths.read_restarts += 1;
-                        match self.read_once(ctx, mem, cache, value).await {
+                        // (The mutant `restart-narrow` restarts with the
+                        // first majority, as the first try.)
+                        let wide = k > 0 && !mutant!("restart-narrow");
+                        match self.read_once(ctx, mem, cache, value, wide).await {
                             Err(e @ (RegError::NoQuorum(_) | RegError::Corrupt(_))) => last = e,
                             done => return done,
                         }
@@ -598,15 +608,16 @@ impl Register {
         }
     }
 
-    /// One try of [`Register::read_inner`].
+    /// One try of [`Register::read_inner`], of every replica if `wide`.
     async fn read_once<M: Memory, C: Clock>(
         &self,
         ctx: &mut ClientCtx<C>,
         mem: &M,
         cache: &mut RegCache,
         value: bool,
+        wide: bool,
     ) -> Result<(Meta, Option<Value<M::Buf>>), RegError> {
-        let (max, in_place, holders, homes) = self.read_replicas(ctx, mem, cache).await?;
+        let (max, in_place, holders, homes) = self.read_replicas(ctx, mem, cache, wide).await?;
         // A word whose value moved home says its tuple is on a majority
         // (its writer saw it there first: [`crate::swarm::recycle`]). The
         // mutant `abd-no-write-back` returns what it read as it is.
@@ -674,6 +685,7 @@ impl Register {
         ctx: &mut ClientCtx<C>,
         mem: &M,
         cache: &mut RegCache,
+        wide: bool,
     ) -> Result<(Meta, Option<Value<M::Buf>>, u16, u16), RegError> {
         ctx.note_read(mem);
         let (layout, id) = (self.layout, ctx.id);
@@ -688,7 +700,11 @@ impl Register {
                 }
             }
         };
-        let plan = self.plan(ctx, mem, |r| r, self.replicas.len());
+        let n = self.replicas.len();
+        let (plan, wait_for) = match wide {
+            true => (Plan::trusting(mask(n, |_| true)), n),
+            false => (self.plan(ctx, mem, |r| r, n), self.need()),
+        };
         let (mut max, mut holders, mut homes, mut in_place, mut first_err) = (Meta::BOTTOM, 0u16, 0u16, None, None);
         let on_reply = |r: usize, res: Result<Reply<M::Buf>, InOutError>| {
             self.note(ctx, r, &res);
@@ -714,7 +730,7 @@ impl Register {
                 }
             }
         };
-        let replies = quorum_first(self.replicas.len(), self.need(), plan, op, on_reply).await;
+        let replies = quorum_first(n, wait_for, plan, op, on_reply).await;
         self.learn(ctx, &replies, |r| r, self.need());
         if !replies.reached(self.need()) {
             return Err(no_quorum(first_err));
@@ -1044,6 +1060,56 @@ mod tests {
             })
             .unwrap();
         assert_eq!(got, (Ok((Meta::new(1, 1, 1), alloc::vec![1; 16])), 1));
+    }
+
+    /// A read whose first majority holds the newest tuple on one replica
+    /// only, with that copy spoiled (as a write that lands later than the
+    /// timing assumption allows spoils one, `crate::swarm::recycle`),
+    /// while the replica outside that majority holds the tuple whole:
+    /// the read's restarts read every replica, and it returns the value,
+    /// instead of failing with every node up (found by the SWARM-KV
+    /// campaign, seed 2839; the mutant `restart-narrow` fails it).
+    #[test]
+    fn a_read_that_finds_only_a_spoiled_copy_reads_every_replica() {
+        let layout = Layout::new(1, 64).unwrap();
+        let (mut sim, reg) = fixed_rtt_register(7, layout);
+        let (admin, m) = (sim.client(), sim.client());
+        let r = reg.clone();
+        sim.block_on(async move {
+            // A completed write of `old`, then one of `new` on replicas 1
+            // and 2, whose entry on replica 1 is then spoiled.
+            let mut w = ClientCtx::new(1, || 0).unwrap();
+            w.writing_in(0, 1);
+            let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
+            let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
+                place: Place { segment: 0, slot, start: 1 },
+                header: EntryHeader::of(meta, 0, 3, v),
+            };
+            r.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16]).await.unwrap();
+            let c = copy(2, new, &[2; 16]);
+            let nodes = [NodeId(1), NodeId(2)];
+            let at = w.logs.entries(&admin, &nodes, 1, c.place, Some(&mut w.slab), 2).await;
+            for (i, entry) in at.iter().enumerate() {
+                let entry = (*entry).unwrap().unwrap();
+                let rep = i + 1;
+                r.replicas[rep]
+                    .write(&admin, &layout.of_replica(rep), entry, 0, new, &c.header, &[2; 16])
+                    .await
+                    .unwrap();
+                if rep == 1 {
+                    admin.write(entry, &[0xA5; 48]).await.unwrap();
+                }
+            }
+        })
+        .unwrap();
+        let got = sim
+            .block_on(async move {
+                let mut ctx = ClientCtx::new(2, || 0).unwrap();
+                let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await;
+                (read.map(|(meta, v)| (meta, v.to_vec())), ctx.paths.read_restarts)
+            })
+            .unwrap();
+        assert_eq!(got, (Ok((Meta::new(2, 2, 1), alloc::vec![2; 16])), 2), "the read failed with every node up");
     }
 
     /// With the in-place copy on the first replica only and its node

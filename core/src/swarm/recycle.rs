@@ -44,7 +44,10 @@
 //!   synchrony), and only durability rests on it: a write-back that lands
 //!   later than that spoils one node's copy of a newer write in the same
 //!   entry, which readers detect and the writer rewrites from another
-//!   replica when it moves the value home.
+//!   replica when it moves the value home; a reader that finds no sound
+//!   copy among the holders of its first majority reads every replica
+//!   before it gives up (`Register::read_inner`), as the replicas outside
+//!   it may hold the write too.
 //! - *Home copies.* A home is written by a writer's background in-place
 //!   copy after its word is installed, and by the move. The move waits R
 //!   after it first saw the word on the replica, so that an older write's
