@@ -40,7 +40,7 @@ MUTANTS=(
   "fusee-redo-moved-on||moved on true, R crashed None: not linearizable|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_update"
   "home-unsettled||not linearizable|cargo test -p swarm-core --release --lib swarm::recycle::tests::a_write_on"
   "release-goes-on||cold key|cargo test -p swarm-core --release --lib swarm::recycle::tests::holders_of_a_leased"
-  "scan-asks-again||a pause of a lease and a few time-outs|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
+  "scan-asks-again||reads of the repair scan left unanswered|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
   "rewrites-forgotten||roundtrips per update|cargo test -p swarm-core --release --lib swarm::recycle::tests::writes_after_recycling"
   "waits-for-late||open waited for node 0's time-out|cargo test -p swarm-core --release --lib systems::edge_tests::a_stalled_node_0"
   "claim-timer-resets||kept changing|cargo test -p swarm-core --release --lib systems::tests::a_split_view_claim"
@@ -51,6 +51,8 @@ MUTANTS=(
   "clover-late-restarts||late READs were answered as something else than its time-out|cargo test -p swarm-core --release --lib systems::clover::tests::late_reads"
   "abd-stale-seed||2, 3, 3, 3|cargo test -p swarm-core --release --lib baselines::abd::tests::writers_taking_turns"
   "pool-untagged||a block in the pool has impossible links|cargo test -p swarm-core --release --lib substrate::space::pool::tests::concurrent"
+  "restart-narrow||the read failed with every node up|cargo test -p swarm-core --release --lib swarm::maxreg::tests::a_read_that_finds"
+  "index-ride-unchecked||the lookup answered the left-out replica's old location|cargo test -p swarm-core --release --lib index::snapshot::tests::a_ride_that_finds"
 )
 
 only=${1:-}
