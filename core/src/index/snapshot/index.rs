@@ -31,9 +31,15 @@
 //! A write starts its round from the word it read on the primary itself in
 //! this operation (or from an [`Expect::Entry`]'s), so that a lost round is
 //! a failed compare-and-set and never success (F6). The first block a
-//! client writes also claims a chunk of the arena (one roundtrip), and an
-//! operation that finds its view lease lapsed renews it first (one
-//! roundtrip every `L`, [`super::view`]).
+//! client writes also claims a chunk of the arena (one roundtrip).
+//!
+//! The view lease ([`super::view`]) costs no roundtrip of its own where it
+//! can be helped: opening the index takes it beside the arena's cursors,
+//! and an operation that finds it lapsed renews it in its first roundtrip
+//! when that roundtrip is reads (lookups, inserts, changes by key,
+//! [`Index::still`]: design F9, `SnapshotIndex::riding`). Only a change
+//! from a known entry, whose first roundtrip is CASes, renews first (one
+//! roundtrip more, once every `L - D`).
 //!
 //! # Failures
 //!
@@ -54,8 +60,6 @@
 //!
 //! # Not done yet
 //!
-//! - The lease renewal takes a roundtrip of its own when the lease lapsed;
-//!   it could ride the operation's first roundtrip (design F9).
 //! - Two clients that split the view words between their claims wait for
 //!   each other's claim to run out (`Lm + D`) before one supersedes it.
 //! - Bringing a replica back pauses the index for a fence, as leaving it
@@ -152,6 +156,8 @@ pub struct SnapshotIndex {
     next_join_ns: u64,
     paths: SlotPaths,
     master: MasterPaths,
+    /// Renewals that rode an operation, and those whose reads were dropped.
+    rides: Cell<(u64, u64)>,
 }
 
 /// A writer's key block, fenced by the lease on the view its slot was
@@ -239,13 +245,20 @@ impl SnapshotIndex {
         Header::decode(node, &buf)
     }
 
+    /// Opens the arena and takes a lease on the view in the same roundtrip
+    /// (a lease it cannot take now is taken by the first operation).
     async fn open_with<M: Memory>(mem: &M, header: Header, nonce: u32) -> Result<SnapshotIndex, IndexError> {
-        let arena = Arena::open(mem, &header.sites(), header.chunk, nonce).await?;
+        let mut lease = ViewLease::new(header.timing);
+        let now = now_ns(mem);
+        let (arena, _) =
+            join2(Arena::open(mem, &header.sites(), header.chunk, nonce), lease.renew(mem, &header, now)).await;
+        let arena = arena?;
         let geo = header.logical();
-        let lease = Cell::new(ViewLease::new(header.timing));
+        let lease = Cell::new(lease);
         let (paths, master) = (SlotPaths::default(), MasterPaths::default());
         let nonce = nonce as u8;
-        Ok(SnapshotIndex { header, geo, arena, lease, nonce, refused: 0, next_join_ns: 0, paths, master })
+        let rides = Cell::new((0, 0));
+        Ok(SnapshotIndex { header, geo, arena, lease, nonce, refused: 0, next_join_ns: 0, paths, master, rides })
     }
 
     /// Opens the index replicated on `nodes`, creating it with `cfg` if
@@ -321,7 +334,8 @@ impl SnapshotIndex {
 
     /// The view changes this client took part in.
     pub fn master_paths(&self) -> MasterPaths {
-        self.master
+        let (rides, rides_dropped) = self.rides.get();
+        MasterPaths { rides, rides_dropped, ..self.master }
     }
 
     /// The view this client works in.
@@ -348,12 +362,16 @@ impl SnapshotIndex {
     /// A lease that covers the operation about to be posted: the current
     /// one, renewed (one roundtrip every `L`), or a new view's. A renewal
     /// that heard from replicas the view excludes brings them back first
-    /// ([`Self::rejoin`]).
-    async fn ensure<M: Memory>(&mut self, mem: &M) -> Result<(), IndexError> {
+    /// ([`Self::rejoin`]). With `ride`, a lapsed lease is left to the
+    /// operation's first roundtrip, of reads only ([`Self::riding`]).
+    async fn ensure<M: Memory>(&mut self, mem: &M, ride: bool) -> Result<(), IndexError> {
         let now = now_ns(mem);
         let mut lease = self.lease.get();
         if lease.covers(now) {
             return self.rejoin(mem).await;
+        }
+        if ride {
+            return Ok(());
         }
         let renewed = lease.renew(mem, &self.header, now).await;
         self.lease.set(lease);
@@ -399,14 +417,17 @@ impl SnapshotIndex {
 
     /// Runs `op` (reads and writes that recover from their own rounds'
     /// failures) with a covering lease; after a replica's failure in a read,
-    /// changes the view and runs it again: nothing was written.
+    /// changes the view and runs it again: nothing was written. An `op`
+    /// whose first roundtrip is reads posted through [`Self::riding`]
+    /// (`rides`) renews a lapsed lease in that roundtrip, on its first try.
     async fn with_view<M: Memory, T>(
         &mut self,
         mem: &M,
+        rides: bool,
         mut op: impl AsyncFnMut(&mut Self) -> Result<T, IndexError>,
     ) -> Result<T, IndexError> {
-        for _ in 0..MAX_SETTLES {
-            self.ensure(mem).await?;
+        for attempt in 0..MAX_SETTLES {
+            self.ensure(mem, rides && attempt == 0).await?;
             let seen = self.view().epoch;
             match op(self).await {
                 Err(IndexError::Mem(e)) if self.suspects(&e) != 0 => {
@@ -475,12 +496,54 @@ impl SnapshotIndex {
         (Slot::new(&words).expect("a header has a replica"), sites)
     }
 
+    /// Posts `reads` (of slot words, addressed in the current view) with a
+    /// lease that covers them. A lapsed lease is renewed in the same
+    /// roundtrip (design F9, "renewals ride the operation"): the reads
+    /// count only if the renewal finds the view they were addressed in,
+    /// Stable, on a majority, with no replica to bring back; otherwise
+    /// [`IndexError::ViewChanged`], and [`Self::with_view`] renews, settles
+    /// or rejoins before it runs the operation again.
+    ///
+    /// Why such reads are sound: the renewal's reads and these were posted
+    /// at the same instant `t`, and each lands within `D` of it. A master
+    /// of the next view CASes its Prepare onto a majority, which shares a
+    /// replica with the renewal's; there the renewal read Stable, so the
+    /// Prepare reached its majority after `t`, and the master touches no
+    /// slot before `L + D` later, when these reads have landed: they read
+    /// the view they were addressed in, as reads under a lease do.
+    async fn riding<M: Memory, T>(&self, mem: &M, reads: impl Future<Output = T>) -> Result<T, IndexError> {
+        let epoch = self.view().epoch;
+        let now = now_ns(mem);
+        let mut lease = self.lease.get();
+        if lease.view().epoch != epoch {
+            return Err(IndexError::ViewChanged);
+        }
+        if lease.covers(now) {
+            return Ok(reads.await);
+        }
+        let (renewed, out) = join2(lease.renew(mem, &self.header, now), reads).await;
+        self.lease.set(lease);
+        let stale = mutant!("index-ride-unchecked");
+        match renewed {
+            Ok(v) if stale || (v.epoch == epoch && lease.back() == 0) => {
+                let (n, dropped) = self.rides.get();
+                self.rides.set((n + 1, dropped));
+                Ok(out)
+            }
+            _ => {
+                let (n, dropped) = self.rides.get();
+                self.rides.set((n + 1, dropped + 1));
+                Err(IndexError::ViewChanged)
+            }
+        }
+    }
+
     /// Reads the key's two combined buckets from their primaries, posted
     /// together (one roundtrip).
     async fn read_view<M: Memory>(&self, mem: &M, kh: &KeyHash) -> Result<ProbeView, IndexError> {
-        fence(mem, &self.lease, &self.header, self.view().epoch).await.map_err(|_| IndexError::ViewChanged)?;
         let at = |m: u64| self.on_primary(self.geo.combined(m));
-        let (a, b) = join2(mem.read(at(kh.mains[0]), COMBINED_BYTES), mem.read(at(kh.mains[1]), COMBINED_BYTES)).await;
+        let reads = join2(mem.read(at(kh.mains[0]), COMBINED_BYTES), mem.read(at(kh.mains[1]), COMBINED_BYTES));
+        let (a, b) = self.riding(mem, reads).await?;
         let (a, b) = (a?, b?);
         let node = at(kh.mains[0]).node;
         ProbeView::from_combined(self.geo.candidates(kh), [&a, &b]).ok_or(self.corrupt(node, "short read of a bucket"))
@@ -761,7 +824,7 @@ impl Index for SnapshotIndex {
     ) -> Result<Option<Insert>, IndexError> {
         // `ready` runs once, with the first try's first roundtrip.
         let mut ready = Some(ready);
-        self.with_view(mem, async |ix| match ready.take() {
+        self.with_view(mem, true, async |ix| match ready.take() {
             Some(r) => ix.do_insert(mem, key, location, r).await,
             None => ix.do_insert(mem, key, location, async { true }).await,
         })
@@ -770,7 +833,7 @@ impl Index for SnapshotIndex {
 
     async fn lookup<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Entry>, IndexError> {
         let kh = self.check_key(key)?;
-        self.with_view(mem, async |ix| ix.do_lookup(mem, key, &kh).await).await
+        self.with_view(mem, true, async |ix| ix.do_lookup(mem, key, &kh).await).await
     }
 
     async fn update<M: Memory>(
@@ -780,19 +843,20 @@ impl Index for SnapshotIndex {
         expect: Expect,
         location: u64,
     ) -> Result<Change, IndexError> {
-        self.with_view(mem, async |ix| ix.do_change(mem, key, expect, Some(location)).await).await
+        let rides = !matches!(expect, Expect::Entry(_));
+        self.with_view(mem, rides, async |ix| ix.do_change(mem, key, expect, Some(location)).await).await
     }
 
     async fn remove<M: Memory>(&mut self, mem: &M, key: &[u8], expect: Expect) -> Result<Change, IndexError> {
-        self.with_view(mem, async |ix| ix.do_change(mem, key, expect, None).await).await
+        let rides = !matches!(expect, Expect::Entry(_));
+        self.with_view(mem, rides, async |ix| ix.do_change(mem, key, expect, None).await).await
     }
 
     async fn still<M: Memory>(&mut self, mem: &M, key: &[u8], entry: &Entry) -> Result<bool, IndexError> {
         let kh = self.check_key(key)?;
         let offset = self.check_entry(&kh, entry)?;
-        self.with_view(mem, async |ix| {
-            fence(mem, &ix.lease, &ix.header, ix.view().epoch).await.map_err(|_| IndexError::ViewChanged)?;
-            Ok(read_word(mem, ix.on_primary(offset)).await? == entry.word)
+        self.with_view(mem, true, async |ix| {
+            Ok(ix.riding(mem, read_word(mem, ix.on_primary(offset))).await?? == entry.word)
         })
         .await
     }

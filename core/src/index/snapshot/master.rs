@@ -104,6 +104,12 @@ pub struct MasterPaths {
     pub rejoined: u64,
     /// Slots it caught up on replicas brought back.
     pub caught_up: u64,
+    /// Reads of the repair scan that a replica did not answer.
+    pub unanswered: u64,
+    /// Lapsed view leases it renewed in an operation's first roundtrip.
+    pub rides: u64,
+    /// Of those, the ones whose reads it dropped: the view had changed.
+    pub rides_dropped: u64,
 }
 
 impl MasterPaths {
@@ -116,6 +122,9 @@ impl MasterPaths {
         self.reruns += o.reruns;
         self.rejoined += o.rejoined;
         self.caught_up += o.caught_up;
+        self.unanswered += o.unanswered;
+        self.rides += o.rides;
+        self.rides_dropped += o.rides_dropped;
     }
 }
 
@@ -356,8 +365,10 @@ async fn run<M: Memory>(
     // A replica that did not answer one read of the scan is not asked
     // again: it would only make every later read wait for it (a stalled
     // node, a time-out each), and an answer missing is what the scan
-    // already copes with on any read.
-    let mut gone = 0u32;
+    // already copes with on any read. So the replicas this change leaves
+    // out are not asked at all: one that failed an operation a moment ago
+    // would most likely cost the scan a time-out.
+    let mut gone = u32::from(prepare.excluded & !base.excluded);
     while at < bucket_bytes {
         let len = (bucket_bytes - at).min(SCAN_BYTES);
         in_time(mem)?;
@@ -374,8 +385,11 @@ async fn run<M: Memory>(
         let got = join_all(reads).await;
         // (The mutant `scan-asks-again` asks it again every time.)
         for (k, &i) in asked.iter().enumerate() {
-            if !matches!(got.results[k], Some(Ok(_))) && !mutant!("scan-asks-again") {
-                gone |= 1 << i;
+            if !matches!(got.results[k], Some(Ok(_))) {
+                paths.unanswered += 1;
+                if !mutant!("scan-asks-again") {
+                    gone |= 1 << i;
+                }
             }
         }
         // A joiner must be caught up whole, or stay out.
@@ -422,9 +436,12 @@ async fn run<M: Memory>(
     }
     let stable = View { phase: Phase::Stable, joiners: 0, ..prepare };
     in_time(mem)?;
+    // A replica late once a majority answered (the stalled one the change
+    // leaves out) is not waited for: its install may land later, or never,
+    // and either is harmless, as it expects the Prepare.
     let installs: heapless::Vec<_, MAX_REPLICAS> =
         (0..r).map(|i| mem.cas(header.view_addr(i), prepare.encode(), stable.encode())).collect();
-    let replies = join_all(installs).await;
+    let (replies, _) = join_timely(installs, majority(r), Watch::on(mem), |i| late(header.replicas[i].node)).await;
     let mut done = replies.oks().filter(|&(_, &prev)| prev == prepare.encode()).count();
     // Replicas that the claim missed (late then) and still hold an older
     // view catch up: nothing newer may be overwritten.

@@ -20,7 +20,11 @@
 //!   waits `L + D` after its Prepare reached a majority before it touches
 //!   a slot: every operation posted under the old view has landed by then
 //!   (every renewal after the Prepare's arrival meets it on some replica
-//!   of its majority and does not renew).
+//!   of its majority and does not renew). Reads posted *with* the
+//!   renewal, at the instant its reads are sent, count if it renews the
+//!   view they were addressed in (the index's `riding`): the Prepare
+//!   reached its majority after that instant, so they land before any
+//!   slot is touched.
 //!
 //! Both durations are measured by each side on its own clock, from its own
 //! events, so only the clocks' *rates* must agree (drift), not their
