@@ -1022,44 +1022,59 @@ mod tests {
         (sim, reg)
     }
 
-    /// A read whose tuple only one replica held, which crashes between the
-    /// read's quorum and the value: the read starts again on the live
-    /// majority and returns what it holds, instead of failing while a
-    /// majority is up (found by the register campaign, seed 1393).
-    #[test]
-    fn a_read_whose_only_holder_crashes_reads_again() {
-        let layout = Layout::new(1, 64).unwrap();
-        let (mut sim, reg) = fixed_rtt_register(7, layout);
-        let (admin, m) = (sim.client(), sim.client());
-        let r = reg.clone();
+    /// On a [`fixed_rtt_register`]: a completed write of `old` (value
+    /// `[1; 16]`), then one of `new` (`[2; 16]`, its writer crashed) that
+    /// reached only replicas `on`; after the writes, `spoil` on the
+    /// entries of `new` (one per replica of `on`). The two tuples.
+    fn old_then_new(sim: &mut Sim, reg: &Register, on: &'static [usize], spoil: bool) -> (Meta, Meta) {
+        let (admin, r, layout) = (sim.client(), reg.clone(), reg.layout);
+        let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
         sim.block_on(async move {
-            // A completed write of `old`, then one of `new` that reached
-            // replica 1 alone (its writer crashed).
             let mut w = ClientCtx::new(1, || 0).unwrap();
             w.writing_in(0, 1);
-            let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
             let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
                 place: Place { segment: 0, slot, start: 1 },
                 header: EntryHeader::of(meta, 0, 3, v),
             };
             r.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16]).await.unwrap();
             let c = copy(2, new, &[2; 16]);
-            let at = w.logs.entries(&admin, &[NodeId(1)], 1, c.place, Some(&mut w.slab), 1).await[0];
-            let entry = at.unwrap().unwrap();
-            r.replicas[1].write(&admin, &layout.of_replica(1), entry, 0, new, &c.header, &[2; 16]).await.unwrap();
+            let nodes: Vec<NodeId> = on.iter().map(|&i| r.replicas[i].node).collect();
+            let at = w.logs.entries(&admin, &nodes, 1, c.place, Some(&mut w.slab), on.len()).await;
+            for (k, &i) in on.iter().enumerate() {
+                let entry = at[k].unwrap().unwrap();
+                r.replicas[i].write(&admin, &layout.of_replica(i), entry, 0, new, &c.header, &[2; 16]).await.unwrap();
+                if spoil && k == 0 {
+                    admin.write(entry, &[0xA5; 48]).await.unwrap();
+                }
+            }
         })
         .unwrap();
+        (old, new)
+    }
+
+    /// A fresh client's read of `reg`: the tuple and value, and its restarts.
+    fn fresh_read(sim: &mut Sim, reg: Register) -> (Result<(Meta, Vec<u8>), RegError>, u64) {
+        let m = sim.client();
+        sim.block_on(async move {
+            let mut ctx = ClientCtx::new(2, || 0).unwrap();
+            let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await;
+            (read.map(|(meta, v)| (meta, v.to_vec())), ctx.paths.read_restarts)
+        })
+        .unwrap()
+    }
+
+    /// A read whose tuple only one replica held, which crashes between the
+    /// read's quorum and the value: the read starts again on the live
+    /// majority and returns what it holds, instead of failing while a
+    /// majority is up (found by the register campaign, seed 1393).
+    #[test]
+    fn a_read_whose_only_holder_crashes_reads_again() {
+        let (mut sim, reg) = fixed_rtt_register(7, Layout::new(1, 64).unwrap());
+        let (old, _) = old_then_new(&mut sim, &reg, &[1], false);
         // Node 1 answers the read's first roundtrip, then crashes.
         let start = sim.now();
         sim.crash_node_at(1, start + RTT + 1, CrashMode::FailFast);
-        let got = sim
-            .block_on(async move {
-                let mut ctx = ClientCtx::new(2, || 0).unwrap();
-                let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await;
-                (read.map(|(meta, v)| (meta, v.to_vec())), ctx.paths.read_restarts)
-            })
-            .unwrap();
-        assert_eq!(got, (Ok((Meta::new(1, 1, 1), alloc::vec![1; 16])), 1));
+        assert_eq!(fresh_read(&mut sim, reg), (Ok((old, alloc::vec![1; 16])), 1));
     }
 
     /// A read whose first majority holds the newest tuple on one replica
@@ -1071,45 +1086,10 @@ mod tests {
     /// campaign, seed 2839; the mutant `restart-narrow` fails it).
     #[test]
     fn a_read_that_finds_only_a_spoiled_copy_reads_every_replica() {
-        let layout = Layout::new(1, 64).unwrap();
-        let (mut sim, reg) = fixed_rtt_register(7, layout);
-        let (admin, m) = (sim.client(), sim.client());
-        let r = reg.clone();
-        sim.block_on(async move {
-            // A completed write of `old`, then one of `new` on replicas 1
-            // and 2, whose entry on replica 1 is then spoiled.
-            let mut w = ClientCtx::new(1, || 0).unwrap();
-            w.writing_in(0, 1);
-            let (old, new) = (Meta::new(1, 1, 1), Meta::new(2, 2, 1));
-            let copy = |slot, meta: Meta, v: &[u8]| LogCopy {
-                place: Place { segment: 0, slot, start: 1 },
-                header: EntryHeader::of(meta, 0, 3, v),
-            };
-            r.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16]).await.unwrap();
-            let c = copy(2, new, &[2; 16]);
-            let nodes = [NodeId(1), NodeId(2)];
-            let at = w.logs.entries(&admin, &nodes, 1, c.place, Some(&mut w.slab), 2).await;
-            for (i, entry) in at.iter().enumerate() {
-                let entry = (*entry).unwrap().unwrap();
-                let rep = i + 1;
-                r.replicas[rep]
-                    .write(&admin, &layout.of_replica(rep), entry, 0, new, &c.header, &[2; 16])
-                    .await
-                    .unwrap();
-                if rep == 1 {
-                    admin.write(entry, &[0xA5; 48]).await.unwrap();
-                }
-            }
-        })
-        .unwrap();
-        let got = sim
-            .block_on(async move {
-                let mut ctx = ClientCtx::new(2, || 0).unwrap();
-                let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await;
-                (read.map(|(meta, v)| (meta, v.to_vec())), ctx.paths.read_restarts)
-            })
-            .unwrap();
-        assert_eq!(got, (Ok((Meta::new(2, 2, 1), alloc::vec![2; 16])), 2), "the read failed with every node up");
+        let (mut sim, reg) = fixed_rtt_register(7, Layout::new(1, 64).unwrap());
+        let (_, new) = old_then_new(&mut sim, &reg, &[1, 2], true);
+        let got = fresh_read(&mut sim, reg);
+        assert_eq!(got, (Ok((new, alloc::vec![2; 16])), 2), "the read failed with every node up");
     }
 
     /// With the in-place copy on the first replica only and its node
