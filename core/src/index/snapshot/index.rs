@@ -191,22 +191,37 @@ impl Target for Guarded<'_> {
     }
 }
 
-/// Whether an operation posted now lands within the lease on view `epoch`,
-/// renewing the lease if it would not; [`SlotError::Fenced`] once the view
-/// changed (or cannot be leased).
-async fn fence<M: Memory>(mem: &M, lease: &Cell<ViewLease>, header: &Header, epoch: u32) -> Result<(), SlotError> {
+/// Posts `reads` under the lease on view `epoch`: at once if the lease
+/// covers them (`None`), else together with the lease's renewal, whose
+/// outcome comes with them (the lease is renewed either way). Nothing is
+/// posted once the view changed ([`SlotError::Fenced`]).
+async fn leased<M: Memory, T>(
+    mem: &M,
+    lease: &Cell<ViewLease>,
+    header: &Header,
+    epoch: u32,
+    reads: impl Future<Output = T>,
+) -> Result<(T, Option<Result<View, ViewError>>), SlotError> {
     let now = now_ns(mem);
     let mut l = lease.get();
     if l.view().epoch != epoch {
         return Err(SlotError::Fenced);
     }
     if l.covers(now) {
-        return Ok(());
+        return Ok((reads.await, None));
     }
-    let renewed = l.renew(mem, header, now).await;
+    let (renewed, out) = join2(l.renew(mem, header, now), reads).await;
     lease.set(l);
-    match renewed {
-        Ok(v) if v.epoch == epoch => Ok(()),
+    Ok((out, Some(renewed)))
+}
+
+/// Whether an operation posted now lands within the lease on view `epoch`,
+/// renewing the lease if it would not; [`SlotError::Fenced`] once the view
+/// changed (or cannot be leased).
+async fn fence<M: Memory>(mem: &M, lease: &Cell<ViewLease>, header: &Header, epoch: u32) -> Result<(), SlotError> {
+    match leased(mem, lease, header, epoch, async {}).await? {
+        ((), None) => Ok(()),
+        ((), Some(Ok(v))) if v.epoch == epoch => Ok(()),
         _ => Err(SlotError::Fenced),
     }
 }
@@ -513,29 +528,14 @@ impl SnapshotIndex {
     /// the view they were addressed in, as reads under a lease do.
     async fn riding<M: Memory, T>(&self, mem: &M, reads: impl Future<Output = T>) -> Result<T, IndexError> {
         let epoch = self.view().epoch;
-        let now = now_ns(mem);
-        let mut lease = self.lease.get();
-        if lease.view().epoch != epoch {
-            return Err(IndexError::ViewChanged);
-        }
-        if lease.covers(now) {
-            return Ok(reads.await);
-        }
-        let (renewed, out) = join2(lease.renew(mem, &self.header, now), reads).await;
-        self.lease.set(lease);
+        let (out, renewed) =
+            leased(mem, &self.lease, &self.header, epoch, reads).await.map_err(|_| IndexError::ViewChanged)?;
+        let Some(renewed) = renewed else { return Ok(out) };
         let stale = mutant!("index-ride-unchecked");
-        match renewed {
-            Ok(v) if stale || (v.epoch == epoch && lease.back() == 0) => {
-                let (n, dropped) = self.rides.get();
-                self.rides.set((n + 1, dropped));
-                Ok(out)
-            }
-            _ => {
-                let (n, dropped) = self.rides.get();
-                self.rides.set((n + 1, dropped + 1));
-                Err(IndexError::ViewChanged)
-            }
-        }
+        let kept = matches!(renewed, Ok(v) if stale || (v.epoch == epoch && self.lease.get().back() == 0));
+        let (n, dropped) = self.rides.get();
+        self.rides.set((n + 1, dropped + u64::from(!kept)));
+        if kept { Ok(out) } else { Err(IndexError::ViewChanged) }
     }
 
     /// Reads the key's two combined buckets from their primaries, posted
