@@ -27,17 +27,25 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::header::{self, Next};
 use crate::substrate::memory::word_at;
+use crate::substrate::space::slab::class_of;
 
 const MAGIC: u64 = 0xC10E;
 /// Bytes before the key.
 pub const HEAD: usize = 24;
 const SALT: u64 = 0x436c_6f76_6572_4246;
 
-/// Bytes of a buffer that holds a key of `max_key` bytes and a value of
-/// `max_value` bytes: every buffer of a store has this size, so that any
-/// free buffer fits any write.
-pub fn size(max_key: usize, max_value: usize) -> usize {
-    (HEAD + max_key + max_value).next_multiple_of(8)
+/// Bytes of a version of a key of `key` bytes and a value of `value`
+/// bytes (its buffer is the slab object of the class that holds them,
+/// [`class`]).
+pub fn size(key: usize, value: usize) -> usize {
+    (HEAD + key + value).next_multiple_of(8)
+}
+
+/// The size class of the buffer of a version of a key of `key` bytes and
+/// a value of `value` bytes; `None` if a link cannot name one that large
+/// ([`header::CLASSES`]).
+pub fn class(key: usize, value: usize) -> Option<u8> {
+    class_of(size(key, value) as u64).map(|(c, _)| c as u8).filter(|&c| (c as usize) < header::CLASSES)
 }
 
 fn sum(meta: u64, key: &[u8], value: &[u8], tag: u64) -> u64 {
@@ -123,7 +131,7 @@ mod tests {
             }
         }
         let mut linked = b.clone();
-        let next = Next::Link(Cursor::new(RemoteAddr::new(NodeId(2), 640), 7));
+        let next = Next::Link(Cursor::new(RemoteAddr::new(NodeId(2), 640), 7, 1));
         linked[..8].copy_from_slice(&next.word(key_hash(k)).to_le_bytes());
         assert_eq!(decode(&linked, k, key_hash(k), 3, 64).map(|v| (v.next, v.gc)), Some((next, 4)));
         // Torn between incarnations: the new owner's tail word over the old bytes.
@@ -131,6 +139,10 @@ mod tests {
         torn[..8].copy_from_slice(&header::tail(key_hash(k), 5).to_le_bytes());
         assert_eq!(decode(&torn, k, key_hash(k), 3, 64), None, "a tail word of another GC version");
         assert!(size(16, 256) >= encode(&[1; 16], &[2; 256], 5, 0).len());
+        assert_eq!(class(5, 11), Some(0), "40 bytes: one line");
+        assert_eq!(class(16, 1000), Some(class_of(1040).unwrap().0 as u8), "1,040 bytes: 1,280");
+        assert_eq!(crate::substrate::space::slab::class_size(class(16, 1000).unwrap() as usize), 1280);
+        assert_eq!(class(8, 8 << 20), None, "beyond what a link names");
     }
 
     proptest! {

@@ -30,15 +30,18 @@
 //! lives); while it is down they fail naming it. The other copies of a
 //! version are written for durability, never read.
 //!
-//! A write takes a free *group* (the version's R buffers) from its pool;
-//! the writer whose CAS links version N+1 from N *retires* N, sent to the
-//! MS with its next ALLOC (beside a later WRITE: no roundtrip of its own).
+//! A write takes a free *group* (the version's R buffers) of the size
+//! class its value needs from its pool of that class (one per class it
+//! has written); the writer whose CAS links version N+1 from N *retires*
+//! N, sent to the MS with its next ALLOC (beside a later WRITE: no
+//! roundtrip of its own). A READ reads as many bytes as its cursor's size
+//! class holds.
 
 use alloc::vec::Vec;
 
 use super::buffer;
 use super::header::{self, Cursor, Next};
-use super::wire::{self, Alloc, Answer, Chain, Group, MAX_GIVEN, MAX_RETIRES, Retire};
+use super::wire::{self, Alloc, Answer, Chain, Group, MAX_GIVEN, MAX_RETIRES, MAX_WANTS, Retire, Want};
 use super::{Clover, MS};
 use crate::index::cache::LocationCache;
 use crate::kv::place::{key_hash, node_of};
@@ -52,6 +55,7 @@ use crate::substrate::msg::MsgError;
 use crate::substrate::msg::rpc::{Channel, Reply, Sent, Status};
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
+use crate::substrate::space::slab::class_size;
 use crate::substrate::value::Value;
 use crate::swarm::client::Paths;
 use crate::systems::pdpm_central::client::{call_error, call_timeout_ns, open_channel};
@@ -109,6 +113,15 @@ struct Seen {
     cell: RemoteAddr,
 }
 
+/// Free groups of one size class, per primary node.
+struct Pool {
+    class: u8,
+    nodes: Vec<Vec<Group>>,
+    /// Per node: the last batch had no group there (the MS could not
+    /// allocate there): writes go on without it rather than ask again.
+    dry: Vec<bool>,
+}
+
 /// One Clover client.
 pub struct CloverClient<M, C> {
     mem: M,
@@ -119,8 +132,11 @@ pub struct CloverClient<M, C> {
     call_timeout_ns: u64,
     limits: Limits,
     replicas: usize,
-    /// Bytes of a buffer.
-    buffer: usize,
+    /// Bytes of the largest buffer: no READ reads more.
+    max_read: usize,
+    /// The size class a new client fetches groups of first: the largest
+    /// version's (the store's usual one when values have one size).
+    first_class: u8,
     /// Groups per node it keeps (the `pool` option), and the level below
     /// which a write fetches more beside its WRITE.
     batch: usize,
@@ -130,11 +146,10 @@ pub struct CloverClient<M, C> {
     lifetime: u64,
     /// Key -> cursor ([`Cursor::location`]) and what else it knows.
     cache: LocationCache<Seen>,
-    /// Free groups per primary node.
-    pool: Vec<Vec<Group>>,
-    /// Per node: the last batch had no group there (the MS could not
-    /// allocate there): writes go on without it rather than ask again.
-    dry: Vec<bool>,
+    /// Free groups per size class it wrote.
+    pools: Vec<Pool>,
+    /// The size classes the last ALLOC asked for.
+    asked: Vec<u8>,
     /// Versions this client superseded, for its next ALLOC.
     retired: Vec<Retire>,
     /// The ALLOC sent beside a write whose answer is not collected yet
@@ -155,6 +170,9 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS).await?;
         let nodes = mem.node_count();
         let batch = super::pool(cfg);
+        let first_class = buffer::class(cfg.max_key, cfg.max_value).ok_or(KvError::BadConfig(
+            "values too large for Clover's buffers (8 MiB with the key and a 24-byte header at most)",
+        ))?;
         let mut c = CloverClient {
             call_timeout_ns: call_timeout_ns(&mem, super::geometry(cfg).channels),
             read_timeout: clock.ticks(super::read_timeout_ns(&mem)),
@@ -166,25 +184,45 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             channel,
             limits: cfg.limits(),
             replicas: cfg.replicas.clamp(1, nodes.min(MAX_REPLICAS)),
-            buffer: buffer::size(cfg.max_key, cfg.max_value),
+            max_read: class_size(first_class as usize) as usize,
+            first_class,
             batch,
             low: batch * 3 / 4,
             cache: LocationCache::new(cfg.cache()),
-            pool: (0..nodes).map(|_| Vec::new()).collect(),
-            dry: alloc::vec![false; nodes],
+            pools: Vec::new(),
+            asked: Vec::new(),
             retired: Vec::new(),
             inflight: None,
             quiet: 0,
             paths: Paths::default(),
         };
         // Without it the first writes fetch their buffers first.
-        let _ = c.refill().await;
+        let _ = c.refill(first_class).await;
         Ok(c)
     }
 
-    /// Free groups it holds whose primary is `node`.
+    /// Free groups it holds whose primary is `node` (of any size class).
     pub fn free_buffers(&self, node: NodeId) -> usize {
-        self.pool.get(node.index()).map_or(0, |p| p.len())
+        self.pools.iter().map(|p| p.nodes.get(node.index()).map_or(0, |g| g.len())).sum()
+    }
+
+    /// The size classes it holds free groups of, or held.
+    pub fn classes(&self) -> Vec<u8> {
+        self.pools.iter().map(|p| p.class).collect()
+    }
+
+    /// Its pool of size class `class`, made empty if it has none.
+    fn pool(&mut self, class: u8) -> &mut Pool {
+        let i = match self.pools.iter().position(|p| p.class == class) {
+            Some(i) => i,
+            None => {
+                let nodes = self.mem.node_count();
+                let dry = alloc::vec![false; nodes];
+                self.pools.push(Pool { class, nodes: (0..nodes).map(|_| Vec::new()).collect(), dry });
+                self.pools.len() - 1
+            }
+        };
+        &mut self.pools[i]
     }
 
     /// The key's cursor, if cached: the version it last found or wrote, and
@@ -215,13 +253,19 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         call(&mut self.channel, mem, clock, self.call_timeout_ns, method, body).await
     }
 
-    /// An ALLOC's body: the groups wanted, and the retires waiting (taken:
-    /// if the call fails they are lost, and the MS finds those versions
-    /// by reading the chain).
-    fn alloc_body(&mut self) -> Vec<u8> {
+    /// An ALLOC's body: the groups wanted, of size class `class` and of
+    /// every other class whose pool is low, and the retires waiting
+    /// (taken: if the call fails they are lost, and the MS finds those
+    /// versions by reading the chain).
+    fn alloc_body(&mut self, class: u8) -> Vec<u8> {
+        let mut classes = alloc::vec![class];
+        let others = self.pools.iter().map(|p| p.class).filter(|&c| c != class && self.low(c));
+        classes.extend(others.take(MAX_WANTS - 1).collect::<Vec<_>>());
+        let want = classes.iter().map(|&c| Want { class: c, nodes: self.wanted(c) }).collect();
+        self.asked = classes;
         let n = self.retired.len().min(MAX_RETIRES);
         let retires = self.retired.drain(..n).collect();
-        Alloc { want: self.wanted(), retires, given: Vec::new() }.encode()
+        Alloc { want, retires, given: Vec::new() }.encode()
     }
 
     /// Waits for the answer to the ALLOC in flight, if any, and takes its
@@ -244,35 +288,49 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         }
     }
 
-    /// Fetches groups for the nodes that are low (a batch's worth each),
-    /// in the foreground.
-    async fn refill(&mut self) -> Result<(), KvError> {
+    /// Fetches groups of size class `class` for the nodes that are low (a
+    /// batch's worth each), in the foreground.
+    async fn refill(&mut self, class: u8) -> Result<(), KvError> {
         self.settle().await;
-        let body = self.alloc_body();
+        let body = self.alloc_body(class);
         let (mem, clock) = (&self.mem, &self.clock);
         let got = call(&mut self.channel, mem, clock, self.call_timeout_ns, wire::ALLOC, &body).await;
         self.take(got)
     }
 
-    /// Groups wanted per node (a request's body).
-    fn wanted(&self) -> Vec<u8> {
-        self.pool.iter().map(|p| self.batch.saturating_sub(p.len()) as u8).collect()
+    /// Groups of size class `class` wanted per node (a request's body).
+    fn wanted(&mut self, class: u8) -> Vec<u8> {
+        let batch = self.batch;
+        self.pool(class).nodes.iter().map(|p| batch.saturating_sub(p.len()) as u8).collect()
     }
 
-    /// Whether a node the MS allocates on has few free groups left.
-    fn low(&self) -> bool {
-        self.pool.iter().zip(&self.dry).any(|(p, &dry)| p.len() < self.low && !dry)
+    /// Whether a node the MS allocates on has few free groups of size
+    /// class `class` left.
+    fn low(&self, class: u8) -> bool {
+        match self.pools.iter().find(|p| p.class == class) {
+            Some(p) => p.nodes.iter().zip(&p.dry).any(|(p, &dry)| p.len() < self.low && !dry),
+            None => true,
+        }
     }
 
-    /// Adds a batch to the pool.
+    /// Adds a batch to the pools of its groups' size classes. A pool it
+    /// asked for that got no group on a node is dry there.
     fn take(&mut self, got: Result<Answer, KvError>) -> Result<(), KvError> {
         match got? {
             Answer::Buffers { groups, recycled } => {
                 self.paths.recycled += recycled as u64;
+                let (batch, asked) = (self.batch, core::mem::take(&mut self.asked));
                 for (n, gs) in groups.into_iter().enumerate() {
-                    if let (Some(p), Some(dry)) = (self.pool.get_mut(n), self.dry.get_mut(n)) {
-                        *dry = gs.is_empty() && p.len() < self.batch;
-                        p.extend(gs);
+                    for &class in &asked {
+                        let pool = self.pool(class);
+                        if let (Some(p), Some(dry)) = (pool.nodes.get(n), pool.dry.get_mut(n)) {
+                            *dry = !gs.iter().any(|g| g.primary.class == class) && p.len() < batch;
+                        }
+                    }
+                    for g in gs {
+                        if let Some(p) = self.pool(g.primary.class).nodes.get_mut(n) {
+                            p.push(g);
+                        }
                     }
                 }
                 Ok(())
@@ -376,27 +434,41 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         self.cache.insert(key, at.location(), seen);
     }
 
-    /// A free group whose primary is the key's (fetched in the foreground
-    /// if there is none).
-    async fn group(&mut self, key: &[u8]) -> Result<Group, KvError> {
-        let node = node_of(key, 0, self.mem.node_count());
-        if self.pool[node.index()].is_empty() {
-            self.settle().await;
-        }
-        if self.pool[node.index()].is_empty() {
-            self.refill().await?;
-        }
-        // None: the MS could not allocate there: it failed.
-        self.pool[node.index()].pop().ok_or(KvError::Down(MemError::new(node, MemErrorKind::Unreachable)))
+    /// A free group whose primary is `node`, of size class `class` or, if
+    /// it has none, of the smallest larger class it has: a version fits
+    /// any buffer as large as its class (its link names the buffer's), so
+    /// a write of a class this client has no group of yet costs no
+    /// roundtrip (its pool is filled beside the WRITE).
+    fn pop_group(&mut self, node: NodeId, class: u8) -> Option<Group> {
+        let fits = self.pools.iter_mut().filter(|p| p.class >= class);
+        let pool = fits.filter(|p| p.nodes.get(node.index()).is_some_and(|g| !g.is_empty())).min_by_key(|p| p.class);
+        pool?.nodes[node.index()].pop()
     }
 
-    /// Puts an unlinked version's group back in the pool: its primary's
+    /// A free group for a version of size class `class` whose primary is
+    /// the key's ([`Self::pop_group`]; fetched in the foreground if there
+    /// is none).
+    async fn group(&mut self, key: &[u8], class: u8) -> Result<Group, KvError> {
+        let node = node_of(key, 0, self.mem.node_count());
+        if let Some(g) = self.pop_group(node, class) {
+            return Ok(g);
+        }
+        self.settle().await;
+        if let Some(g) = self.pop_group(node, class) {
+            return Ok(g);
+        }
+        self.refill(class).await?;
+        // None: the MS could not allocate there: it failed.
+        self.pop_group(node, class).ok_or(KvError::Down(MemError::new(node, MemErrorKind::Unreachable)))
+    }
+
+    /// Puts an unlinked version's group back in its pool: its primary's
     /// WRITE is done. (Its backups' WRITEs may still land, after the
     /// write went on without them, over the group's next version there:
     /// backups are never read.)
     fn give_back(&mut self, group: Option<Group>) {
         if let Some(g) = group
-            && let Some(p) = self.pool.get_mut(g.primary.at.node.index())
+            && let Some(p) = self.pool(g.primary.class).nodes.get_mut(g.primary.at.node.index())
         {
             p.push(g);
         }
@@ -404,12 +476,14 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
 
     /// Writes a new version to `group`: waits for the primary and a
     /// majority of the R copies in all; fetches a batch of groups beside
-    /// it (with the retires waiting) if the pool is low or retires pile up,
+    /// it (with the retires waiting) if the pool of `class` (the
+    /// version's) is low or retires pile up,
     /// and reads the word of `cell` beside it if asked (answered with when
     /// it was sent, for [`Self::restart`]).
     async fn write_copies(
         &mut self,
         group: &Group,
+        class: u8,
         bytes: &[u8],
         cell: Option<RemoteAddr>,
     ) -> Result<Option<(u64, u64)>, KvError> {
@@ -417,8 +491,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         // WRITE, or a new one sent beside it.
         let side = match self.inflight {
             Some(sent) => Side::Look(sent),
-            None if (self.low() || self.retired.len() >= RETIRE_SOON) && self.quiet == 0 => {
-                Side::Send(self.alloc_body())
+            None if (self.low(class) || self.retired.len() >= RETIRE_SOON) && self.quiet == 0 => {
+                Side::Send(self.alloc_body(class))
             }
             None => Side::Nothing,
         };
@@ -500,9 +574,11 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let mut head = None;
         let group = match change {
             Change::Put { value, .. } => {
-                let g = self.group(key).await?;
+                // The key and value fit (the store's limits): so does their class.
+                let class = buffer::class(key.len(), value.len()).unwrap_or(self.first_class);
+                let g = self.group(key, class).await?;
                 let cell = self.expired(seen.since).then_some(seen.cell);
-                match self.write_copies(&g, &buffer::encode(key, value, tag, g.primary.gc), cell).await {
+                match self.write_copies(&g, class, &buffer::encode(key, value, tag, g.primary.gc), cell).await {
                     Ok(h) => head = h,
                     Err(e) => {
                         // Not linked: its WRITEs are done or failed.
@@ -594,7 +670,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             // cursor's buffer was recycled (the paper's shortcut, raced
             // against the chain walk), and what vouches for a cursor too
             // old to be used on its own.
-            let (b, w) = join2(self.mem.read(at.at, self.buffer), read_word(&self.mem, seen.cell)).await;
+            let len = at.bytes().min(self.max_read);
+            let (b, w) = join2(self.mem.read(at.at, len), read_word(&self.mem, seen.cell)).await;
             let b = b.map_err(mem_error)?;
             let cell = w.ok().map(|w| (w, sent));
             // The read time-out (pDPM §5.2): a READ that took longer may
@@ -686,7 +763,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     async fn hand_in(&mut self) -> Result<(), KvError> {
         // The groups of an ALLOC in flight go back too.
         self.settle().await;
-        let mut given: Vec<Cursor> = self.pool.iter_mut().flat_map(|p| p.drain(..)).map(|g| g.primary).collect();
+        let pools = self.pools.iter_mut().flat_map(|p| p.nodes.iter_mut());
+        let mut given: Vec<Cursor> = pools.flat_map(|p| p.drain(..)).map(|g| g.primary).collect();
         while !self.retired.is_empty() || !given.is_empty() {
             let n = self.retired.len().min(MAX_RETIRES);
             let retires = self.retired.drain(..n).collect();

@@ -5,10 +5,12 @@
 //!
 //! ```text
 //! bits  0..2   kind: 1 the tail, 2 the tail of a deleted key, 3 a link
-//! bits  2..38  a link's offset / 8
-//! bits 38..44  a link's node
-//! bits 44..52  GC version: a tail's own, a link's target's
-//! bits 52..64  check: 12 bits of xxh3 of bits 0..52, seeded by the key
+//! bits  2..35  a link's offset / 64
+//! bits 35..40  a link's node
+//! bits 40..48  GC version: a tail's own, a link's target's
+//! bits 48..54  a link's size class (its target's bytes, so that a hop
+//!              READs as much as the version holds)
+//! bits 54..64  check: 10 bits of xxh3 of bits 0..54, seeded by the key
 //! ```
 //!
 //! The paper's NULL pointer is a *tail* word here, not 0, and every word
@@ -26,44 +28,67 @@
 //! carries its target's, so that the client that hops knows what to
 //! expect there ([`Cursor`]).
 //!
+//! **Size classes.** A version's buffers are as large as its value needs,
+//! in the slab's size classes ([`crate::substrate::space::slab::class_of`]):
+//! a link and a cursor carry their target's class, so that a READ of a
+//! version reads its bytes and no more, and a write takes a group of the
+//! class its value needs.
+//!
 //! A delete swings the tail's word to [`Next::Deleted`] (one CAS, no new
 //! buffer); an insert of a deleted key swings that word on to a new
 //! version, so a key's whole history, deletes included, is one chain.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::substrate::space::slab::{MAX_NODES, class_size};
 use crate::{NodeId, RemoteAddr};
 
-/// A buffer as a client expects to find it: where (the primary's copy)
-/// and with which GC version. A cursor, a link's target, a chain's head.
+/// Size classes a link can name: the slab's first 64, buffers up to
+/// 8 MiB.
+pub const CLASSES: usize = 1 << CLASS_BITS;
+/// Buffers are whole slab objects: their offsets are multiples of this.
+pub const ALIGN: u64 = 64;
+
+/// A buffer as a client expects to find it: where (the primary's copy),
+/// with which GC version, and of which size class. A cursor, a link's
+/// target, a chain's head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cursor {
     /// The buffer.
     pub at: RemoteAddr,
     /// Its GC version when the cursor was taken.
     pub gc: u8,
+    /// Its size class (below [`CLASSES`]).
+    pub class: u8,
 }
 
 impl Cursor {
-    /// The cursor at `at` with GC version `gc`.
-    pub fn new(at: RemoteAddr, gc: u8) -> Cursor {
-        Cursor { at, gc }
+    /// The cursor at `at` with GC version `gc`, of size class `class`.
+    pub fn new(at: RemoteAddr, gc: u8, class: u8) -> Cursor {
+        Cursor { at, gc, class }
+    }
+
+    /// Bytes of its buffer.
+    pub fn bytes(self) -> usize {
+        class_size(self.class as usize) as usize
     }
 
     /// Its location in an index or a cache: the GC version in the top
-    /// byte, the node in the next, the offset below (48 bits).
+    /// byte, the node in the next, the size class in the next, the offset
+    /// below (40 bits).
     pub fn location(self) -> u64 {
-        (self.gc as u64) << 56 | (self.at.node.0 as u64 & 0xff) << 48 | self.at.offset
+        (self.gc as u64) << 56 | (self.at.node.0 as u64 & 0xff) << 48 | (self.class as u64) << 40 | self.at.offset
     }
 
     /// The cursor [`Cursor::location`] names on a cluster of `nodes`
-    /// nodes, checked (it comes from memory): a node of the cluster, an
-    /// aligned non-zero offset.
+    /// nodes, checked (it comes from memory): a node of the cluster, a
+    /// class a link can name, an aligned non-zero offset.
     pub fn of_location(location: u64, nodes: usize) -> Option<Cursor> {
         let node = (location >> 48) as u8 as usize;
-        let offset = location & ((1 << 48) - 1);
-        (node < nodes && offset.is_multiple_of(8) && offset != 0)
-            .then(|| Cursor::new(RemoteAddr::new(NodeId(node as u16), offset), (location >> 56) as u8))
+        let class = (location >> 40) as u8;
+        let offset = location & ((1 << 40) - 1);
+        (node < nodes && (class as usize) < CLASSES && offset.is_multiple_of(ALIGN) && offset != 0)
+            .then(|| Cursor::new(RemoteAddr::new(NodeId(node as u16), offset), (location >> 56) as u8, class))
     }
 }
 
@@ -81,18 +106,21 @@ pub enum Next {
 }
 
 const KIND_BITS: u32 = 2;
-const OFFSET_BITS: u32 = 36;
-const NODE_BITS: u32 = 6;
+const OFFSET_BITS: u32 = 33;
+const NODE_BITS: u32 = 5;
 const GC_BITS: u32 = 8;
+const CLASS_BITS: u32 = 6;
 /// Bits under the check.
-const BODY_BITS: u32 = KIND_BITS + OFFSET_BITS + NODE_BITS + GC_BITS;
+const BODY_BITS: u32 = KIND_BITS + OFFSET_BITS + NODE_BITS + GC_BITS + CLASS_BITS;
 const GC_SHIFT: u32 = KIND_BITS + OFFSET_BITS + NODE_BITS;
+const CLASS_SHIFT: u32 = GC_SHIFT + GC_BITS;
 const SALT: u64 = 0x436c_6f76_6572_4844;
 
 /// Largest offset a link can name (exclusive): 512 GiB.
-pub const MAX_OFFSET: u64 = 8 << OFFSET_BITS;
-/// Most nodes a link can name.
+pub const MAX_OFFSET: u64 = ALIGN << OFFSET_BITS;
+/// Most nodes a link can name (as many as the slab allocator serves).
 pub const MAX_LINK_NODES: usize = 1 << NODE_BITS;
+const _: () = assert!(MAX_LINK_NODES >= MAX_NODES);
 
 fn check(body: u64, tag: u64) -> u64 {
     xxh3_64_with_seed(&body.to_le_bytes(), tag ^ SALT) >> BODY_BITS
@@ -101,20 +129,24 @@ fn check(body: u64, tag: u64) -> u64 {
 /// The header word of `next` for the key whose hash is `tag`
 /// (`crate::kv::place::key_hash`); `None` for a link that a word cannot
 /// name (an offset beyond [`MAX_OFFSET`], zero or unaligned, a node
-/// beyond [`MAX_LINK_NODES`]).
+/// beyond [`MAX_LINK_NODES`], a class beyond [`CLASSES`]).
 pub fn encode(next: Next, tag: u64) -> Option<u64> {
     let body = match next {
         Next::Tail(gc) => 1 | (gc as u64) << GC_SHIFT,
         Next::Deleted(gc) => 2 | (gc as u64) << GC_SHIFT,
-        Next::Link(Cursor { at: a, gc }) => {
-            if !a.offset.is_multiple_of(8)
+        Next::Link(Cursor { at: a, gc, class }) => {
+            if !a.offset.is_multiple_of(ALIGN)
                 || a.offset >= MAX_OFFSET
                 || a.offset == 0
                 || a.node.0 as usize >= MAX_LINK_NODES
+                || class as usize >= CLASSES
             {
                 return None;
             }
-            3 | (a.offset / 8) << KIND_BITS | (a.node.0 as u64) << (KIND_BITS + OFFSET_BITS) | (gc as u64) << GC_SHIFT
+            3 | (a.offset / ALIGN) << KIND_BITS
+                | (a.node.0 as u64) << (KIND_BITS + OFFSET_BITS)
+                | (gc as u64) << GC_SHIFT
+                | (class as u64) << CLASS_SHIFT
         }
     };
     Some(body | check(body, tag) << BODY_BITS)
@@ -143,15 +175,16 @@ pub fn decode(w: u64, tag: u64, nodes: usize) -> Option<Next> {
         return None;
     }
     let gc = (body >> GC_SHIFT) as u8;
+    let class = (body >> CLASS_SHIFT) as u8;
     let rest = body & ((1 << GC_SHIFT) - 1);
     match rest & ((1 << KIND_BITS) - 1) {
-        1 if rest == 1 => Some(Next::Tail(gc)),
-        2 if rest == 2 => Some(Next::Deleted(gc)),
+        1 if rest == 1 && class == 0 => Some(Next::Tail(gc)),
+        2 if rest == 2 && class == 0 => Some(Next::Deleted(gc)),
         3 => {
-            let offset = ((rest >> KIND_BITS) & ((1 << OFFSET_BITS) - 1)) * 8;
+            let offset = ((rest >> KIND_BITS) & ((1 << OFFSET_BITS) - 1)) * ALIGN;
             let node = (rest >> (KIND_BITS + OFFSET_BITS)) as usize;
             (node < nodes && offset != 0)
-                .then(|| Next::Link(Cursor::new(RemoteAddr::new(NodeId(node as u16), offset), gc)))
+                .then(|| Next::Link(Cursor::new(RemoteAddr::new(NodeId(node as u16), offset), gc, class)))
         }
         _ => None,
     }
@@ -182,7 +215,7 @@ mod tests {
 
     #[test]
     fn words_round_trip_and_belong_to_their_key() {
-        let link = Next::Link(Cursor::new(RemoteAddr::new(NodeId(4), 4096), 9));
+        let link = Next::Link(Cursor::new(RemoteAddr::new(NodeId(4), 4096), 9, 5));
         for next in [Next::Tail(0), Next::Tail(200), Next::Deleted(3), link] {
             let w = next.word(7);
             assert_eq!(decode(w, 7, 5), Some(next));
@@ -194,15 +227,18 @@ mod tests {
         }
         assert_ne!(tail(7, 1), tail(7, 2), "a recycled buffer's tail word differs");
         assert_eq!(decode(link.word(7), 7, 4), None, "a node that is not there");
-        let at = |node, off| Next::Link(Cursor::new(RemoteAddr::new(NodeId(node), off), 0));
-        assert_eq!(encode(at(1, 12), 7), None, "unaligned");
-        assert_eq!(encode(at(1, MAX_OFFSET), 7), None);
-        assert_eq!(encode(at(64, 64), 7), None);
-        let c = Cursor::new(RemoteAddr::new(NodeId(3), 1 << 40), 255);
+        let at = |node, off, class| Next::Link(Cursor::new(RemoteAddr::new(NodeId(node), off), 0, class));
+        assert_eq!(encode(at(1, 72, 0), 7), None, "unaligned");
+        assert_eq!(encode(at(1, MAX_OFFSET, 0), 7), None);
+        assert_eq!(encode(at(32, 64, 0), 7), None);
+        assert_eq!(encode(at(1, 64, CLASSES as u8), 7), None);
+        assert!(encode(at(31, MAX_OFFSET - ALIGN, CLASSES as u8 - 1), 7).is_some());
+        let c = Cursor::new(RemoteAddr::new(NodeId(3), 1 << 39), 255, 63);
         assert_eq!(Cursor::of_location(c.location(), 4), Some(c));
         assert_eq!(Cursor::of_location(c.location(), 3), None);
         assert_eq!(Cursor::of_location(0, 3), None);
-        let head = Cursor::new(RemoteAddr::new(NodeId(3), 1 << 30), 255);
+        assert_eq!(c.bytes(), 8 << 20, "the largest class a link names");
+        let head = Cursor::new(RemoteAddr::new(NodeId(3), 1 << 30), 255, 2);
         assert_eq!(decode_cell(cell_word(head, 7), 7, 4), Some(head));
         assert_eq!(decode_cell(cell_word(head, 7), 8, 4), None, "another key's cell");
         assert_eq!(decode_cell(tail(7, 1), 7, 4), None, "a header word that is not a link");
@@ -219,9 +255,16 @@ mod tests {
         }
 
         #[test]
-        fn links_round_trip(node in 0u16..64, off in 1u64..(1 << 36), gc in any::<u8>(), tag in any::<u64>()) {
-            let n = Next::Link(Cursor::new(RemoteAddr::new(NodeId(node), off * 8), gc));
-            prop_assert_eq!(decode(n.word(tag), tag, 64), Some(n));
+        fn links_round_trip(
+            node in 0u16..32,
+            off in 1u64..(1 << 33),
+            gc in any::<u8>(),
+            class in 0u8..CLASSES as u8,
+            tag in any::<u64>(),
+        ) {
+            let c = Cursor::new(RemoteAddr::new(NodeId(node), off * ALIGN), gc, class);
+            prop_assert_eq!(decode(Next::Link(c).word(tag), tag, 32), Some(Next::Link(c)));
+            prop_assert_eq!(Cursor::of_location(c.location(), 32), Some(c));
         }
     }
 }

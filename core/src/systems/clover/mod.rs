@@ -29,9 +29,12 @@
 //! get free buffers from the MS in batches, on every node at once, asked
 //! for beside a write's WRITE when they run low and collected beside a
 //! later one: allocation adds no roundtrip to a write, and no wait for the
-//! MS (unless a client's pool runs dry). Table 1's figures without replication of the chain: get 1,
-//! update 2 (the paper's 3 with replication is its all-way chaining, not
-//! done here).
+//! MS (unless a client's pool runs dry). A version's buffers are as large
+//! as its key and value need (the slab's size classes, named in every
+//! link: [`header`]), and a client keeps a pool per size class it writes.
+//! Table 1's figures without replication of the chain: get 1, update 2
+//! (the paper's 3 with replication is its all-way chaining, not done
+//! here).
 //!
 //! # Choices the paper leaves open, and why
 //!
@@ -187,7 +190,6 @@
 //!   version newer than the oldest one not freed (the writers write it);
 //!   ours is the MS's head, which serves restarts, not a cursor that is
 //!   behind (it follows links, a roundtrip per version).
-//! - **Size classes**: every buffer has room for the largest value.
 //! - **Backup metadata servers**: the MS's state is the index and the
 //!   head cells on node 0 (a standby takes over from them, as
 //!   pDPM-Central's coordinator).
@@ -300,7 +302,11 @@ pub struct Clover;
 /// fewer if more do not fit).
 pub fn geometry(cfg: &StoreConfig) -> Geometry {
     let create = (REQUEST_HEADER + 1 + cfg.max_key + cfg.max_value) as u64;
-    let alloc = REQUEST_HEADER + 3 + MAX_NODES + wire::MAX_RETIRES * (17 + cfg.max_key) + 8 * wire::MAX_GIVEN;
+    let alloc = REQUEST_HEADER
+        + 3
+        + wire::MAX_WANTS * (2 + MAX_NODES)
+        + wire::MAX_RETIRES * (17 + cfg.max_key)
+        + 8 * wire::MAX_GIVEN;
     let group = wire::group_bytes(cfg.replicas.clamp(1, MAX_REPLICAS));
     let batch = RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + group * client::BATCH);
     let create = create.max(alloc as u64);
@@ -340,13 +346,20 @@ impl KvSystem for Clover {
     type Client<M: Memory, C: Clock> = Box<CloverClient<M, C>>;
 
     fn check(cfg: &StoreConfig, _: usize) -> Result<(), KvError> {
+        if buffer::class(cfg.max_key, cfg.max_value).is_none() {
+            return Err(KvError::BadConfig(
+                "values too large for Clover's buffers (8 MiB with the key and a 24-byte header at most)",
+            ));
+        }
         if geometry(cfg).check().is_err() {
             return Err(KvError::BadConfig("values too large for the metadata server's rings"));
         }
         Ok(())
     }
 
-    /// A version per key, the clients' free groups, and the versions
+    /// A version per key (each as large as the largest: buffers are sized
+    /// by the value they hold, so this is an upper bound), the clients'
+    /// free groups (of the largest class), and the versions
     /// waiting to be recycled (garbage collection: freed versions are
     /// handed out again after a delay), at most as many as `writes`
     /// (memory stays flat however long the store runs: a store sized for

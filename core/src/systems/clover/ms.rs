@@ -19,11 +19,13 @@
 //!   loaded from the index and the cell on a key's first request (after a
 //!   restart: nothing else to recover, every other piece of state is in
 //!   the chains).
-//! - **ALLOC** hands a client a batch of free *groups* on every data node
-//!   at once (the paper's "background batches, one bucket per DN"): a
-//!   group is a version's R buffers, one on a primary node and one on each
-//!   node after it (`crate::kv::place::node_of`), handed out, written,
-//!   retired and recycled together under the primary's GC version. Fresh
+//! - **ALLOC** hands a client a batch of free *groups* of one size class
+//!   on every data node at once (the paper's "background batches, one
+//!   bucket per DN"): a group is a version's R buffers, one on a primary
+//!   node and one on each node after it (`crate::kv::place::node_of`), all
+//!   of one size class (the slab's, [`super::header`]), handed out,
+//!   written, retired and recycled together under the primary's GC
+//!   version, and handed out again for the same class only. Fresh
 //!   groups are carved by the MS's slab allocator from chunks of the
 //!   nodes' regions; a node whose allocation fails is skipped for a while
 //!   ([`RETRY_AFTER`] requests), and a group made then has no buffer
@@ -113,7 +115,7 @@ use crate::substrate::msg::server::{Request, Service};
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::rtt::Counted;
-use crate::substrate::space::slab::SlabAllocator;
+use crate::substrate::space::slab::{SlabAllocator, class_size};
 use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
 
 /// The metadata server's service name, which clients check they connect to.
@@ -182,9 +184,10 @@ impl Shape {
         }
     }
 
-    /// Bytes of every buffer.
-    pub fn buffer(&self) -> u64 {
-        buffer::size(self.max_key, self.max_value) as u64
+    /// The size class of the largest buffer (a version of the longest key
+    /// and largest value).
+    pub fn max_class(&self) -> Option<u8> {
+        buffer::class(self.max_key, self.max_value)
     }
 }
 
@@ -205,12 +208,12 @@ pub struct MetadataServer {
     index: RaceIndex,
     slab: SlabAllocator,
     chains: HashMap<Vec<u8>, Kept>,
-    /// The backups of every group this incarnation made or freed, by its
-    /// primary's buffer.
-    groups: HashMap<RemoteAddr, heapless::Vec<RemoteAddr, MAX_REPLICAS>>,
-    /// Per primary node, groups ready to be handed out (their GC version
-    /// raised).
-    free: Vec<VecDeque<Cursor>>,
+    /// The size class and backups of every group this incarnation made or
+    /// freed, by its primary's buffer.
+    groups: HashMap<RemoteAddr, (u8, heapless::Vec<RemoteAddr, MAX_REPLICAS>)>,
+    /// Per primary node and size class, groups ready to be handed out
+    /// (their GC version raised).
+    free: HashMap<(NodeId, u8), VecDeque<Cursor>>,
     /// Freed groups and when they may be handed out (MS time, ns), in
     /// that order: after the reuse delay.
     cooling: VecDeque<(u64, Cursor)>,
@@ -250,7 +253,7 @@ impl MetadataServer {
             slab: SlabAllocator::new(),
             chains: HashMap::new(),
             groups: HashMap::new(),
-            free: Vec::new(),
+            free: HashMap::new(),
             cooling: VecDeque::new(),
             overflow: VecDeque::new(),
             skip: Vec::new(),
@@ -266,7 +269,7 @@ impl MetadataServer {
 
     /// Groups freed and not handed out again (cooling, wrapped, ready).
     pub fn free_groups(&self) -> usize {
-        self.cooling.len() + self.overflow.len() + self.free.iter().map(|f| f.len()).sum::<usize>()
+        self.cooling.len() + self.overflow.len() + self.free.values().map(|f| f.len()).sum::<usize>()
     }
 
     /// `key`'s chain (its head and cell), from the map or the index.
@@ -299,11 +302,11 @@ impl MetadataServer {
         self.paths.failed_allocs += 1;
     }
 
-    async fn alloc<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<RemoteAddr, KvError> {
+    async fn alloc<M: Memory>(&mut self, mem: &M, node: NodeId, class: u8) -> Result<RemoteAddr, KvError> {
         if self.skipped(node) {
             return Err(KvError::Down(MemError::new(node, MemErrorKind::Unreachable)));
         }
-        match self.slab.alloc(mem, node, self.shape.buffer()).await {
+        match self.slab.alloc(mem, node, class_size(class as usize)).await {
             Ok(a) => Ok(a),
             Err(e) => {
                 let e = KvError::from(e);
@@ -323,20 +326,25 @@ impl MetadataServer {
                 && at <= now
             {
                 q.pop_front();
-                if self.free.len() <= c.at.node.index() {
-                    self.free.resize(c.at.node.index() + 1, VecDeque::new());
-                }
-                self.free[c.at.node.index()].push_back(c);
+                self.free.entry((c.at.node, c.class)).or_default().push_back(c);
             }
         }
     }
 
     /// Frees the group whose primary is `c` (of GC version `c.gc`): it
-    /// waits its delay with its GC version raised.
+    /// waits its delay with its GC version raised. Its size class is the
+    /// one this incarnation made it with; for a group it did not make,
+    /// the one `c` names (from a link: checked), if no larger than the
+    /// store's largest (else it is left out: lost space, never a buffer
+    /// handed out larger than it is).
     fn release<M: Memory>(&mut self, mem: &M, c: Cursor) {
         let Some(now) = mem.now_ns() else { return };
-        self.groups.entry(c.at).or_default();
-        let next = Cursor::new(c.at, c.gc.wrapping_add(1));
+        let class = self.groups.entry(c.at).or_insert_with(|| (c.class, heapless::Vec::new())).0;
+        if self.shape.max_class().is_none_or(|max| class > max) {
+            self.groups.remove(&c.at);
+            return;
+        }
+        let next = Cursor::new(c.at, c.gc.wrapping_add(1), class);
         self.paths.freed += 1;
         if next.gc == 0 {
             self.paths.wrapped += 1;
@@ -346,27 +354,35 @@ impl MetadataServer {
         }
     }
 
-    /// A group whose primary is on `node`, with as many of its R - 1
-    /// backups as the nodes after it can hold: a freed one if one is
-    /// ready (its missing backups topped up), else a fresh one. Fails if
-    /// the primary cannot be had.
-    async fn group<M: Memory>(&mut self, mem: &M, node: NodeId) -> Result<Group, KvError> {
+    /// A group of size class `class` whose primary is on `node`, with as
+    /// many of its R - 1 backups as the nodes after it can hold: a freed
+    /// one if one is ready (its missing backups topped up), else a fresh
+    /// one. Fails if the primary cannot be had.
+    async fn group<M: Memory>(&mut self, mem: &M, node: NodeId, class: u8) -> Result<Group, KvError> {
         let nodes = mem.node_count();
         let r = self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS));
-        let reused = self.free.get_mut(node.index()).and_then(|f| f.pop_front());
+        // Mutant `clover-any-class`: a freed group is handed out for any
+        // class (a version larger than its buffer then runs over the next).
+        let reused = match mutant!("clover-any-class") {
+            true => {
+                let any = self.free.iter_mut().find(|((n, _), f)| *n == node && !f.is_empty());
+                any.and_then(|(_, f)| f.pop_front()).map(|c| Cursor { class, ..c })
+            }
+            false => self.free.get_mut(&(node, class)).and_then(|f| f.pop_front()),
+        };
         let primary = match reused {
             Some(c) => {
                 self.paths.recycled += 1;
                 c
             }
             None => {
-                let at = self.alloc(mem, node).await?;
+                let at = self.alloc(mem, node, class).await?;
                 self.paths.fresh += 1;
-                self.groups.insert(at, heapless::Vec::new());
-                Cursor::new(at, 0)
+                self.groups.insert(at, (class, heapless::Vec::new()));
+                Cursor::new(at, 0, class)
             }
         };
-        let mut backups = self.groups.get(&primary.at).cloned().unwrap_or_default();
+        let mut backups = self.groups.get(&primary.at).map(|g| g.1.clone()).unwrap_or_default();
         for i in 1..r {
             let n = NodeId(((node.index() + i) % nodes) as u16);
             if backups.iter().any(|b| b.node == n) {
@@ -374,11 +390,11 @@ impl MetadataServer {
             }
             // A node down is left out (a majority of copies will do); a
             // full one too (the write fails if it has no majority).
-            if let Ok(a) = self.alloc(mem, n).await {
+            if let Ok(a) = self.alloc(mem, n, class).await {
                 let _ = backups.push(a);
             }
         }
-        self.groups.insert(primary.at, backups.clone());
+        self.groups.insert(primary.at, (class, backups.clone()));
         self.paths.buffers += 1;
         Ok(Group { primary, backups })
     }
@@ -391,6 +407,7 @@ impl MetadataServer {
         if key.is_empty() || key.len() > self.shape.max_key || value.len() > self.shape.max_value {
             return Err(BAD_REQUEST);
         }
+        let class = buffer::class(key.len(), value.len()).ok_or(BAD_REQUEST)?;
         if let Some(h) = self.head(mem, key).await? {
             self.paths.existing += 1;
             return Ok((Answer::Head(h), 0));
@@ -399,7 +416,7 @@ impl MetadataServer {
         let r = self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS));
         self.cool(mem);
         let primary = node_of(key, 0, nodes);
-        let g = self.group(mem, primary).await?;
+        let g = self.group(mem, primary, class).await?;
         let tag = key_hash(key);
         let bytes = buffer::encode(key, value, tag, g.primary.gc);
         // The key's cell, on its primary, written beside the first version
@@ -539,8 +556,9 @@ impl MetadataServer {
         }
     }
 
-    /// Serves an ALLOC: its retires and given-back groups first, then up
-    /// to `want[n]` free groups whose primary is node `n`.
+    /// Serves an ALLOC: its retires and given-back groups first, then, for
+    /// each size class it asks for, up to `nodes[n]` free groups of that
+    /// class whose primary is node `n`.
     async fn batch<M: Memory>(&mut self, mem: &M, body: &[u8], max: usize) -> Result<Answer, KvError> {
         let nodes = mem.node_count();
         let req = Alloc::decode(body, nodes).ok_or(BAD_REQUEST)?;
@@ -549,6 +567,9 @@ impl MetadataServer {
         }
         let primary = |k: &[u8]| node_of(k, 0, nodes);
         let max_key = self.shape.max_key;
+        if req.want.iter().any(|w| self.shape.max_class().is_none_or(|max| w.class > max)) {
+            return Err(BAD_REQUEST);
+        }
         if req.retires.iter().any(|r| {
             r.key.is_empty()
                 || r.key.len() > max_key
@@ -566,25 +587,26 @@ impl MetadataServer {
         self.cool(mem);
         let each = wire::group_bytes(self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS)));
         let mut room = max.saturating_sub(wire::ANSWER_HEADER + nodes);
-        let (mut groups, mut recycled) = (Vec::with_capacity(req.want.len()), 0u16);
-        for (n, &w) in req.want.iter().enumerate() {
-            let mut gs = Vec::new();
-            for _ in 0..(w as usize).min(MAX_BATCH) {
-                if room < each {
-                    break;
-                }
-                let before = self.paths.recycled;
-                match self.group(mem, NodeId(n as u16)).await {
-                    Ok(g) => {
-                        recycled = recycled.saturating_add((self.paths.recycled - before) as u16);
-                        room -= each;
-                        gs.push(g);
+        let mut groups: Vec<Vec<Group>> = Vec::new();
+        let mut recycled = 0u16;
+        for w in &req.want {
+            groups.resize(groups.len().max(w.nodes.len()), Vec::new());
+            for (n, &count) in w.nodes.iter().enumerate() {
+                let mut left = (count as usize).min(MAX_BATCH.saturating_sub(groups[n].len()));
+                while left > 0 && room >= each {
+                    let before = self.paths.recycled;
+                    match self.group(mem, NodeId(n as u16), w.class).await {
+                        Ok(g) => {
+                            recycled = recycled.saturating_add((self.paths.recycled - before) as u16);
+                            room -= each;
+                            groups[n].push(g);
+                            left -= 1;
+                        }
+                        Err(KvError::Down(_)) => break,
+                        Err(e) => return Err(e),
                     }
-                    Err(KvError::Down(_)) => break,
-                    Err(e) => return Err(e),
                 }
             }
-            groups.push(gs);
         }
         self.paths.batches += 1;
         Ok(Answer::Buffers { groups, recycled })

@@ -7,14 +7,16 @@
 //! ```text
 //! LOOKUP  key
 //! CREATE  key length (1) | key | value
-//! ALLOC   nodes (1) | per node: groups wanted (1)
+//! ALLOC   classes (1) | per class: size class (1) | nodes (1)
+//!                                  | per node: groups wanted (1)
 //!         | retires (1) | per retire: key length (1) | key | old (8) | new (8)
 //!         | given back (1) | per group: its primary (8)
 //! answer  kind (1) | server's roundtrips to data nodes (1)
 //!         | groups handed out again, recycled (2) | 0 (4)
 //!         [ | head (8) | cell (8): a key's chain, for Head and Created ]
 //!         [ | per node: count (1) | count x group, for Buffers ]
-//! group   primary's offset (8) | GC version (1) | backups (1) | backups x location (8)
+//! group   primary's offset (8) | GC version (1) | size class (1)
+//!         | backups (1) | backups x location (8)
 //! failure a data node down: 3 | node (2) | timed out (1); else as
 //!         pDPM-Central's (`super::super::pdpm_central::wire::encode_failure`)
 //! ```
@@ -26,7 +28,7 @@
 
 use alloc::vec::Vec;
 
-use super::header::Cursor;
+use super::header::{ALIGN, CLASSES, Cursor};
 use crate::kv::KvError;
 use crate::kv::place::{addr_of, location_of};
 use crate::substrate::memory::word_at;
@@ -51,6 +53,8 @@ pub const MAX_BATCH: usize = 64;
 pub const MAX_RETIRES: usize = 32;
 /// Most groups given back in one ALLOC.
 pub const MAX_GIVEN: usize = 64;
+/// Most size classes one ALLOC asks groups of.
+pub const MAX_WANTS: usize = 4;
 
 /// The copies of one version: a buffer on a primary node and one on each
 /// of the nodes after it (`crate::kv::place::node_of`), handed out,
@@ -77,11 +81,20 @@ pub struct Retire {
     pub new: Cursor,
 }
 
+/// Groups of one size class an ALLOC asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Want {
+    /// The size class (below [`super::header::CLASSES`]).
+    pub class: u8,
+    /// Per primary node, groups wanted.
+    pub nodes: Vec<u8>,
+}
+
 /// An ALLOC's body.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Alloc {
-    /// Per primary node, groups wanted.
-    pub want: Vec<u8>,
+    /// Groups wanted, per size class (at most [`MAX_WANTS`]).
+    pub want: Vec<Want>,
     /// Versions retired (at most [`MAX_RETIRES`]).
     pub retires: Vec<Retire>,
     /// Groups given back unused (at most [`MAX_GIVEN`]): never linked.
@@ -91,9 +104,11 @@ pub struct Alloc {
 impl Alloc {
     /// Its bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::new();
-        b.push(self.want.len() as u8);
-        b.extend_from_slice(&self.want);
+        let mut b = alloc::vec![self.want.len().min(MAX_WANTS) as u8];
+        for w in self.want.iter().take(MAX_WANTS) {
+            b.extend_from_slice(&[w.class, w.nodes.len() as u8]);
+            b.extend_from_slice(&w.nodes);
+        }
         b.push(self.retires.len().min(MAX_RETIRES) as u8);
         for r in self.retires.iter().take(MAX_RETIRES) {
             b.push(r.key.len() as u8);
@@ -110,12 +125,19 @@ impl Alloc {
 
     /// Reads what [`Alloc::encode`] wrote, on a cluster of `nodes` nodes.
     pub fn decode(b: &[u8], nodes: usize) -> Option<Alloc> {
-        let n = *b.first()? as usize;
-        if n > nodes {
+        let wants = *b.first()? as usize;
+        if wants > MAX_WANTS {
             return None;
         }
-        let want = b.get(1..1 + n)?.to_vec();
-        let mut i = 1 + n;
+        let (mut want, mut i) = (Vec::with_capacity(wants), 1);
+        for _ in 0..wants {
+            let (class, n) = (*b.get(i)?, *b.get(i + 1)? as usize);
+            if n > nodes || class as usize >= CLASSES {
+                return None;
+            }
+            want.push(Want { class, nodes: b.get(i + 2..i + 2 + n)?.to_vec() });
+            i += 2 + n;
+        }
         let cursor = |i: usize| Cursor::of_location(word_at(b, i)?, nodes);
         let count = *b.get(i)? as usize;
         i += 1;
@@ -162,7 +184,8 @@ pub enum Answer {
     /// The chain was created with its first version, its head.
     Created(Chain),
     /// Free groups: per primary node, its groups (none where the node
-    /// failed); of which `recycled` were handed out before.
+    /// failed; of the size classes asked for, each group naming its own);
+    /// of which `recycled` were handed out before.
     Buffers {
         /// Per primary node.
         groups: Vec<Vec<Group>>,
@@ -188,7 +211,7 @@ pub fn parse_create(b: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// Bytes of a group of `replicas` copies in an answer.
 pub fn group_bytes(replicas: usize) -> usize {
-    10 + 8 * replicas.saturating_sub(1)
+    11 + 8 * replicas.saturating_sub(1)
 }
 
 impl Answer {
@@ -222,6 +245,7 @@ impl Answer {
                     for g in gs.iter().take(MAX_BATCH) {
                         out.extend_from_slice(&g.primary.at.offset.to_le_bytes());
                         out.push(g.primary.gc);
+                        out.push(g.primary.class);
                         out.push(g.backups.len() as u8);
                         for b in &g.backups {
                             out.extend_from_slice(&location_of(*b).to_le_bytes());
@@ -261,12 +285,12 @@ impl Answer {
                     i += 1;
                     let mut gs = Vec::with_capacity(n);
                     for _ in 0..n {
-                        let off = word_at(rest, i).filter(|o| o.is_multiple_of(8) && *o != 0)?;
-                        let (gc, nb) = (*rest.get(i + 8)?, *rest.get(i + 9)? as usize);
-                        if nb >= MAX_REPLICAS {
+                        let off = word_at(rest, i).filter(|o| o.is_multiple_of(ALIGN) && *o != 0)?;
+                        let (gc, class, nb) = (*rest.get(i + 8)?, *rest.get(i + 9)?, *rest.get(i + 10)? as usize);
+                        if nb >= MAX_REPLICAS || class as usize >= CLASSES {
                             return None;
                         }
-                        i += 10;
+                        i += 11;
                         let mut backups = heapless::Vec::new();
                         for j in 0..nb {
                             let a = addr_of(word_at(rest, i + 8 * j)?, nodes).filter(|a| a.offset != 0)?;
@@ -276,7 +300,7 @@ impl Answer {
                             backups.push(a).ok()?;
                         }
                         i += 8 * nb;
-                        let primary = Cursor::new(RemoteAddr::new(NodeId(node as u16), off), gc);
+                        let primary = Cursor::new(RemoteAddr::new(NodeId(node as u16), off), gc, class);
                         gs.push(Group { primary, backups });
                     }
                     groups.push(gs);
@@ -321,16 +345,16 @@ mod tests {
 
     #[test]
     fn answers_round_trip() {
-        let a = Cursor::new(RemoteAddr::new(NodeId(2), 4096), 3);
+        let a = Cursor::new(RemoteAddr::new(NodeId(2), 4096), 3, 12);
         let chain = Chain { head: a, cell: RemoteAddr::new(NodeId(2), 64) };
         let g = |node: u16, off, gc, backups: &[(u16, u64)]| Group {
-            primary: Cursor::new(RemoteAddr::new(NodeId(node), off), gc),
+            primary: Cursor::new(RemoteAddr::new(NodeId(node), off), gc, 1),
             backups: backups.iter().map(|&(n, o)| RemoteAddr::new(NodeId(n), o)).collect(),
         };
         let groups = alloc::vec![
             alloc::vec![g(0, 64, 0, &[(1, 64), (2, 64)]), g(0, 128, 9, &[(2, 8)])],
             alloc::vec![],
-            alloc::vec![g(2, 8, 255, &[])]
+            alloc::vec![g(2, 192, 255, &[])]
         ];
         let buffers = Answer::Buffers { groups, recycled: 2 };
         for ans in [Answer::Absent, Answer::Head(chain), Answer::Created(chain), buffers] {
@@ -346,13 +370,18 @@ mod tests {
         Answer::Head(elsewhere).encode(0, &mut out);
         assert_eq!(Answer::decode(&out, 3), None, "a cell off the head's node");
         let req = Alloc {
-            want: alloc::vec![1, 0, 3],
-            retires: alloc::vec![Retire { key: b"key".to_vec(), old: a, new: Cursor::new(a.at, 4) }],
+            want: alloc::vec![
+                Want { class: 5, nodes: alloc::vec![1, 0, 3] },
+                Want { class: 0, nodes: alloc::vec![2, 2, 2] }
+            ],
+            retires: alloc::vec![Retire { key: b"key".to_vec(), old: a, new: Cursor::new(a.at, 4, 12) }],
             given: alloc::vec![a],
         };
         assert_eq!(Alloc::decode(&req.encode(), 3), Some(req.clone()));
         assert_eq!(Alloc::decode(&req.encode(), 2), None);
         assert_eq!(Alloc::decode(&[0, 0, 0], 3), Some(Alloc::default()));
+        assert_eq!(Alloc::decode(&[1, CLASSES as u8, 0, 0, 0], 3), None, "a class no link names");
+        assert_eq!(Alloc::decode(&[MAX_WANTS as u8 + 1, 0, 0, 0], 3), None);
         for e in [
             KvError::Down(MemError::new(NodeId(2), MemErrorKind::Unreachable)),
             KvError::Down(MemError::new(NodeId(1), MemErrorKind::TimedOut)),
