@@ -149,6 +149,10 @@ paths! {
     /// Clover: groups of buffers a client was handed that had been freed
     /// and recycled by the metadata server (garbage collection).
     recycled,
+    /// Clover: writes that took a group of a larger size class than their
+    /// version needs, as the client had none of its own class on the
+    /// key's primary (its class is asked for beside the WRITE).
+    larger_groups,
     /// Clover: CASes of a tail's header that lost to another client's
     /// (the writer follows the chain and tries again at the new tail).
     cas_retries,

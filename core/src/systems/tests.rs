@@ -387,6 +387,9 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("old cursors the cell vouched for", p.vouched_cursors, per(100)),
             ("write hops", p.write_hops, per(100)),
             ("groups recycled", p.recycled, per(100)),
+            // Values of three size classes (`check::kv::value_of`): a
+            // write of a class a client has no group of yet.
+            ("groups of a larger size class taken", p.larger_groups, per(100)),
             ("CAS retries", p.cas_retries, per(300)),
             ("background refills", p.refills, per(100)),
             ("operations failed as declared", s.excused as u64, per(100)),

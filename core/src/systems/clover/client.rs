@@ -442,7 +442,9 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     fn pop_group(&mut self, node: NodeId, class: u8) -> Option<Group> {
         let fits = self.pools.iter_mut().filter(|p| p.class >= class);
         let pool = fits.filter(|p| p.nodes.get(node.index()).is_some_and(|g| !g.is_empty())).min_by_key(|p| p.class);
-        pool?.nodes[node.index()].pop()
+        let g = pool?.nodes[node.index()].pop()?;
+        self.paths.larger_groups += (g.primary.class > class) as u64;
+        Some(g)
     }
 
     /// A free group for a version of size class `class` whose primary is
