@@ -231,6 +231,7 @@ mod tests {
             keys: 200,
             key_size: 24,
             value_size: 64,
+            value_min: 64,
             replicas: 3,
             clients: 2,
             inflight: vec![1, 2],

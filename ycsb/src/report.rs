@@ -222,9 +222,13 @@ over time ({k} in flight; {} run, {} buckets; {faults}):",
     pub fn title(&self) -> String {
         let s = &self.spec;
         let dist = if s.workload.latest() { "latest" } else { s.distribution.name() };
+        let values = match s.value_min < s.value_size {
+            true => format!("{} to {}", s.value_min, s.value_size),
+            false => s.value_size.to_string(),
+        };
         format!(
             "{} ({dist}): {} keys of {} B, values of {} B, {} replicas; {} client(s); {} ops/client after {} warm-up; seed {}\nbackend: {}",
-            s.workload, s.keys, s.key_size, s.value_size, s.replicas, s.clients, s.ops, s.warmup, s.seed, self.backend
+            s.workload, s.keys, s.key_size, values, s.replicas, s.clients, s.ops, s.warmup, s.seed, self.backend
         )
     }
 

@@ -92,8 +92,12 @@ pub struct RunSpec {
     pub keys: u64,
     /// Bytes per key.
     pub key_size: usize,
-    /// Bytes per value.
+    /// Bytes per value: the largest, where values vary ([`RunSpec::value_min`]).
     pub value_size: usize,
+    /// Bytes of the smallest value: each operation's value has a length
+    /// drawn uniformly from `value_min..=value_size` (YCSB's uniform field
+    /// length), or `value_size` where they are equal.
+    pub value_min: usize,
     /// Replicas of each key (RAW keeps one copy); also the memory nodes.
     pub replicas: usize,
     /// Client threads in the whole run.
@@ -207,6 +211,12 @@ impl RunSpec {
         if self.keys == 0 {
             return Err("the store needs at least one key".into());
         }
+        if self.value_min > self.value_size {
+            return Err(format!(
+                "the smallest value ({} B) is larger than the largest ({} B)",
+                self.value_min, self.value_size
+            ));
+        }
         self.key_names()?;
         for &system in systems::ALL {
             self.store_config(system).check(self.replicas).map_err(|e| format!("{system}: {e}"))?;
@@ -269,6 +279,7 @@ impl RunSpec {
             "keys": self.keys,
             "key_size": self.key_size,
             "value_size": self.value_size,
+            "value_min": self.value_min,
             "replicas": self.replicas,
             "clients": self.clients,
             "inflight": self.inflight,
@@ -301,6 +312,10 @@ impl RunSpec {
             keys: u("keys")?,
             key_size: u("key_size")? as usize,
             value_size: u("value_size")? as usize,
+            value_min: match v["value_min"].as_u64() {
+                Some(n) => n as usize,
+                None => u("value_size")? as usize,
+            },
             replicas: u("replicas")? as usize,
             clients: u("clients")? as usize,
             inflight,
@@ -476,7 +491,9 @@ struct Slot<S> {
     /// Operations so far (tags the values written).
     seq: u64,
     key: Vec<u8>,
+    /// A buffer of the largest value, and the length of the next one.
     value: Vec<u8>,
+    len: usize,
     /// When this handle next runs its store's background work
     /// ([`KvClient::keep`]: leases, recycling), ns of the run's clock.
     keep_at: u64,
@@ -526,12 +543,18 @@ impl<S> Slot<S> {
         }
     }
 
-    /// Fills the value buffer for operation `seq`: the handle and the
-    /// sequence number first, so that writes differ.
-    fn fill_value(&mut self) {
+    /// Fills the value for operation `seq`: its length (drawn where
+    /// values vary), then the handle and the sequence number first, so
+    /// that writes differ.
+    fn fill_value(&mut self, min: usize) {
         self.seq += 1;
+        let max = self.value.len();
+        self.len = match min < max {
+            true => min + self.rng.below((max - min + 1) as u64) as usize,
+            false => max,
+        };
         let tag = (self.global << 48 | self.seq).to_le_bytes();
-        let n = self.value.len().min(8);
+        let n = self.len.min(8);
         self.value[..n].copy_from_slice(&tag[..n]);
     }
 }
@@ -636,12 +659,12 @@ async fn drive<S: Counting, E: Env>(
             },
         };
         sh.names.write(keynum, &mut slot.key);
-        slot.fill_value();
+        slot.fill_value(sh.spec.value_min);
         let t0 = env.now_ns();
         if window.is_some_and(|w| t0 >= w.origin_ns + w.run_ns) {
             return Ok(());
         }
-        let out = exec(&mut slot.store, kind, &slot.key, &slot.value).await;
+        let out = exec(&mut slot.store, kind, &slot.key, &slot.value[..slot.len]).await;
         let end = env.now_ns();
         let (rtt, found) = match out {
             Ok(r) => r,
@@ -808,6 +831,7 @@ async fn client_phases<S: Counting, E: Env>(
                 seq: 0,
                 key: Vec::with_capacity(spec.key_size),
                 value: vec![0x5a; spec.value_size],
+                len: spec.value_size,
                 keep_at: 0,
             }
         })
@@ -876,6 +900,7 @@ mod tests {
             keys: 1000,
             key_size: 24,
             value_size: 64,
+            value_min: 64,
             replicas: 3,
             clients: 2,
             inflight: vec![1, 2],

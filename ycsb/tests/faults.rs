@@ -29,6 +29,7 @@ fn spec(run_ms: u64, bucket_ms: u64, faults: Vec<NodeFault>, ops: u64) -> RunSpe
         keys: 200,
         key_size: 24,
         value_size: 64,
+        value_min: 64,
         replicas: 3,
         clients: 2,
         inflight: vec![1],

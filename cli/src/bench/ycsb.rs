@@ -126,9 +126,10 @@ pub struct YcsbArgs {
     /// Bytes per key (YCSB names: 'user' and a number, zero-padded).
     #[arg(long, value_name = "BYTES", default_value = "24", value_parser = parse_key_size)]
     pub key_size: usize,
-    /// Bytes per value (suffixes K allowed, at most 64K).
+    /// Bytes per value (suffixes K allowed, at most 64K), or a range MIN..MAX
+    /// from which each write's length is drawn uniformly (e.g. 32..1K).
     #[arg(long, value_name = "BYTES", default_value = "64", value_parser = parse_value_size)]
-    pub value_size: usize,
+    pub value_size: (usize, usize),
     /// Replicas of each key (2f+1; RAW keeps one copy).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = parse_replicas)]
     pub replicas: usize,
@@ -278,10 +279,18 @@ fn parse_key_size(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_value_size(s: &str) -> Result<usize, String> {
-    match parse_size(s)? {
-        n if n > 1 << 16 => Err("values may have at most 65536 bytes (the stores' limit)".into()),
+/// One size (both ends the same) or a range `MIN..MAX`.
+fn parse_value_size(s: &str) -> Result<(usize, usize), String> {
+    let one = |s: &str| match parse_size(s)? {
+        n if n > 1 << 16 => Err("values may have at most 65536 bytes (the stores' limit)".to_string()),
         n => Ok(n as usize),
+    };
+    match s.split_once("..") {
+        None => one(s).map(|n| (n, n)),
+        Some((lo, hi)) => match (one(lo)?, one(hi)?) {
+            (lo, hi) if lo > hi => Err(format!("the range {s} is empty: its smallest size is above its largest")),
+            r => Ok(r),
+        },
     }
 }
 
@@ -304,7 +313,8 @@ pub fn spec(a: &YcsbArgs) -> Result<RunSpec, String> {
         distribution: a.distribution,
         keys: a.keys,
         key_size: a.key_size,
-        value_size: a.value_size,
+        value_size: a.value_size.1,
+        value_min: a.value_size.0,
         replicas: a.replicas,
         clients: a.clients,
         inflight,
@@ -570,7 +580,10 @@ mod tests {
         assert_eq!(parse_workload("D"), Ok(Workload::D));
         assert!(parse_workload("e").is_err());
         assert!(parse_key_size("0").is_err() && parse_key_size("256").is_err());
-        assert_eq!(parse_value_size("8K"), Ok(8192));
+        assert_eq!(parse_value_size("8K"), Ok((8192, 8192)));
+        assert_eq!(parse_value_size("32..1K"), Ok((32, 1024)));
+        assert!(parse_value_size("1K..32").is_err());
+        assert!(parse_value_size("32..65537").is_err());
         assert!(parse_value_size("65537").is_err());
     }
 }

@@ -216,7 +216,7 @@ use crate::substrate::msg::rpc::{REQUEST_HEADER, RESPONSE_HEADER};
 use crate::substrate::msg::server::{self, Bare, Shell, Stats};
 use crate::substrate::quorum::MAX_REPLICAS;
 use crate::substrate::space::region::HEADER_SIZE;
-use crate::substrate::space::slab::{MAX_NODES, class_of};
+use crate::substrate::space::slab::{MAX_NODES, class_of, class_size};
 use crate::{Memory, NodeId};
 
 pub use client::CloverClient;
@@ -370,10 +370,14 @@ impl KvSystem for Clover {
         let buffer = object(buffer::size(cfg.max_key, cfg.max_value) as u64);
         let copies = (cfg.keys + writes.min(RECYCLING)) * cfg.replicas as u64;
         let values = copies.div_ceil(nodes.max(1) as u64) * buffer;
-        let pools = (cfg.writers as u64 + 1) * (pool(cfg) * nodes.max(1)) as u64 * buffer;
-        // The chunks of the MS's size classes on node 0 ([`Clover::node_chunks`]),
-        // partly used, and as much again.
-        let slack = 2 * 4 * StoreConfig::CHUNK;
+        // Versions take the size class their value needs: every class up
+        // to the largest may be in use, with a pool of each in every client
+        // and a chunk of each, partly used, on every node (the MS's), and
+        // as much again.
+        let top = buffer::class(cfg.max_key, cfg.max_value).map_or(0, |c| c as usize);
+        let every_class: u64 = (0..=top).map(class_size).sum();
+        let pools = (cfg.writers as u64 + 1) * (pool(cfg) * nodes.max(1)) as u64 * every_class;
+        let slack = 2 * (top as u64 + 3) * StoreConfig::CHUNK;
         let cells = cfg.keys * object(8);
         let total = values + pools + cells + cfg.index_bytes() + geometry(cfg).bytes() + slack;
         (total + total / 4 + HEADER_SIZE).next_multiple_of(StoreConfig::CHUNK)

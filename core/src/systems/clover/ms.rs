@@ -115,7 +115,7 @@ use crate::substrate::msg::server::{Request, Service};
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority, to_all};
 use crate::substrate::rtt::Counted;
-use crate::substrate::space::slab::{SlabAllocator, class_size};
+use crate::substrate::space::slab::{SlabAllocator, USED_CLASSES, class_size};
 use crate::{MemError, MemErrorKind, Memory, NodeId, RemoteAddr};
 
 /// The metadata server's service name, which clients check they connect to.
@@ -206,7 +206,10 @@ struct Kept {
 pub struct MetadataServer {
     shape: Shape,
     index: RaceIndex,
-    slab: SlabAllocator,
+    /// Its slab allocators: the `i`-th carves the size classes from
+    /// `i * USED_CLASSES` on (one allocator uses at most [`USED_CLASSES`]
+    /// classes on a node at once, and versions may take all of Clover's).
+    slabs: Vec<SlabAllocator>,
     chains: HashMap<Vec<u8>, Kept>,
     /// The size class and backups of every group this incarnation made or
     /// freed, by its primary's buffer.
@@ -250,7 +253,7 @@ impl MetadataServer {
         MetadataServer {
             shape,
             index,
-            slab: SlabAllocator::new(),
+            slabs: Vec::new(),
             chains: HashMap::new(),
             groups: HashMap::new(),
             free: HashMap::new(),
@@ -290,6 +293,15 @@ impl MetadataServer {
         Ok(Some(Chain { head, cell }))
     }
 
+    /// The slab allocator of size class `class` (class 0 for the cells).
+    fn slab(&mut self, class: u8) -> &mut SlabAllocator {
+        let i = class as usize / USED_CLASSES;
+        if self.slabs.len() <= i {
+            self.slabs.resize_with(i + 1, SlabAllocator::new);
+        }
+        &mut self.slabs[i]
+    }
+
     fn skipped(&mut self, node: NodeId) -> bool {
         self.skip.get(node.index()).is_some_and(|&s| s > 0)
     }
@@ -306,7 +318,7 @@ impl MetadataServer {
         if self.skipped(node) {
             return Err(KvError::Down(MemError::new(node, MemErrorKind::Unreachable)));
         }
-        match self.slab.alloc(mem, node, class_size(class as usize)).await {
+        match self.slab(class).alloc(mem, node, class_size(class as usize)).await {
             Ok(a) => Ok(a),
             Err(e) => {
                 let e = KvError::from(e);
@@ -383,18 +395,31 @@ impl MetadataServer {
             }
         };
         let mut backups = self.groups.get(&primary.at).map(|g| g.1.clone()).unwrap_or_default();
+        let mut refused = None;
         for i in 1..r {
             let n = NodeId(((node.index() + i) % nodes) as u16);
             if backups.iter().any(|b| b.node == n) {
                 continue;
             }
             // A node down is left out (a majority of copies will do); a
-            // full one too (the write fails if it has no majority).
-            if let Ok(a) = self.alloc(mem, n, class).await {
-                let _ = backups.push(a);
+            // full one too, unless the group is then short of a majority.
+            match self.alloc(mem, n, class).await {
+                Ok(a) => {
+                    let _ = backups.push(a);
+                }
+                Err(KvError::Down(_)) => {}
+                Err(e) => refused = Some(e),
             }
         }
         self.groups.insert(primary.at, (class, backups.clone()));
+        if let Some(e) = refused
+            && backups.len() + 1 < majority(r)
+        {
+            // What a write to it would fail on, said as it is (not as nodes
+            // that did not answer); the group waits for the next request.
+            self.free.entry((node, class)).or_default().push_front(primary);
+            return Err(e);
+        }
         self.paths.buffers += 1;
         Ok(Group { primary, backups })
     }
@@ -421,7 +446,7 @@ impl MetadataServer {
         let bytes = buffer::encode(key, value, tag, g.primary.gc);
         // The key's cell, on its primary, written beside the first version
         // (the same roundtrip) and before the index maps the key to it.
-        let cell = match self.slab.alloc(mem, primary, 8).await {
+        let cell = match self.slab(0).alloc(mem, primary, 8).await {
             Ok(cell) => cell,
             Err(e) => {
                 self.release(mem, g.primary);
@@ -441,7 +466,7 @@ impl MetadataServer {
         if p.is_err() || c.is_err() || !reached {
             // Never linked: both may be handed out again.
             self.release(mem, g.primary);
-            self.slab.free(cell, 8);
+            self.slab(0).free(cell, 8);
             p?;
             c.map_err(KvError::Down)?;
             return Err(KvError::Unavailable);
