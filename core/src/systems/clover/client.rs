@@ -314,7 +314,9 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
     }
 
     /// Adds a batch to the pools of its groups' size classes. A pool it
-    /// asked for that got no group on a node is dry there.
+    /// asked for is dry on a node that got no group at all (the MS could
+    /// not allocate there; one that got groups of another class only ran
+    /// out of room in the answer).
     fn take(&mut self, got: Result<Answer, KvError>) -> Result<(), KvError> {
         match got? {
             Answer::Buffers { groups, recycled } => {
@@ -324,7 +326,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                     for &class in &asked {
                         let pool = self.pool(class);
                         if let (Some(p), Some(dry)) = (pool.nodes.get(n), pool.dry.get_mut(n)) {
-                            *dry = !gs.iter().any(|g| g.primary.class == class) && p.len() < batch;
+                            *dry = gs.is_empty() && p.len() < batch;
                         }
                     }
                     for g in gs {

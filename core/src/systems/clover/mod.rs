@@ -79,8 +79,8 @@
 //! - **GC versions.** Every buffer has an 8-bit GC version, raised by the
 //!   MS each time it hands the buffer out again: in the buffer's meta word
 //!   (under its sum, [`buffer`]), in its own tail or deleted word, and in
-//!   every link to it ([`header`]: offset / 8 in 36 bits, node in 6, kind
-//!   in 2, GC version in 8, a 12-bit check). A cursor holds the GC version
+//!   every link to it ([`header`]: offset / 64 in 33 bits, node in 5,
+//!   kind in 2, GC version in 8, size class in 6, a 10-bit check). A cursor holds the GC version
 //!   it expects; a READ that finds another one, or bytes whose sum fails
 //!   for the key (a buffer recycled for another key, or torn between two
 //!   incarnations), drops the cursor and starts again from the MS's head
@@ -384,7 +384,8 @@ impl KvSystem for Clover {
     }
 
     /// The MS's chunks (clients allocate nothing themselves): on every
-    /// node a chunk of buffers and one of keys' cells; on node 0 also its
+    /// node a chunk of buffers (of each size class in use: one at least)
+    /// and one of keys' cells; on node 0 also its
     /// server area and a chunk of index key blocks. (With power-of-two
     /// size classes a 256-byte value's buffer took 512 bytes, and the
     /// buffers the MS carves for a few keys' groups took a second chunk.)

@@ -210,6 +210,10 @@ pub struct MetadataServer {
     /// `i * USED_CLASSES` on (one allocator uses at most [`USED_CLASSES`]
     /// classes on a node at once, and versions may take all of Clover's).
     slabs: Vec<SlabAllocator>,
+    /// The allocator of keys' cells, apart from the buffers': a cell freed
+    /// at once (its create failed) must not come back as a buffer that
+    /// its late WRITE would land on.
+    cells: SlabAllocator,
     chains: HashMap<Vec<u8>, Kept>,
     /// The size class and backups of every group this incarnation made or
     /// freed, by its primary's buffer.
@@ -254,6 +258,7 @@ impl MetadataServer {
             shape,
             index,
             slabs: Vec::new(),
+            cells: SlabAllocator::new(),
             chains: HashMap::new(),
             groups: HashMap::new(),
             free: HashMap::new(),
@@ -293,7 +298,7 @@ impl MetadataServer {
         Ok(Some(Chain { head, cell }))
     }
 
-    /// The slab allocator of size class `class` (class 0 for the cells).
+    /// The slab allocator of buffers of size class `class`.
     fn slab(&mut self, class: u8) -> &mut SlabAllocator {
         let i = class as usize / USED_CLASSES;
         if self.slabs.len() <= i {
@@ -446,7 +451,7 @@ impl MetadataServer {
         let bytes = buffer::encode(key, value, tag, g.primary.gc);
         // The key's cell, on its primary, written beside the first version
         // (the same roundtrip) and before the index maps the key to it.
-        let cell = match self.slab(0).alloc(mem, primary, 8).await {
+        let cell = match self.cells.alloc(mem, primary, 8).await {
             Ok(cell) => cell,
             Err(e) => {
                 self.release(mem, g.primary);
@@ -466,7 +471,7 @@ impl MetadataServer {
         if p.is_err() || c.is_err() || !reached {
             // Never linked: both may be handed out again.
             self.release(mem, g.primary);
-            self.slab(0).free(cell, 8);
+            self.cells.free(cell, 8);
             p?;
             c.map_err(KvError::Down)?;
             return Err(KvError::Unavailable);
@@ -613,7 +618,7 @@ impl MetadataServer {
         let each = wire::group_bytes(self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS)));
         let mut room = max.saturating_sub(wire::ANSWER_HEADER + nodes);
         let mut groups: Vec<Vec<Group>> = Vec::new();
-        let mut recycled = 0u16;
+        let (mut recycled, mut refused) = (0u16, None);
         for w in &req.want {
             groups.resize(groups.len().max(w.nodes.len()), Vec::new());
             for (n, &count) in w.nodes.iter().enumerate() {
@@ -628,10 +633,20 @@ impl MetadataServer {
                             left -= 1;
                         }
                         Err(KvError::Down(_)) => break,
-                        Err(e) => return Err(e),
+                        // (The groups taken so far go out: an error here
+                        // would lose them.)
+                        Err(e) => {
+                            refused = Some(e);
+                            break;
+                        }
                     }
                 }
             }
+        }
+        if let Some(e) = refused
+            && groups.iter().all(|g| g.is_empty())
+        {
+            return Err(e);
         }
         self.paths.batches += 1;
         Ok(Answer::Buffers { groups, recycled })

@@ -28,7 +28,7 @@
 
 use alloc::vec::Vec;
 
-use super::header::{ALIGN, CLASSES, Cursor};
+use super::header::{ALIGN, CLASSES, Cursor, MAX_OFFSET};
 use crate::kv::KvError;
 use crate::kv::place::{addr_of, location_of};
 use crate::substrate::memory::word_at;
@@ -285,7 +285,7 @@ impl Answer {
                     i += 1;
                     let mut gs = Vec::with_capacity(n);
                     for _ in 0..n {
-                        let off = word_at(rest, i).filter(|o| o.is_multiple_of(ALIGN) && *o != 0)?;
+                        let off = word_at(rest, i).filter(|o| o.is_multiple_of(ALIGN) && *o != 0 && *o < MAX_OFFSET)?;
                         let (gc, class, nb) = (*rest.get(i + 8)?, *rest.get(i + 9)?, *rest.get(i + 10)? as usize);
                         if nb >= MAX_REPLICAS || class as usize >= CLASSES {
                             return None;
