@@ -170,9 +170,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, MS).await?;
         let nodes = mem.node_count();
         let batch = super::pool(cfg);
-        let first_class = buffer::class(cfg.max_key, cfg.max_value).ok_or(KvError::BadConfig(
-            "values too large for Clover's buffers (8 MiB with the key and a 24-byte header at most)",
-        ))?;
+        let first_class = super::largest_class(cfg)?;
         let mut c = CloverClient {
             call_timeout_ns: call_timeout_ns(&mem, super::geometry(cfg).channels),
             read_timeout: clock.ticks(super::read_timeout_ns(&mem)),

@@ -293,6 +293,14 @@ pub fn pool(cfg: &StoreConfig) -> usize {
     cfg.option(POOL.name).and_then(|v| v.parse().ok()).unwrap_or(client::BATCH).clamp(1, wire::MAX_BATCH)
 }
 
+/// The size class of the largest version of a store of `cfg` (its
+/// longest key and largest value); an error if a link cannot name it.
+pub fn largest_class(cfg: &StoreConfig) -> Result<u8, KvError> {
+    buffer::class(cfg.max_key, cfg.max_value).ok_or(KvError::BadConfig(
+        "values too large for Clover's buffers (8 MiB with the key and a 24-byte header at most)",
+    ))
+}
+
 /// Clover.
 pub struct Clover;
 
@@ -346,11 +354,7 @@ impl KvSystem for Clover {
     type Client<M: Memory, C: Clock> = Box<CloverClient<M, C>>;
 
     fn check(cfg: &StoreConfig, _: usize) -> Result<(), KvError> {
-        if buffer::class(cfg.max_key, cfg.max_value).is_none() {
-            return Err(KvError::BadConfig(
-                "values too large for Clover's buffers (8 MiB with the key and a 24-byte header at most)",
-            ));
-        }
+        largest_class(cfg)?;
         if geometry(cfg).check().is_err() {
             return Err(KvError::BadConfig("values too large for the metadata server's rings"));
         }
@@ -374,7 +378,7 @@ impl KvSystem for Clover {
         // to the largest may be in use, with a pool of each in every client
         // and a chunk of each, partly used, on every node (the MS's), and
         // as much again.
-        let top = buffer::class(cfg.max_key, cfg.max_value).map_or(0, |c| c as usize);
+        let top = largest_class(cfg).map_or(0, |c| c as usize);
         let every_class: u64 = (0..=top).map(class_size).sum();
         let pools = (cfg.writers as u64 + 1) * (pool(cfg) * nodes.max(1)) as u64 * every_class;
         let slack = 2 * (top as u64 + 3) * StoreConfig::CHUNK;
