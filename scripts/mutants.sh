@@ -34,6 +34,7 @@ MUTANTS=(
   "central-no-rdlock||read a reused copy|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_slow_reader"
   "clover-stale-cursor||the tail, not the cursor's version|cargo test -p swarm-core --release --lib systems::clover::tests::a_cursor_behind"
   "clover-no-gcver||a recycled buffer's bytes were returned|cargo test -p swarm-core --release --lib systems::clover::tests::a_recycled_buffer"
+  "clover-no-gcver|--cfg loom|next incarnation was returned before it was linked|cargo test -p swarm-loom-tests --release --test clover"
   "pdpm-no-redo||the redo copy was not replayed|cargo test -p swarm-core --release --lib systems::pdpm_direct::tests::a_"
   "fusee-stale-cache||a stale cached entry answered|cargo test -p swarm-core --release --lib systems::fusee::tests::a_stale"
   "fusee-cached-loser||not linearizable|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign"

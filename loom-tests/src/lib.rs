@@ -22,6 +22,7 @@ use swarm_core::substrate::memory::{read_word, word_at};
 use swarm_core::substrate::quorum::{majority, quorum};
 use swarm_core::swarm::inout::{Layout, Replica};
 use swarm_core::swarm::meta::Meta;
+use swarm_core::systems::clover::buffer::{self, Version};
 use swarm_core::{MemError, Memory, RemoteAddr};
 
 /// A deliberately wrong max register: a blind write, which can lower the
@@ -60,6 +61,25 @@ pub async fn read_then_write_max<M: Memory>(
     }
     mem.write(word, &new.to_le_bytes()).await?;
     Ok(MaxOutcome::Installed { prev: cur })
+}
+
+/// A deliberately wrong Clover read of a cursor's buffer, with the
+/// signature of `swarm_core::systems::clover::buffer::decode_incarnation`:
+/// it takes whatever whole incarnation of the buffer it finds, not only
+/// the cursor's (`gc` is ignored), as a reader that skips the GC version
+/// check (pDPM §5.2). Right until a buffer is recycled; then a reader
+/// holding a cursor of its old incarnation returns the new owner's version
+/// before it is linked. It exists to show that the loom check of Clover's
+/// reads catches it.
+pub fn decode_any_incarnation(
+    b: &[u8],
+    key: &[u8],
+    tag: u64,
+    _gc: u8,
+    nodes: usize,
+    max_value: usize,
+) -> Option<Version> {
+    buffer::decode(b, key, tag, nodes, max_value)
 }
 
 fn other(mode: Mode) -> Mode {

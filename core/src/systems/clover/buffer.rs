@@ -27,6 +27,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::header::{self, Next};
 use crate::substrate::memory::word_at;
+use crate::substrate::mutant::mutant;
 use crate::substrate::space::slab::class_of;
 
 const MAGIC: u64 = 0xC10E;
@@ -104,6 +105,17 @@ pub fn decode(b: &[u8], key: &[u8], tag: u64, nodes: usize, max_value: usize) ->
         return None;
     }
     Some(Version { next, gc, value })
+}
+
+/// Reads incarnation `gc` of a buffer of `key`, as a cursor (or a link)
+/// that expects it: as [`decode`], and `None` if the bytes are whole but
+/// of another incarnation (the buffer was recycled since the cursor was
+/// taken: they may be a version not linked yet, [`super`]'s "With garbage
+/// collection").
+pub fn decode_incarnation(b: &[u8], key: &[u8], tag: u64, gc: u8, nodes: usize, max_value: usize) -> Option<Version> {
+    // Mutant `clover-no-gcver`: the reader takes whatever incarnation of
+    // the buffer it finds.
+    decode(b, key, tag, nodes, max_value).filter(|v| v.gc == gc || mutant!("clover-no-gcver"))
 }
 
 #[cfg(test)]

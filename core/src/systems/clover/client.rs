@@ -696,10 +696,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 }
             };
             let read = match (vouched, late) {
-                (true, false) => match buffer::decode(&b, key, tag, nodes, self.limits.max_value) {
-                    // Mutant `clover-no-gcver`: the reader takes whatever
-                    // incarnation of the buffer it finds.
-                    Some(v) if v.gc == at.gc || mutant!("clover-no-gcver") => Some((b, v)),
+                (true, false) => match buffer::decode_incarnation(&b, key, tag, at.gc, nodes, self.limits.max_value) {
+                    Some(v) => Some((b, v)),
                     // A recycled buffer (another GC version, or another
                     // key's bytes: its sum fails), a READ torn between two
                     // of its incarnations, or garbage.

@@ -179,7 +179,10 @@
 //! too, but no cursor to it exists before its CAS, and a recycled one has
 //! another GC version). The mutant `clover-no-gcver` (a reader that skips
 //! the check) returns such a never-linked version's bytes
-//! (`clover::tests::a_recycled_buffer_is_never_read_as_a_value`).
+//! (`clover::tests::a_recycled_buffer_is_never_read_as_a_value`), and the
+//! loom check `loom-tests/tests/clover.rs` races the reads of a get with
+//! such a buffer's new owner, and with two writers extending one chain,
+//! through every way a WRITE can tear a READ.
 //!
 //! # Not done (pDPM §5 has them; they stay open)
 //!
