@@ -25,7 +25,11 @@
 //!   node and one on each node after it (`crate::kv::place::node_of`), all
 //!   of one size class (the slab's, [`super::header`]), handed out,
 //!   written, retired and recycled together under the primary's GC
-//!   version, and handed out again for the same class only. Fresh
+//!   version, and handed out again for the same class (or, once its
+//!   node has no room for a new group of a smaller class, for that one:
+//!   the groups of a workload's larger values are not stranded when its
+//!   values shrink; the group keeps its class, which every link to it
+//!   names). Fresh
 //!   groups are carved by the MS's slab allocator from chunks of the
 //!   nodes' regions; a node whose allocation fails is skipped for a while
 //!   ([`RETRY_AFTER`] requests), and a group made then has no buffer
@@ -154,6 +158,9 @@ pub struct Paths {
     pub loaded: u64,
     /// Allocations that failed on a data node.
     pub failed_allocs: u64,
+    /// Freed groups handed out for a smaller size class than theirs, as
+    /// their node had no room for a new group of that class.
+    pub larger: u64,
 }
 
 /// The metadata server's configuration.
@@ -371,10 +378,24 @@ impl MetadataServer {
         }
     }
 
+    /// A freed group ready to be handed out whose primary is on `node`, of
+    /// the smallest size class above `class` that has one.
+    fn larger_free(&mut self, node: NodeId, class: u8) -> Option<Cursor> {
+        // Mutant `clover-strands`: none is (the groups of classes no longer
+        // written stay on their lists while writes fail for want of room).
+        if mutant!("clover-strands") {
+            return None;
+        }
+        let ready = self.free.iter().filter(|((n, c), f)| *n == node && *c > class && !f.is_empty());
+        let (&key, _) = ready.min_by_key(|((_, c), _)| *c)?;
+        self.free.get_mut(&key)?.pop_front()
+    }
+
     /// A group of size class `class` whose primary is on `node`, with as
     /// many of its R - 1 backups as the nodes after it can hold: a freed
     /// one if one is ready (its missing backups topped up), else a fresh
-    /// one. Fails if the primary cannot be had.
+    /// one, else (the node is full) a freed one of a larger class. Fails if
+    /// the primary cannot be had.
     async fn group<M: Memory>(&mut self, mem: &M, node: NodeId, class: u8) -> Result<Group, KvError> {
         let nodes = mem.node_count();
         let r = self.shape.replicas.clamp(1, nodes.min(MAX_REPLICAS));
@@ -392,13 +413,28 @@ impl MetadataServer {
                 self.paths.recycled += 1;
                 c
             }
-            None => {
-                let at = self.alloc(mem, node, class).await?;
-                self.paths.fresh += 1;
-                self.groups.insert(at, (class, heapless::Vec::new()));
-                Cursor::new(at, 0, class)
-            }
+            None => match self.alloc(mem, node, class).await {
+                Ok(at) => {
+                    self.paths.fresh += 1;
+                    self.groups.insert(at, (class, heapless::Vec::new()));
+                    Cursor::new(at, 0, class)
+                }
+                // A node with no room for a new buffer of this class hands
+                // out a freed group of a larger one (it keeps its class), so
+                // that the memory freed by a workload whose values shrink
+                // is not stranded on the lists of classes no longer written.
+                Err(e) if !matches!(e, KvError::Down(_)) => match self.larger_free(node, class) {
+                    Some(c) => {
+                        (self.paths.recycled, self.paths.larger) = (self.paths.recycled + 1, self.paths.larger + 1);
+                        c
+                    }
+                    None => return Err(e),
+                },
+                Err(e) => return Err(e),
+            },
         };
+        // A recycled group's backups are of its own class.
+        let class = primary.class;
         let mut backups = self.groups.get(&primary.at).map(|g| g.1.clone()).unwrap_or_default();
         let mut refused = None;
         for i in 1..r {

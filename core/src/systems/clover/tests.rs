@@ -772,3 +772,62 @@ fn late_reads_are_read_again_and_then_time_out() {
     assert_eq!(got.0.as_deref(), Some(&b"v0"[..]));
     assert!(got.1 > 16, "every late READ counted: {}", got.1);
 }
+
+/// Free lists are kept per size class, so a workload whose values shrink
+/// leaves the groups of its larger values on their lists. Once a node has
+/// no room for new buffers, the MS hands those out for the smaller class
+/// (they keep their own): here 20 keys of 1,000-byte values, updated a
+/// few times, leave their freed groups listed; the nodes are then filled
+/// to the last chunk, and a new client writes 300-byte values, a class
+/// the MS has no buffers of, faster than its reuse delay gives its own
+/// groups back. Every update succeeds, in the listed groups of the
+/// 1,000-byte class, and every key reads back its last value. (The mutant
+/// `clover-strands` hands out none: an update fails with the node full.)
+#[test]
+fn a_full_node_hands_out_larger_freed_groups() {
+    let mut cfg = config();
+    cfg.max_value = 4096;
+    cfg.set_option("pool", "2").unwrap();
+    let (mut sim, _shell) = setup(&cfg, 3, 14);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let keys: Vec<Vec<u8>> = (0..20u8).map(|i| alloc::vec![b'k', i]).collect();
+        let (mid, small) = (buffer::class(2, 1000).unwrap(), buffer::class(2, 300).unwrap());
+        let mut w = connect(mem.clone(), &mem, &cfg, 1).await;
+        for round in 0..4u8 {
+            for k in &keys {
+                let v = [round; 1000];
+                match round {
+                    0 => w.insert(k, &v).await.map(Ok),
+                    _ => w.update(k, &v).await,
+                }
+                .unwrap()
+                .unwrap();
+            }
+            mem.sleep(3 * super::read_timeout_ns(&mem)).await;
+        }
+        w.close().await.unwrap();
+        mem.sleep(3 * super::read_timeout_ns(&mem)).await;
+        for n in 0..3 {
+            let mut region = Region::open(&mem, NodeId(n)).await.unwrap();
+            while region.alloc_chunk(&mem).await.is_ok() {}
+        }
+        let mut w = connect(mem.clone(), &mem, &cfg, 2).await;
+        let mut last = alloc::vec![alloc::vec![]; keys.len()];
+        for round in 0..4usize {
+            for (i, k) in keys.iter().enumerate() {
+                let v: Vec<u8> = (0..300).map(|j| (i + j + round) as u8).collect();
+                let done = w.update(k, &v).await;
+                assert_eq!(done, Ok(Ok(Written)), "key {i} round {round}: a full node refused a smaller class");
+                last[i] = v;
+            }
+        }
+        let classes: Vec<u8> = keys.iter().map(|k| w.cursor(k).unwrap().class).collect();
+        assert!(classes.contains(&mid), "no version of {small} took a freed group of {mid}: {classes:?}");
+        let mut r = connect(mem.clone(), &mem, &cfg, 3).await;
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(value(r.get(k).await).as_ref(), Some(&last[i]), "key {i}");
+        }
+    })
+    .unwrap();
+}
