@@ -573,11 +573,12 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         // The new version, written before any CAS can link it; beside it,
         // the key's head in its cell if the cursor is too old to be used
         // (where the CAS goes instead: no roundtrip of its own).
-        let mut head = None;
+        let (mut head, mut needed) = (None, self.first_class);
         let group = match change {
             Change::Put { value, .. } => {
                 // The key and value fit (the store's limits): so does their class.
                 let class = buffer::class(key.len(), value.len()).unwrap_or(self.first_class);
+                needed = class;
                 let g = self.group(key, class).await?;
                 let cell = self.expired(seen.since).then_some(seen.cell);
                 match self.write_copies(&g, class, &buffer::encode(key, value, tag, g.primary.gc), cell).await {
@@ -592,6 +593,10 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             }
             Change::Delete => None,
         };
+        // The new version, as links and cursors name it: of the class it
+        // needs, which a larger group's buffers hold (a READ of it reads no
+        // more than it holds).
+        let version = group.as_ref().map(|g| Cursor { class: needed, ..g.primary });
         let revive = matches!(change, Change::Put { revive: true, .. });
         let mut on_deleted = seen.deleted && revive;
         let mut restarts = 0;
@@ -608,8 +613,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
                 continue;
             }
             let expect = if on_deleted { Next::Deleted(at.gc) } else { Next::Tail(at.gc) }.word(tag);
-            let new = match &group {
-                Some(g) => Next::Link(g.primary).word(tag),
+            let new = match version {
+                Some(v) => Next::Link(v).word(tag),
                 None => Next::Deleted(at.gc).word(tag),
             };
             let sent = self.clock.now();
@@ -618,10 +623,10 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             let prev = self.mem.cas(at.at, expect, new).await.map_err(mem_error)?;
             if prev == expect {
                 let cell = seen.cell;
-                match group {
-                    Some(g) => {
-                        self.retired.push(Retire { key: key.to_vec(), old: at, new: g.primary });
-                        self.remember(key, g.primary, Seen { deleted: false, since: sent, cell });
+                match version {
+                    Some(v) => {
+                        self.retired.push(Retire { key: key.to_vec(), old: at, new: v });
+                        self.remember(key, v, Seen { deleted: false, since: sent, cell });
                     }
                     None => self.remember(key, at, Seen { deleted: true, since: sent, cell }),
                 }

@@ -8,8 +8,9 @@
 //! bits  2..35  a link's offset / 64
 //! bits 35..40  a link's node
 //! bits 40..48  GC version: a tail's own, a link's target's
-//! bits 48..54  a link's size class (its target's bytes, so that a hop
-//!              READs as much as the version holds)
+//! bits 48..54  a link's size class: its target version's (the class its
+//!              key and value need; its buffers' may be larger), so that
+//!              a hop READs what the version holds and no more
 //! bits 54..64  check: 10 bits of xxh3 of bits 0..54, seeded by the key
 //! ```
 //!
@@ -30,9 +31,10 @@
 //!
 //! **Size classes.** A version's buffers are as large as its value needs,
 //! in the slab's size classes ([`crate::substrate::space::slab::class_of`]):
-//! a link and a cursor carry their target's class, so that a READ of a
-//! version reads its bytes and no more, and a write takes a group of the
-//! class its value needs.
+//! a link and a cursor carry their target version's class, so that a READ
+//! of a version reads its bytes and no more, and a write takes a group of
+//! the class its value needs (or a larger one: a version in a larger
+//! group is still named by its own class).
 //!
 //! A delete swings the tail's word to [`Next::Deleted`] (one CAS, no new
 //! buffer); an insert of a deleted key swings that word on to a new

@@ -483,6 +483,9 @@ impl MetadataServer {
         self.cool(mem);
         let primary = node_of(key, 0, nodes);
         let g = self.group(mem, primary, class).await?;
+        // The version as links name it: of its own class (the group's may
+        // be larger).
+        let head = Cursor { class, ..g.primary };
         let tag = key_hash(key);
         let bytes = buffer::encode(key, value, tag, g.primary.gc);
         // The key's cell, on its primary, written beside the first version
@@ -499,7 +502,7 @@ impl MetadataServer {
         let ((p, c), (reached, _)) = join2(
             join2(
                 counted.write(g.primary.at, &bytes),
-                counted.write(cell, &header::cell_word(g.primary, tag).to_le_bytes()),
+                counted.write(cell, &header::cell_word(head, tag).to_le_bytes()),
             ),
             to_all(backups.len(), majority(r) - 1, |i| counted.write(backups[i], &bytes)),
         )
@@ -514,7 +517,7 @@ impl MetadataServer {
         }
         let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
         let head = match self.index.insert(mem, key, location_of(cell)).await? {
-            Insert::New(_) => g.primary,
+            Insert::New(_) => head,
             // Another incarnation created it meanwhile: its chain is the
             // key's (this group is not linked: freed; the cell is lost).
             Insert::Exists(_) => {
