@@ -39,6 +39,24 @@
 //! A delete swings the tail's word to [`Next::Deleted`] (one CAS, no new
 //! buffer); an insert of a deleted key swings that word on to a new
 //! version, so a key's whole history, deletes included, is one chain.
+//!
+//! **A WRITE over a word that CASes target** (issue #22, item 7: a NIC's
+//! CAS need not be atomic against a plain WRITE of the same word). One
+//! plain WRITE ever reaches a header word after its buffer is first
+//! handed out: the next owner's WRITE of the whole buffer, once the MS
+//! has recycled it (pDPM's GC does the same). A CAS racing that WRITE
+//! cannot succeed, so it never writes over it: every CAS expects a tail
+//! (or deleted) word with the GC version of its cursor, and while the
+//! WRITE is in flight the word holds either the old incarnation's last
+//! word or the new one's tail. The old incarnation's last word is a link
+//! (a version is freed only once another is linked after it), which no
+//! CAS expects, or, for a group given back unlinked, a tail no cursor
+//! names (nobody learnt of that version). The new incarnation's tail has
+//! a GC version no live cursor holds: a cursor of the new incarnation
+//! exists only once its version is linked, after the WRITE has completed,
+//! and one of an incarnation 256 hand-outs older is not used past its
+//! lifetime ([`super::epoch_ns`]). The key's cell is written by the MS
+//! alone, and only read by clients.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 

@@ -189,6 +189,27 @@
 //! - **All-way chaining** across replicas (every copy of version N linked
 //!   to every copy of N+1, the paper's 3-roundtrip replicated write), so
 //!   that reads survive the primary's loss and can spread over replicas.
+//!   The paper's version is not linearizable: its writer links the copies
+//!   one by one, so a reader of a linked copy and a later reader of one not
+//!   linked yet see the new and then the old value. A linearizable one
+//!   needs a commit that readers of any copy agree on. The design we mean
+//!   to build: the writer CASes the primary's tail to an *intent* naming
+//!   the new version (after its copies are written: the paper's in-progress
+//!   bit, which orders writers), then the backups' tails to links, and a
+//!   version counts as committed once linked on a majority (the intent
+//!   counting for the primary), so an update takes 3 roundtrips and the
+//!   intent is cleared in the background. A reader of the primary that
+//!   meets an intent helps (links the backups, one roundtrip more) rather
+//!   than return the old version, since a reader of a backup may already
+//!   have returned the new one; a reader whose primary is down reads the
+//!   backups' chains and returns the newest version linked on one of them
+//!   (committed: the primary was linked first), helping it to a majority.
+//!   Writes still need the primary (so its chain is never behind, and a
+//!   stalled primary that comes back serves as before); failover of writes
+//!   needs a view change with a fence, as the replicated index's. Open
+//!   questions: the group's addresses in each buffer (a reader of a backup
+//!   must know where the next version's copy is on its node), GC of the
+//!   backups' chains, and old cursors without the primary's cell.
 //! - **Shortcuts ahead of the head**: the paper's shortcut may name a
 //!   version newer than the oldest one not freed (the writers write it);
 //!   ours is the MS's head, which serves restarts, not a cursor that is
