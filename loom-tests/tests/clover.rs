@@ -17,7 +17,12 @@
 //!   (`scripts/mutants.sh`).
 //!
 //! Reads and writes of the shared-memory backend are word by word, so
-//! loom explores every way a READ can be torn by a WRITE.
+//! loom explores every way a READ can be torn by a WRITE. The get's walk
+//! and the write's commit loop are restated here (`walk`, `commit`: the
+//! client's are woven into its cache, the key's cell and its clock); what
+//! is the core's own is every decision on the bytes read: the buffer and
+//! header codecs and the GC version check, `buffer::decode_incarnation`,
+//! which the client's get calls.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p swarm-loom-tests --release`.
 
@@ -41,8 +46,8 @@ mod checks {
     /// Every buffer is of the smallest class (64 bytes: 24 of header, the
     /// key and the value).
     const CLASS: u8 = 0;
-    /// Preemptions per execution: enough for every torn READ of one
-    /// buffer (8 words) by one WRITE, with room to spare.
+    /// Preemptions per execution: enough for a READ of one buffer (8
+    /// words) torn by a WRITE of its version (5), with room to spare.
     const PREEMPTIONS: Option<usize> = Some(3);
 
     const V0: [u8; 8] = [0x10; 8];
@@ -62,8 +67,8 @@ mod checks {
     /// What a get's walk from a cursor ends with.
     #[derive(Clone, Debug, PartialEq, Eq)]
     enum Found {
-        /// The value of the tail it reached.
-        Value(Vec<u8>),
+        /// The value of the tail it reached, and that tail.
+        Value(Vec<u8>, Cursor),
         /// A buffer that is not the cursor's incarnation (or not whole):
         /// the get starts again from the key's head.
         Restart,
@@ -77,7 +82,7 @@ mod checks {
             let b = block_on(mem.read(at.at, at.bytes())).unwrap();
             let Some(v) = decode(&b, KEY, tag(), at.gc, NODES, MAX_VALUE) else { return Found::Restart };
             match v.next {
-                Next::Tail(_) => return Found::Value(b[v.value].to_vec()),
+                Next::Tail(_) => return Found::Value(b[v.value].to_vec(), at),
                 Next::Link(next) => at = next,
                 Next::Deleted(_) => panic!("clover violated: a deletion nobody wrote"),
             }
@@ -122,7 +127,7 @@ mod checks {
             let second = loom::thread::spawn(move || commit(&mem, a, c, &V2));
             let got = walk(&cluster.memory(), a, buffer::decode_incarnation);
             let (after_b, after_c) = (first.join().unwrap(), second.join().unwrap());
-            let Found::Value(v) = got else { panic!("clover violated: a linked version was not whole") };
+            let Found::Value(v, _) = got else { panic!("clover violated: a linked version was not whole") };
             let i = [V0, V1, V2].iter().position(|x| *x == v[..]);
             let i = i.unwrap_or_else(|| panic!("clover violated: the get returned {v:x?}"));
             counts[i].fetch_add(1, Ordering::Relaxed);
@@ -132,7 +137,8 @@ mod checks {
                 (false, true) if after_b == c => V1,
                 _ => panic!("clover violated: B linked after {after_b:?}, C after {after_c:?}"),
             };
-            assert_eq!(walk(&cluster.memory(), a, buffer::decode_incarnation), Found::Value(last.to_vec()));
+            let end = if last == V2 { c } else { b };
+            assert_eq!(walk(&cluster.memory(), a, buffer::decode_incarnation), Found::Value(last.to_vec(), end));
         });
         let seen = [0, 1, 2].map(|i| seen[i].load(Ordering::Relaxed));
         eprintln!("explored {runs} executions; the get returned V0, V1, V2 in {seen:?}");
@@ -169,15 +175,18 @@ mod checks {
             let got = walk(&cluster.memory(), old, decode);
             let i = match got {
                 Found::Restart => 0,
-                Found::Value(v) if v == V1 => 1,
-                Found::Value(v) if v == V2 => {
+                Found::Value(v, at) if v == V1 && at == b => 1,
+                // V2 only through B's link, to the new incarnation: never
+                // from the old one's cursor, and never before it is linked.
+                Found::Value(v, at) if v == V2 => {
                     assert!(
-                        linking.load(loom::sync::atomic::Ordering::SeqCst),
-                        "clover violated: a recycled buffer's next incarnation was returned before it was linked"
+                        at == new && linking.load(loom::sync::atomic::Ordering::SeqCst),
+                        "clover violated: a recycled buffer's next incarnation was returned before it was linked \
+                         (through {at:?})"
                     );
                     2
                 }
-                Found::Value(v) => panic!("clover violated: the get returned {v:x?}"),
+                Found::Value(v, at) => panic!("clover violated: the get returned {v:x?} from {at:?}"),
             };
             writer.join().unwrap();
             counts[i].fetch_add(1, Ordering::Relaxed);
@@ -197,7 +206,7 @@ mod checks {
     /// The check can fail: a reader that takes any incarnation returns V2
     /// from A before B links it.
     #[test]
-    #[should_panic(expected = "clover violated")]
+    #[should_panic(expected = "next incarnation was returned before it was linked")]
     fn a_reader_skipping_the_gc_version_is_caught() {
         recycle(decode_any_incarnation);
     }

@@ -436,7 +436,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
 
     /// A free group whose primary is `node`, of size class `class` or, if
     /// it has none, of the smallest larger class it has: a version fits
-    /// any buffer as large as its class (its link names the buffer's), so
+    /// any buffer as large as its class (its link names the version's), so
     /// a write of a class this client has no group of yet costs no
     /// roundtrip (its pool is filled beside the WRITE).
     fn pop_group(&mut self, node: NodeId, class: u8) -> Option<Group> {

@@ -88,7 +88,8 @@ impl Cursor {
         Cursor { at, gc, class }
     }
 
-    /// Bytes of its buffer.
+    /// Bytes of its size class: what a READ of the version it names
+    /// reads (its buffer may be larger).
     pub fn bytes(self) -> usize {
         class_size(self.class as usize) as usize
     }

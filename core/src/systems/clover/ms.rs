@@ -26,10 +26,10 @@
 //!   of one size class (the slab's, [`super::header`]), handed out,
 //!   written, retired and recycled together under the primary's GC
 //!   version, and handed out again for the same class (or, once its
-//!   node has no room for a new group of a smaller class, for that one:
-//!   the groups of a workload's larger values are not stranded when its
-//!   values shrink; the group keeps its class, which every link to it
-//!   names). Fresh
+//!   node has no room for a new group of a smaller class, for that one,
+//!   one per request and node: the groups of a workload's larger values
+//!   are not stranded when its values shrink; the group keeps its class,
+//!   recorded here, and links name the class of the version in it). Fresh
 //!   groups are carved by the MS's slab allocator from chunks of the
 //!   nodes' regions; a node whose allocation fails is skipped for a while
 //!   ([`RETRY_AFTER`] requests), and a group made then has no buffer
@@ -235,6 +235,9 @@ pub struct MetadataServer {
     overflow: VecDeque<(u64, Cursor)>,
     /// Per node: requests left before its allocations are tried again.
     skip: Vec<u32>,
+    /// Per node and size class found full: requests for which a freed
+    /// group of a larger class is handed out first (no allocation tried).
+    full: HashMap<(NodeId, u8), u32>,
     /// Retires that came with ALLOCs, freed after their answers were sent
     /// ([`Service::background`]): an ALLOC's answer waits for no cell
     /// write.
@@ -272,6 +275,7 @@ impl MetadataServer {
             cooling: VecDeque::new(),
             overflow: VecDeque::new(),
             skip: Vec::new(),
+            full: HashMap::new(),
             backlog: VecDeque::new(),
             paths: Paths::default(),
         }
@@ -408,30 +412,35 @@ impl MetadataServer {
             }
             false => self.free.get_mut(&(node, class)).and_then(|f| f.pop_front()),
         };
-        let primary = match reused {
-            Some(c) => {
-                self.paths.recycled += 1;
-                c
-            }
-            None => match self.alloc(mem, node, class).await {
-                Ok(at) => {
-                    self.paths.fresh += 1;
-                    self.groups.insert(at, (class, heapless::Vec::new()));
-                    Cursor::new(at, 0, class)
+        // How the group was had: 0 recycled, 1 fresh, 2 a larger freed
+        // one (counted once it is handed out).
+        let (primary, how) = match reused {
+            Some(c) => (c, 0),
+            // A node with no room for a new buffer of this class hands out a
+            // freed group of a larger one (it keeps its class), so that the
+            // memory freed by a workload whose values shrink is not stranded
+            // on the lists of classes no longer written. Once a node was
+            // found full for a class, the larger groups go first for a while,
+            // with no allocation tried.
+            None => {
+                match self.full.get(&(node, class)).is_some_and(|&n| n > 0).then(|| self.larger_free(node, class)) {
+                    Some(Some(c)) => (c, 2),
+                    _ => match self.alloc(mem, node, class).await {
+                        Ok(at) => {
+                            self.groups.insert(at, (class, heapless::Vec::new()));
+                            (Cursor::new(at, 0, class), 1)
+                        }
+                        Err(e @ (KvError::NodeFull { .. } | KvError::BadConfig(_))) => {
+                            self.full.insert((node, class), RETRY_AFTER);
+                            match self.larger_free(node, class) {
+                                Some(c) => (c, 2),
+                                None => return Err(e),
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    },
                 }
-                // A node with no room for a new buffer of this class hands
-                // out a freed group of a larger one (it keeps its class), so
-                // that the memory freed by a workload whose values shrink
-                // is not stranded on the lists of classes no longer written.
-                Err(e) if !matches!(e, KvError::Down(_)) => match self.larger_free(node, class) {
-                    Some(c) => {
-                        (self.paths.recycled, self.paths.larger) = (self.paths.recycled + 1, self.paths.larger + 1);
-                        c
-                    }
-                    None => return Err(e),
-                },
-                Err(e) => return Err(e),
-            },
+            }
         };
         // A recycled group's backups are of its own class.
         let class = primary.class;
@@ -460,6 +469,11 @@ impl MetadataServer {
             // that did not answer); the group waits for the next request.
             self.free.entry((node, class)).or_default().push_front(primary);
             return Err(e);
+        }
+        match how {
+            0 => self.paths.recycled += 1,
+            1 => self.paths.fresh += 1,
+            _ => (self.paths.recycled, self.paths.larger) = (self.paths.recycled + 1, self.paths.larger + 1),
         }
         self.paths.buffers += 1;
         Ok(Group { primary, backups })
@@ -631,7 +645,7 @@ impl MetadataServer {
     async fn batch<M: Memory>(&mut self, mem: &M, body: &[u8], max: usize) -> Result<Answer, KvError> {
         let nodes = mem.node_count();
         let req = Alloc::decode(body, nodes).ok_or(BAD_REQUEST)?;
-        for s in self.skip.iter_mut() {
+        for s in self.skip.iter_mut().chain(self.full.values_mut()) {
             *s = s.saturating_sub(1);
         }
         let primary = |k: &[u8]| node_of(k, 0, nodes);
@@ -668,8 +682,14 @@ impl MetadataServer {
                         Ok(g) => {
                             recycled = recycled.saturating_add((self.paths.recycled - before) as u16);
                             room -= each;
+                            // One larger group per node and request: the
+                            // client uses it for one write and asks again
+                            // (a batch of them each time would pile up in
+                            // its pool, out of other clients' reach).
+                            // Mutant `clover-larger-batch`: a batch of them.
+                            let larger = g.primary.class != w.class && !mutant!("clover-larger-batch");
+                            left = if larger { 0 } else { left - 1 };
                             groups[n].push(g);
-                            left -= 1;
                         }
                         Err(KvError::Down(_)) => break,
                         // (The groups taken so far go out: an error here

@@ -532,7 +532,7 @@ fn versions_take_buffers_of_their_size_class() {
             let got = value(r.get(k).await);
             assert!(got.as_ref() == Some(&last[i]), "key {i}: a value of another size class came back wrong");
             let class = r.cursor(k).unwrap().class;
-            assert!(class >= buffer::class(k.len(), last[i].len()).unwrap(), "key {i}: a buffer too small");
+            assert_eq!(class, buffer::class(k.len(), last[i].len()).unwrap(), "key {i}: not the version's class");
         }
         assert!(w.classes().len() >= sizes.len() - 1, "pools of {:?}", w.classes());
         assert!(w.paths().recycled > 0, "no group was handed out again");
@@ -783,7 +783,9 @@ fn late_reads_are_read_again_and_then_time_out() {
 /// groups back. Every update succeeds, in the listed groups of the
 /// 1,000-byte class (named by its own class, as every version is), and
 /// every key reads back its last value. (The mutant
-/// `clover-strands` hands out none: an update fails with the node full.)
+/// `clover-strands` hands out none: an update fails with the node full;
+/// `clover-larger-batch` answers a batch of them each time: they pile up
+/// in the client's pool.)
 #[test]
 fn a_full_node_hands_out_larger_freed_groups() {
     let mut cfg = config();
@@ -824,6 +826,14 @@ fn a_full_node_hands_out_larger_freed_groups() {
             }
         }
         assert!(w.classes().contains(&mid), "no freed group of {mid} was handed out: pools of {:?}", w.classes());
+        assert!(w.paths().larger_groups > 0, "no version of {small} was written in a larger group");
+        // The larger groups a client gets for its class stay within a
+        // batch (they do not pile up in its pool, out of other clients'
+        // reach: 4 groups a node here if each answer carried a batch).
+        for n in 0..3 {
+            let held = w.free_buffers(NodeId(n));
+            assert!(held <= super::pool(&cfg), "node {n}: the client holds {held} groups");
+        }
         // A version in a larger group is named by its own class: a READ of
         // it reads no more than it holds.
         assert!(keys.iter().all(|k| w.cursor(k).unwrap().class == small), "a version named by its group's class");
