@@ -53,6 +53,7 @@ MUTANTS=(
   "clover-any-class||of another size class|cargo test -p swarm-core --release --lib systems::clover::tests::versions_take"
   "clover-strands||a full node refused a smaller class|cargo test -p swarm-core --release --lib systems::clover::tests::a_full_node"
   "clover-larger-batch||the client holds|cargo test -p swarm-core --release --lib systems::clover::tests::a_full_node"
+  "clover-keeps-lent||groups taken back from the crashed holder|cargo test -p swarm-core --release --lib systems::clover::tests::a_crashed_holders"
   "abd-stale-seed||2, 3, 3, 3|cargo test -p swarm-core --release --lib baselines::abd::tests::writers_taking_turns"
   "pool-untagged||a block in the pool has impossible links|cargo test -p swarm-core --release --lib substrate::space::pool::tests::concurrent"
   "restart-narrow||the read failed with every node up|cargo test -p swarm-core --release --lib swarm::maxreg::tests::a_read_that_finds"

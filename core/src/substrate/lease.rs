@@ -595,6 +595,14 @@ impl LeaseTable {
 }
 
 impl Held {
+    /// This claim's number: one more than the claim before it of this id
+    /// (whose record every claim reads), so successive holders of an id
+    /// have different numbers, and a service can tell a new holder from
+    /// the one it served before.
+    pub fn claim(&self) -> u64 {
+        self.version >> 24
+    }
+
     /// How the id's previous holder left it.
     pub fn resume(&self) -> Resume {
         self.resume

@@ -107,6 +107,13 @@ pub fn decode(b: &[u8], key: &[u8], tag: u64, nodes: usize, max_value: usize) ->
     Some(Version { next, gc, value })
 }
 
+/// Whether a buffer's meta word (its second) is that of a version
+/// written in its incarnation `gc`: one handed out at `gc` and never
+/// written still has its earlier incarnation's word, or zeros.
+pub fn holds_version(meta: u64, gc: u8) -> bool {
+    meta & 0xffff == MAGIC && (meta >> 24) as u8 == gc
+}
+
 /// Reads incarnation `gc` of a buffer of `key`, as a cursor (or a link)
 /// that expects it: as [`decode`], and `None` if the bytes are whole but
 /// of another incarnation (the buffer was recycled since the cursor was

@@ -239,6 +239,12 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         self.retired.len()
     }
 
+    /// Its claim of its id (0 without a lease), which its ALLOCs carry: the
+    /// MS takes back the groups it lent to the id's earlier holder.
+    fn holder(&self) -> u64 {
+        self.lease.as_ref().map_or(0, |h| h.claim())
+    }
+
     async fn keep_lease(&mut self) -> Result<(), KvError> {
         keep_lease(&mut self.lease, &self.mem, self.clock.now()).await
     }
@@ -263,7 +269,7 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
         self.asked = classes;
         let n = self.retired.len().min(MAX_RETIRES);
         let retires = self.retired.drain(..n).collect();
-        Alloc { want, retires, given: Vec::new() }.encode()
+        Alloc { want, retires, given: Vec::new(), holder: self.holder() }.encode()
     }
 
     /// Waits for the answer to the ALLOC in flight, if any, and takes its
@@ -774,7 +780,8 @@ impl<M: Memory, C: Clock> CloverClient<M, C> {
             let n = self.retired.len().min(MAX_RETIRES);
             let retires = self.retired.drain(..n).collect();
             let g = given.len().min(MAX_GIVEN);
-            let body = Alloc { want: Vec::new(), retires, given: given.drain(..g).collect() }.encode();
+            let body =
+                Alloc { want: Vec::new(), retires, given: given.drain(..g).collect(), holder: self.holder() }.encode();
             self.call(wire::ALLOC, &body).await?;
         }
         Ok(())

@@ -139,10 +139,14 @@
 //! - **Memory** stays flat: a store holds a version per key, the clients'
 //!   pools and what was freed in the last delay ([`Clover::node_bytes`]);
 //!   `clover::tests` runs 7,000 updates through a few dozen groups, with
-//!   wraps, and no chunk is claimed after the warm-up. Lost for good, a
-//!   bounded amount per failure: a crashed client's pool and an MS
-//!   incarnation's free lists (a standby frees the groups it did not make
-//!   without their backups, and tops them up when it hands them out).
+//!   wraps, and no chunk is claimed after the warm-up. A crashed client's
+//!   free groups come back when its id is claimed again ([`ms`]: the MS
+//!   takes back what it lent the id's earlier holder and that holds no
+//!   version). Lost for good, a bounded amount per failure: a version a
+//!   crashed client wrote and had not linked, the pool of a crashed client
+//!   without a lease (a fixed id), and an MS incarnation's free lists and
+//!   what it had lent (a standby frees the groups it did not make without
+//!   their backups, and tops them up when it hands them out).
 //!
 //! # Guarantee: linearizable, each key by its primary
 //!
@@ -338,7 +342,8 @@ pub fn geometry(cfg: &StoreConfig) -> Geometry {
         + 3
         + wire::MAX_WANTS * (2 + MAX_NODES)
         + wire::MAX_RETIRES * (17 + cfg.max_key)
-        + 8 * wire::MAX_GIVEN;
+        + 8 * wire::MAX_GIVEN
+        + 8;
     let group = wire::group_bytes(cfg.replicas.clamp(1, MAX_REPLICAS));
     let batch = RESPONSE_HEADER + wire::ANSWER_HEADER + MAX_NODES * (1 + group * client::BATCH);
     let create = create.max(alloc as u64);

@@ -97,7 +97,18 @@
 //! lost with it: a standby frees the groups it did not make without their
 //! backups (it tops them up with fresh buffers when it hands them out),
 //! and the groups on the crashed one's lists and in its clients' pools are
-//! lost, a bounded loss per crash. Its slab allocator claims fresh chunks,
+//! lost, a bounded loss per crash.
+//!
+//! **A crashed client's pool.** The MS remembers which client id it lent
+//! each group to, until the group is freed. A client's ALLOCs name its
+//! claim of its id (a lease's claim number: the next holder's is larger);
+//! one that names a new claim on an id says the earlier holder is gone
+//! (its lease ran out and its id was claimed again: by the leases' timing
+//! rule, what it posted has landed). The MS then reads the meta word of
+//! each group it lent that holder, and frees those never written in the
+//! incarnation they were lent at (no version is in them, and no cursor
+//! names them); the others hold a version, linked (garbage collection
+//! frees it) or not (lost: one per crash at most). Its slab allocator claims fresh chunks,
 //! so nothing an earlier incarnation handed out is handed out by it unless
 //! freed in a chain from the index's head.
 
@@ -161,6 +172,8 @@ pub struct Paths {
     /// Freed groups handed out for a smaller size class than theirs, as
     /// their node had no room for a new group of that class.
     pub larger: u64,
+    /// Groups taken back unwritten from a client id's earlier holder.
+    pub reclaimed: u64,
 }
 
 /// The metadata server's configuration.
@@ -238,6 +251,11 @@ pub struct MetadataServer {
     /// Per node and size class found full: requests for which a freed
     /// group of a larger class is handed out first (no allocation tried).
     full: HashMap<(NodeId, u8), u32>,
+    /// The groups handed out and not freed since, by primary: to which
+    /// client id, at which GC version.
+    lent: HashMap<RemoteAddr, (u16, u8)>,
+    /// Per client id, the claim of its holder that the last ALLOC named.
+    holders: HashMap<u16, u64>,
     /// Retires that came with ALLOCs, freed after their answers were sent
     /// ([`Service::background`]): an ALLOC's answer waits for no cell
     /// write.
@@ -276,6 +294,8 @@ impl MetadataServer {
             overflow: VecDeque::new(),
             skip: Vec::new(),
             full: HashMap::new(),
+            lent: HashMap::new(),
+            holders: HashMap::new(),
             backlog: VecDeque::new(),
             paths: Paths::default(),
         }
@@ -367,6 +387,7 @@ impl MetadataServer {
     /// handed out larger than it is).
     fn release<M: Memory>(&mut self, mem: &M, c: Cursor) {
         let Some(now) = mem.now_ns() else { return };
+        self.lent.remove(&c.at);
         let class = self.groups.entry(c.at).or_insert_with(|| (c.class, heapless::Vec::new())).0;
         if self.shape.max_class().is_none_or(|max| class > max) {
             self.groups.remove(&c.at);
@@ -639,10 +660,37 @@ impl MetadataServer {
         }
     }
 
+    /// Takes back the groups lent to the earlier holder of client id
+    /// `client`, which is gone (its id was claimed again: see
+    /// [`Alloc::holder`]; what it posted has landed, by the leases' timing
+    /// rule): a group whose primary was never written in the incarnation
+    /// it was lent at holds no version and no cursor names it, and is
+    /// freed; one written holds a version, linked (garbage collection frees
+    /// it) or never linked (lost), and is forgotten. A group whose node
+    /// does not answer stays lent, for the id's next holder to try.
+    async fn reclaim<M: Memory>(&mut self, mem: &M, client: u16) {
+        let lent: Vec<(RemoteAddr, u8)> =
+            self.lent.iter().filter(|(_, l)| l.0 == client).map(|(&at, &(_, gc))| (at, gc)).collect();
+        let metas =
+            join_vec(lent.iter().map(|&(at, _)| read_word(mem, RemoteAddr::new(at.node, at.offset + 8))).collect())
+                .await;
+        for ((at, gc), meta) in lent.into_iter().zip(metas) {
+            let Ok(meta) = meta else { continue };
+            self.lent.remove(&at);
+            // Mutant `clover-keeps-lent`: a crashed client's pool is lost.
+            if buffer::holds_version(meta, gc) || mutant!("clover-keeps-lent") {
+                continue;
+            }
+            let class = self.groups.get(&at).map_or(0, |g| g.0);
+            self.paths.reclaimed += 1;
+            self.release(mem, Cursor::new(at, gc, class));
+        }
+    }
+
     /// Serves an ALLOC: its retires and given-back groups first, then, for
     /// each size class it asks for, up to `nodes[n]` free groups of that
     /// class whose primary is node `n`.
-    async fn batch<M: Memory>(&mut self, mem: &M, body: &[u8], max: usize) -> Result<Answer, KvError> {
+    async fn batch<M: Memory>(&mut self, mem: &M, client: u16, body: &[u8], max: usize) -> Result<Answer, KvError> {
         let nodes = mem.node_count();
         let req = Alloc::decode(body, nodes).ok_or(BAD_REQUEST)?;
         for s in self.skip.iter_mut().chain(self.full.values_mut()) {
@@ -660,6 +708,9 @@ impl MetadataServer {
                 || r.new.at.node != primary(&r.key)
         }) {
             return Err(BAD_REQUEST);
+        }
+        if req.holder != 0 && self.holders.insert(client, req.holder).is_some_and(|h| h != req.holder) {
+            self.reclaim(mem, client).await;
         }
         self.backlog.extend(req.retires);
         for c in req.given {
@@ -689,6 +740,7 @@ impl MetadataServer {
                             // Mutant `clover-larger-batch`: a batch of them.
                             let larger = g.primary.class != w.class && !mutant!("clover-larger-batch");
                             left = if larger { 0 } else { left - 1 };
+                            self.lent.insert(g.primary.at, (client, g.primary.gc));
                             groups[n].push(g);
                         }
                         Err(KvError::Down(_)) => break,
@@ -740,7 +792,7 @@ impl Service for MetadataServer {
             },
             // The retires' work is the MS's own bookkeeping, which the
             // client does not wait for: no roundtrips are reported.
-            wire::ALLOC => self.batch(mem, req.body, max).await.map(|a| (a, 0)),
+            wire::ALLOC => self.batch(mem, req.client, req.body, max).await.map(|a| (a, 0)),
             wire::LOOKUP => Err(BAD_REQUEST),
             _ => return Status::NoSuchMethod,
         };

@@ -620,7 +620,8 @@ fn memory_stays_flat_as_buffers_are_recycled() {
 }
 
 /// Bounded losses (what garbage collection cannot get back after a
-/// crash, `super::ms`): a client that crashes loses the free groups in
+/// crash, `super::ms`): a client that crashes with a fixed id (no lease,
+/// so the MS cannot tell when it is gone) loses the free groups in
 /// its pool (at most `pool` per node) and a version it wrote but had not
 /// linked; the retires it had not sent are found by the MS from the
 /// keys' heads. A metadata server that crashes loses its free lists, and
@@ -841,6 +842,67 @@ fn a_full_node_hands_out_larger_freed_groups() {
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(value(r.get(k).await).as_ref(), Some(&last[i]), "key {i}");
         }
+    })
+    .unwrap();
+}
+
+/// A client that crashes loses no free groups for good: the next holder
+/// of its id names a new claim of it in its ALLOCs (`wire::Alloc::holder`),
+/// and the MS takes back the groups it lent to the earlier holder that
+/// hold no version: after the reuse delay they are handed out again, with
+/// their GC version raised. One that holds a version (linked, or written
+/// and never linked) is left to garbage collection. The MS is driven
+/// directly here, with the ALLOCs of two holders of id 2 (claims 5 and 6).
+/// (The mutant `clover-keeps-lent` takes nothing back.)
+#[test]
+fn a_crashed_holders_unwritten_groups_come_back() {
+    use crate::substrate::msg::rpc::Status;
+    use crate::substrate::msg::server::{Request, Service};
+    use header::Cursor;
+    use wire::{Alloc, Answer, Want};
+
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg, 3, 22);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let index = crate::index::RaceIndex::open(&mem, MS).await.unwrap();
+        let mut ms = MetadataServer::new(ms::Shape::of(&cfg), index);
+        let class = buffer::class(2, 8).unwrap();
+        let body = |per_node: u8, holder: u64| {
+            let want = match per_node {
+                0 => Vec::new(),
+                n => alloc::vec![Want { class, nodes: alloc::vec![n; 3] }],
+            };
+            Alloc { want, retires: Vec::new(), given: Vec::new(), holder }.encode()
+        };
+        let mut alloc = async |client: u16, body: Vec<u8>| {
+            let mut out = Vec::new();
+            let req = Request { client, method: wire::ALLOC, body: &body };
+            assert_eq!(ms.handle(&mem, req, &mut out, 1 << 16).await, Status::Ok);
+            let Some((Answer::Buffers { groups, .. }, _)) = Answer::decode(&out, 3) else { panic!("not groups") };
+            (groups.into_iter().flatten().map(|g| g.primary).collect::<Vec<Cursor>>(), ms.paths().reclaimed)
+        };
+        // The first holder of id 2 takes 4 groups a node, writes a version
+        // in one of them, and crashes.
+        let (lent, _) = alloc(2, body(4, 5)).await;
+        assert_eq!(lent.len(), 12);
+        let written = lent[0];
+        mem.write(written.at, &buffer::encode(b"k0", b"v", crate::kv::place::key_hash(b"k0"), written.gc))
+            .await
+            .unwrap();
+        // The same holder's next ALLOC takes nothing back.
+        assert_eq!(alloc(2, body(0, 5)).await.1, 0, "groups taken back from a live holder");
+        // The id's next holder.
+        let (_, reclaimed) = alloc(2, body(0, 6)).await;
+        assert_eq!(reclaimed, 11, "groups taken back from the crashed holder");
+        // Past the reuse delay, another client gets them, not the written one.
+        mem.sleep(3 * super::read_timeout_ns(&mem)).await;
+        let (again, _) = alloc(3, body(8, 1)).await;
+        for c in &lent[1..] {
+            let next = Cursor { gc: c.gc.wrapping_add(1), ..*c };
+            assert!(again.contains(&next), "{c:?} did not come back");
+        }
+        assert!(again.iter().all(|c| c.at != written.at), "a group holding a version was handed out again");
     })
     .unwrap();
 }

@@ -99,6 +99,9 @@ pub struct Alloc {
     pub retires: Vec<Retire>,
     /// Groups given back unused (at most [`MAX_GIVEN`]): never linked.
     pub given: Vec<Cursor>,
+    /// The client's claim of its id (`Held::claim`; 0 without a lease):
+    /// a new number on a channel says the id's earlier holder is gone.
+    pub holder: u64,
 }
 
 impl Alloc {
@@ -120,6 +123,7 @@ impl Alloc {
         for g in self.given.iter().take(MAX_GIVEN) {
             b.extend_from_slice(&g.location().to_le_bytes());
         }
+        b.extend_from_slice(&self.holder.to_le_bytes());
         b
     }
 
@@ -158,7 +162,8 @@ impl Alloc {
             return None;
         }
         let given = (0..count).map(|j| cursor(i + 8 * j)).collect::<Option<Vec<_>>>()?;
-        (i + 8 * count == b.len()).then_some(Alloc { want, retires, given })
+        let holder = word_at(b, i + 8 * count)?;
+        (i + 8 * count + 8 == b.len()).then_some(Alloc { want, retires, given, holder })
     }
 }
 
@@ -376,12 +381,18 @@ mod tests {
             ],
             retires: alloc::vec![Retire { key: b"key".to_vec(), old: a, new: Cursor::new(a.at, 4, 12) }],
             given: alloc::vec![a],
+            holder: 7,
         };
         assert_eq!(Alloc::decode(&req.encode(), 3), Some(req.clone()));
         assert_eq!(Alloc::decode(&req.encode(), 2), None);
-        assert_eq!(Alloc::decode(&[0, 0, 0], 3), Some(Alloc::default()));
-        assert_eq!(Alloc::decode(&[1, CLASSES as u8, 0, 0, 0], 3), None, "a class no link names");
-        assert_eq!(Alloc::decode(&[MAX_WANTS as u8 + 1, 0, 0, 0], 3), None);
+        assert_eq!(Alloc::decode(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 3), Some(Alloc::default()));
+        assert_eq!(Alloc::decode(&[0, 0, 0], 3), None, "no holder");
+        assert_eq!(
+            Alloc::decode(&[1, CLASSES as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 3),
+            None,
+            "a class no link names"
+        );
+        assert_eq!(Alloc::decode(&[MAX_WANTS as u8 + 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 3), None);
         for e in [
             KvError::Down(MemError::new(NodeId(2), MemErrorKind::Unreachable)),
             KvError::Down(MemError::new(NodeId(1), MemErrorKind::TimedOut)),
