@@ -176,6 +176,16 @@ pub struct Paths {
     pub reclaimed: u64,
 }
 
+/// How [`MetadataServer::group`] had a group.
+enum Had {
+    /// From its class's free list.
+    Recycled,
+    /// Carved fresh.
+    Fresh,
+    /// From a larger class's free list (the node was full).
+    Larger,
+}
+
 /// The metadata server's configuration.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
@@ -433,10 +443,9 @@ impl MetadataServer {
             }
             false => self.free.get_mut(&(node, class)).and_then(|f| f.pop_front()),
         };
-        // How the group was had: 0 recycled, 1 fresh, 2 a larger freed
-        // one (counted once it is handed out).
+        // How the group was had (counted once it is handed out).
         let (primary, how) = match reused {
-            Some(c) => (c, 0),
+            Some(c) => (c, Had::Recycled),
             // A node with no room for a new buffer of this class hands out a
             // freed group of a larger one (it keeps its class), so that the
             // memory freed by a workload whose values shrink is not stranded
@@ -444,17 +453,18 @@ impl MetadataServer {
             // found full for a class, the larger groups go first for a while,
             // with no allocation tried.
             None => {
-                match self.full.get(&(node, class)).is_some_and(|&n| n > 0).then(|| self.larger_free(node, class)) {
-                    Some(Some(c)) => (c, 2),
-                    _ => match self.alloc(mem, node, class).await {
+                let full = self.full.get(&(node, class)).is_some_and(|&n| n > 0);
+                match full.then(|| self.larger_free(node, class)).flatten() {
+                    Some(c) => (c, Had::Larger),
+                    None => match self.alloc(mem, node, class).await {
                         Ok(at) => {
                             self.groups.insert(at, (class, heapless::Vec::new()));
-                            (Cursor::new(at, 0, class), 1)
+                            (Cursor::new(at, 0, class), Had::Fresh)
                         }
                         Err(e @ (KvError::NodeFull { .. } | KvError::BadConfig(_))) => {
                             self.full.insert((node, class), RETRY_AFTER);
                             match self.larger_free(node, class) {
-                                Some(c) => (c, 2),
+                                Some(c) => (c, Had::Larger),
                                 None => return Err(e),
                             }
                         }
@@ -492,9 +502,9 @@ impl MetadataServer {
             return Err(e);
         }
         match how {
-            0 => self.paths.recycled += 1,
-            1 => self.paths.fresh += 1,
-            _ => (self.paths.recycled, self.paths.larger) = (self.paths.recycled + 1, self.paths.larger + 1),
+            Had::Recycled => self.paths.recycled += 1,
+            Had::Fresh => self.paths.fresh += 1,
+            Had::Larger => (self.paths.recycled, self.paths.larger) = (self.paths.recycled + 1, self.paths.larger + 1),
         }
         self.paths.buffers += 1;
         Ok(Group { primary, backups })
