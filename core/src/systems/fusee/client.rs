@@ -52,15 +52,27 @@ pub(super) struct LogState {
     /// The location of the id's last object (the next one's `prev`), 0 if
     /// none.
     pub last: u64,
-    /// Its arena offset and sum, if this client wrote it and its commit is
-    /// not yet decided.
-    pub current: Option<(u64, u64)>,
+    /// The last object, if this client wrote it and its commit is not yet
+    /// decided.
+    pub current: Option<Current>,
     /// Its commit, decided and not yet written: the arena offset and
     /// bytes, to ride with the next object or delete.
     pub pending: Option<(u64, [u8; 16])>,
     /// The chunk range the lease record names as this id's log anchor
     /// (`start..end`): objects outside it need a new record first.
     pub anchor: Option<(u64, u64)>,
+}
+
+/// The last object a client wrote, its outcome undecided.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Current {
+    /// Its arena offset.
+    pub offset: u64,
+    /// Its sum (what its commit's check names).
+    pub sum: u64,
+    /// The slot word its change starts from as its log says (its `base`,
+    /// or a provisional commit's), 0 if not known.
+    pub base: u64,
 }
 
 /// The most rounds a delete tries before it gives up
@@ -146,14 +158,14 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         }
         self.log.pending = None;
         self.log.last = w;
-        self.log.current = Some((offset, object::sum_in(bytes)));
+        self.log.current = Some(Current { offset, sum: object::sum_in(bytes), base: object::base_in(bytes) });
     }
 
     /// The last object's operation answered: its commit, to be written
     /// with the next object (or delete, or at close).
     fn settle(&mut self, kind: Kind, old: u64) {
-        if let Some((offset, sum)) = self.log.current.take() {
-            self.log.pending = Some((offset + object::COMMIT as u64, object::commit(sum, kind, old)));
+        if let Some(c) = self.log.current.take() {
+            self.log.pending = Some((c.offset + object::COMMIT as u64, object::commit(c.sum, kind, old)));
         }
     }
 
@@ -185,6 +197,10 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// entry) it starts again from the word the index found, which this
     /// operation now saw. The key's new entry (`None` for a loser), or
     /// [`Missing::NotFound`] if the key is not mapped (deleted).
+    ///
+    /// A round from another word than the one the object logs as its base
+    /// writes that word beside it as the object's provisional commit
+    /// ([`Kind::Started`]), so that recovery can redo the change.
     async fn swing(
         &mut self,
         key: &[u8],
@@ -193,7 +209,11 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         mut seen: bool,
     ) -> Result<Result<Option<Entry>, Missing>, KvError> {
         for _ in 0..RETRIES {
-            let changed = Box::pin(self.seat.index.update(&self.mem, key, Expect::Entry(entry), location)).await?;
+            let side = self.started(entry.word);
+            let records = self.seat.index.records();
+            let (mem, index) = (&self.mem, &mut self.seat.index);
+            let change = Box::pin(index.update(mem, key, Expect::Entry(entry), location));
+            let changed = beside(&records, mem, side, change).await?;
             match changed {
                 Change::Done { now: Some(now), .. } => {
                     self.remember(key, now, false);
@@ -221,6 +241,18 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             }
         }
         Err(KvError::Contended)
+    }
+
+    /// The provisional commit of the last object, to be written beside a
+    /// round from `word`, if its log does not say that word yet (the
+    /// object's base, or the last such commit).
+    fn started(&mut self, word: u64) -> Option<(u64, [u8; 16])> {
+        let c = self.log.current.as_mut()?;
+        if word == c.base || mutant!("fusee-no-round-base") {
+            return None;
+        }
+        c.base = word;
+        Some((c.offset + object::COMMIT as u64, object::commit(c.sum, Kind::Started, word)))
     }
 
     /// The key's entry: cached (no roundtrip), or from the index (two
@@ -307,6 +339,23 @@ async fn put<M: Memory>(
             Ok(wrote?)
         }
         _ => Ok(write.await?),
+    }
+}
+
+/// Runs an index change with `side` (a commit: its arena offset and
+/// bytes) written beside it, to every replica at once with its first
+/// phase: no roundtrip of its own. Best effort: the change's outcome is
+/// what it answers (a commit that misses a majority costs recovery only
+/// what it would have known).
+async fn beside<M: Memory, T>(
+    records: &Records,
+    mem: &M,
+    side: Option<(u64, [u8; 16])>,
+    change: impl core::future::Future<Output = T>,
+) -> T {
+    match side {
+        Some((at, c)) => join2(Box::pin(async move { records.write(mem, at, &c).await }), change).await.1,
+        None => change.await,
     }
 }
 
@@ -415,31 +464,57 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
     }
 
     /// The slot changed to a tombstone from the entry (two roundtrips with
-    /// the entry cached). A delete that finds another client's change
-    /// there first may not return (see [`super`], "Losers"): it waits a
-    /// little (doubling, jittered, so that it does not lose to the same
-    /// writers again and again) and tries again from the word it found.
+    /// the entry cached), with the delete's log entry (an object with no
+    /// value, the last object's commit ahead of it) written beside the
+    /// first round. A delete that finds another client's change there
+    /// first may not return (see [`super`], "Losers"): it waits a little
+    /// (doubling, jittered, so that it does not lose to the same writers
+    /// again and again) and tries again from the word it found.
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
         self.seat.keep(&self.mem).await?;
         let Some(mut entry) = self.find(key).await? else { return Ok(Err(Missing::NotFound)) };
         self.cache.remove(key);
+        let (offset, w, mut anchor) = self.alloc(key, b"").await?;
+        let bytes = self.encode(key, b"", Op::Delete, entry.word);
+        let mut logged = false;
         let mut wait = FIRST_WAIT_NS;
-        // The last object's commit goes with the first round (its outcome
-        // does not matter to the delete: recovery decides a last entry
-        // without a commit from the index).
-        let mut commit = self.log.pending.take();
         for tried in 0..DELETE_TRIES {
             let records = self.seat.index.records();
-            let (mem, index) = (&self.mem, &mut self.seat.index);
-            let remove = Box::pin(index.remove(mem, key, Expect::Entry(entry)));
-            let removed = match commit.take() {
-                Some((at, c)) => join2(Box::pin(async move { records.write(mem, at, &c).await }), remove).await.1,
-                None => remove.await,
+            let removed = if logged {
+                let side = self.started(entry.word);
+                let (mem, index) = (&self.mem, &mut self.seat.index);
+                beside(&records, mem, side, Box::pin(index.remove(mem, key, Expect::Entry(entry)))).await
+            } else {
+                let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
+                let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
+                let (wrote, removed) = join2(
+                    Box::pin(put(&records, mem, lease, before, (offset, &bytes), anchor.as_ref())),
+                    Box::pin(index.remove(mem, key, Expect::Entry(entry))),
+                )
+                .await;
+                if wrote.is_ok() {
+                    self.wrote(offset, w, &bytes, anchor.take());
+                }
+                logged = true;
+                removed
             };
-            match removed? {
-                Change::Done { .. } => return Ok(Ok(Written)),
-                Change::NotFound => return Ok(Err(Missing::NotFound)),
+            let removed = match removed {
+                Ok(r) => r,
+                Err(e) => {
+                    self.settle(Kind::InDoubt, entry.word);
+                    return Err(e.into());
+                }
+            };
+            match removed {
+                Change::Done { .. } => {
+                    self.settle(Kind::Published, entry.word);
+                    return Ok(Ok(Written));
+                }
+                Change::NotFound => {
+                    self.settle(Kind::Unpublished, 0);
+                    return Ok(Err(Missing::NotFound));
+                }
                 Change::Mismatch { current } => {
                     self.paths.lost_changes += 1;
                     entry = current;
@@ -451,6 +526,7 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
                 }
             }
         }
+        self.settle(Kind::InDoubt, entry.word);
         Err(KvError::Contended)
     }
 

@@ -48,13 +48,15 @@ pub enum Outcome {
     /// one committed.
     Nothing,
     /// The index already held its object (its change took effect, by its
-    /// writer or a helper).
+    /// writer or a helper); for a delete, the key was not mapped.
     Done,
     /// The key still mapped to the word its change started from: recovery
-    /// made the change (at most once: see [`super`]).
+    /// made the change, by its own SNAPSHOT round from that word or by
+    /// completing the crashed holder's round its round met (at most once:
+    /// see [`super`]).
     Redone,
-    /// The key moved on without it (or its base was not known): left
-    /// undone.
+    /// The key moved on without it (or the word its change started from
+    /// was not known): left undone.
     Dropped,
 }
 
@@ -163,11 +165,15 @@ pub(super) async fn recover<M: Memory, C: Clock>(
         let whole = copies.iter().enumerate().find_map(|(i, b)| object::entry(&b[at..]).map(|e| (i, e)));
         match whole {
             Some((copy, mut entry)) if entry.len as usize <= len - at => {
-                // A commit counts from any copy that holds it whole.
-                entry.commit = copies
+                // A commit counts from any copy that holds it whole, an
+                // outcome before a provisional one (which a late write may
+                // have left over it on a replica).
+                let commits: Vec<(Kind, u64)> = copies
                     .iter()
                     .filter_map(|b| object::entry(&b[at..]).filter(|x| x.sum == entry.sum))
-                    .find_map(|x| x.commit);
+                    .filter_map(|x| x.commit)
+                    .collect();
+                entry.commit = commits.iter().find(|(k, _)| *k != Kind::Started).or(commits.first()).copied();
                 let step = entry.len as usize;
                 found.push(Found { offset: start + at as u64, entry, copy });
                 at += step;
@@ -206,7 +212,7 @@ pub(super) async fn recover<M: Memory, C: Clock>(
     state.anchor = Some((start, end));
     state.last = found.last().map_or(before, location);
     let outcome = match found.last() {
-        Some(f) if f.entry.commit.is_none() => {
+        Some(f) if f.entry.outcome().is_none() => {
             let bytes = &copies[f.copy][(f.offset - start) as usize..][..f.entry.len as usize];
             Box::pin(decide(mem, &mut seat.index, f, bytes)).await?
         }
@@ -218,21 +224,36 @@ pub(super) async fn recover<M: Memory, C: Clock>(
 }
 
 /// Decides the crashed holder's last entry `f` (its object's bytes
-/// `bytes`), which has no commit, and commits it: done if the key's slot
-/// holds its object; redone if the slot still holds the word its change
-/// started from (the object written to a majority first, then the change
-/// from that word: it takes effect at most once); dropped otherwise.
+/// `bytes`), which has no outcome in its commit, and commits it: done if
+/// the key's slot holds its object (a delete: if the key is not mapped);
+/// redone if the slot still holds the word its change last started a
+/// round from ([`object::Entry::round_base`]; an update's object written
+/// to a majority first, then the change from that word: it takes effect
+/// at most once); dropped otherwise.
 async fn decide<M: Memory>(mem: &M, index: &mut SnapshotIndex, f: &Found, bytes: &[u8]) -> Result<Outcome, KvError> {
     let e = &f.entry;
     let key = &bytes[e.key.clone()];
     let location = object::location(f.offset, e.len).ok_or(KvError::Corrupt)?;
+    let base = e.round_base();
     let records = index.records();
     let current = Box::pin(index.lookup(mem, key)).await?;
     // The mutant redoes from whatever the key maps to now: an operation
     // that took effect and was overwritten since takes effect again.
-    let redo = |word: u64| e.base != 0 && (word == e.base || mutant!("fusee-redo-moved-on"));
+    let redo = |word: u64| base != 0 && (word == base || mutant!("fusee-redo-moved-on"));
     let (outcome, old) = match current {
-        Some(c) if c.location == location => (Outcome::Done, e.base),
+        // Removed: by this delete, or by another (this one then need not
+        // take effect; either way there is nothing to redo).
+        None if e.op == object::Op::Delete => (Outcome::Done, base),
+        Some(c) if e.op != object::Op::Delete && c.location == location => (Outcome::Done, base),
+        Some(c) if redo(c.word) && e.op == object::Op::Delete => {
+            match Box::pin(index.remove(mem, key, Expect::Entry(c))).await? {
+                Change::Done { .. } => (Outcome::Redone, c.word),
+                // The crashed holder's own round, which recovery's completed
+                // (or another delete, meanwhile).
+                Change::NotFound => (Outcome::Redone, c.word),
+                Change::Mismatch { current } => (Outcome::Dropped, current.word),
+            }
+        }
         Some(c) if redo(c.word) => {
             // On a majority first (it may be whole on fewer), its commit
             // empty: no reader can reach it yet, nor misread it.
@@ -241,8 +262,8 @@ async fn decide<M: Memory>(mem: &M, index: &mut SnapshotIndex, f: &Found, bytes:
             Box::pin(records.write(mem, f.offset, &whole)).await?;
             match Box::pin(index.update(mem, key, Expect::Entry(c), location)).await? {
                 Change::Done { .. } => (Outcome::Redone, c.word),
-                // A helper committed the crashed holder's own round.
-                Change::Mismatch { current } if current.location == location => (Outcome::Done, c.word),
+                // The crashed holder's own round, which recovery's completed.
+                Change::Mismatch { current } if current.location == location => (Outcome::Redone, c.word),
                 Change::Mismatch { current } => (Outcome::Dropped, current.word),
                 Change::NotFound => (Outcome::Dropped, 0),
             }

@@ -22,6 +22,7 @@
 //! insert(k, v):          WRITE object ∥ read k's buckets; SNAPSHOT insert      # 3 RTT
 //!                        k mapped already: an update, with the same object
 //! delete(k):             SNAPSHOT change to a tombstone from the entry         # 2 RTT
+//!                        (its log entry written beside the first phase)
 //! ```
 //!
 //! # Where objects live
@@ -173,7 +174,15 @@
 //! starts from if known when written (`base`: a cached entry's word; the
 //! common update), all under the object's sum and written with it; and a
 //! *commit* (`old`, the word the change replaced, and a check that names
-//! the object and the outcome) outside the sum.
+//! the object and the outcome) outside the sum. A delete writes an object
+//! too (FUSEE's temporary delete object: its key, no value; no slot ever
+//! points at it), beside its first round: no roundtrip of its own. A
+//! round that starts from a word the object does not log (the lookup of
+//! an uncached update or insert ran beside its write; a stale cached
+//! entry's round lost and starts again from the word found) writes that
+//! word beside its first phase, to the object's commit, as a provisional
+//! commit (`Started`), which the outcome overwrites: so recovery knows the
+//! word the entry's last round started from, whichever path it took.
 //!
 //! **Finding the log.** The lease record of the id names the chunk the
 //! id's objects are carved from now and the entry before it (the anchor,
@@ -186,15 +195,19 @@
 //! majority before it is acted on, and survives every fault the lease
 //! survives; and over recording every entry there (a majority write per
 //! operation). The anchor is written beside the chunk's first object, in
-//! the same roundtrip; a client that crashes with the object written and
-//! its anchor not had not started the object's change (it waits for
-//! both), so recovery misses no operation in doubt, only the chunk's
-//! space.
+//! the same roundtrip; a client that crashes with an update's or insert's
+//! object written and its anchor not had not started the object's change
+//! (it waits for both), so recovery misses no such operation in doubt,
+//! only the chunk's space. A delete's object and anchor go beside its
+//! first round: a delete that crashes in that roundtrip with its round
+//! started and its entry (or the anchor of the chunk it starts) not landed
+//! is missed by recovery, and its round left to other clients' helping
+//! (at most once), as every delete was before deletes were logged.
 //!
 //! **The commit costs no roundtrip**: it is written with the client's next
 //! object, ahead of it in the same ordered pipeline to each replica
 //! ([`Records::write_with`](crate::index::snapshot::records::Records::write_with)),
-//! or beside the first round of its next delete, or at close. So every
+//! a delete's included, or at close. So every
 //! entry but the last is committed on every replica that holds its
 //! successor, and an entry with a successor is one whose operation
 //! answered (a client runs one operation at a time). Recovery therefore
@@ -208,26 +221,32 @@
 //! (its lease expired with the record "taken"; [`FuseeClient::recovery`]
 //! says what it took): it reads the anchored chunk from every replica of
 //! the view (one roundtrip: the log walk), scans it for whole objects and
-//! walks `prev` back from the last, then decides the last entry if it has
-//! no commit:
+//! walks `prev` back from the last, then decides the last entry if its
+//! commit says no outcome (none, or a provisional one). Its *base* here is
+//! the word its last round started from: the provisional commit's, else
+//! the object's `base`.
 //!
-//! - the key's slot holds its object: done (its writer's or a helper's
-//!   change took effect);
-//! - the slot still holds its `base`: no change of the key took effect
+//! - the key's slot holds its object (a delete's: the key is not mapped):
+//!   done (its writer's or a helper's change took effect; for a delete,
+//!   it or another one);
+//! - the slot still holds its base: no change of the key took effect
 //!   since the operation read that word (every word a slot holds is new),
-//!   so neither did the operation. Recovery writes the object to a
-//!   majority again and changes the slot from `base` to it: a SNAPSHOT
-//!   round from `base`, which commits at most one word: the crashed
-//!   writer's own frozen round (helped) or recovery's, both naming the
-//!   object. The operation takes effect once, inside its own interval
-//!   (it never answered), and after no other completed change of the key;
-//! - otherwise (the key moved on, was removed, or `base` is unknown):
+//!   so neither did the operation (its rounds from earlier words ended
+//!   when the primary left them, before it read the base). Recovery writes
+//!   an update's object to a majority again and changes the slot from the
+//!   base to it (a delete: to a tombstone): a SNAPSHOT round from the
+//!   base, which commits at most one word: the crashed writer's own frozen
+//!   round (helped) or recovery's, both the operation's. It takes effect
+//!   once, inside its own interval (it never answered), and after no
+//!   other completed change of the key (redone);
+//! - otherwise (the key moved on, was removed, or the base is unknown):
 //!   dropped. Had the operation taken effect, redoing it now would apply
-//!   it twice (a value overwritten since would come back); had it not, it
-//!   can no longer: its round from `base` ends when the primary leaves
-//!   `base`, which it never holds again. (A round it started from a later
-//!   word, after losing one from a stale cache, may still be helped; that
-//!   is its single effect, never a second.)
+//!   it twice (a value overwritten since would come back; a key inserted
+//!   again would be deleted again); had it not, it can no longer: its
+//!   round from the base ends when the primary leaves the base, which it
+//!   never holds again. (A round whose provisional commit reached no
+//!   replica recovery read may still be helped; that is its single
+//!   effect, never a second.)
 //!
 //! and writes the decision as the entry's commit. The history checker
 //! lets a crashed client's pending operation take effect at any time after
@@ -257,23 +276,19 @@
 //!
 //! - A client with a given id (no lease, [`Who::Id`]) has no lease record
 //!   to anchor its log in: nobody recovers it.
-//! - Deletes write no log entry (FUSEE's temporary delete object): a
-//!   client that crashes in a delete leaves its SNAPSHOT round to other
-//!   clients' helping, as before; recovery decides only objects.
-//! - An update or insert that did not know the slot word it starts from
-//!   when it wrote its object (not cached: the lookup or the buckets' read
-//!   runs beside the write; a bypassed key logs its cached word) logs no
-//!   base; recovery then finishes it only if the index already holds it,
-//!   and otherwise drops it (its round, if it reached the backups, is left
-//!   to helping, at most once still).
+//! - An insert of a new key (into an empty slot) that crashed is decided
+//!   only if the index holds its object; otherwise dropped, not redone:
+//!   an empty slot does not tell whether the insert took effect and its
+//!   key was deleted since.
 //! - The two-level memory management: the ALLOC server beside each memory
 //!   node, blocks, size classes, free bitmaps (§4.4); objects come from
 //!   the index arena (above) and are never freed.
 //! - Garbage collection of superseded objects and of the index's blocks
 //!   (and with it the reuse checks a get would need, above). The log's
 //!   commits say which word each change replaced, what GC would free; a
-//!   recovered "dropped" entry may still be published by a round it
-//!   started from a later word (above), so GC must check the slot first.
+//!   recovered "dropped" entry may still be published by a round whose
+//!   provisional commit recovery did not read (above), so GC must check
+//!   the slot first.
 //!   A crashed holder's chunk past the anchored one (claimed for a key
 //!   block, never anchored) is lost space, as a released id's chunks are
 //!   not. Until then

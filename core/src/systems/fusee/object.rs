@@ -4,7 +4,7 @@
 //! its writer's embedded operation log.
 //!
 //! ```text
-//! 0   key length:16 | op:8 | 0:8 | value length:32
+//! 0   key length:16 | op:8 | 0:8 | value length:32    op: 1 update, 2 insert, 3 delete
 //! 8   sum:64      xxh3 (seeded) of bytes 0..8 and 16..32, the key and the value
 //! 16  prev:64     location of the previous object of the writer's id (its log), 0: none
 //! 24  base:64     the slot word the writer's change starts from, if known when
@@ -25,10 +25,15 @@
 //! `op`, `prev` and `base` are the log entry: what the object's operation
 //! is, the writer's previous entry, and the word its change starts from.
 //! All three are known before the object is written, so the log costs no
-//! write of its own. The *commit* (`old`, `check`) is the one part written
-//! later, once the operation answered: with the writer's next object (in
-//! the same pipeline to each replica) or next delete, or when it closes
-//! (see [`super`] for when and what recovery concludes from it). It is the
+//! write of its own. A delete writes an object too, with no value (FUSEE's
+//! temporary delete object), beside its first round. The *commit* (`old`,
+//! `check`) is the one part written later, once the operation answered:
+//! with the writer's next object (in the same pipeline to each replica),
+//! or when it closes (see [`super`] for when and what recovery concludes
+//! from it). A change whose round starts from a word the object does not
+//! log as its `base` writes a provisional commit beside that round
+//! ([`Kind::Started`], naming the word), so that recovery knows where to
+//! redo it from. The commit is the
 //! only part of an object that ever changes, and readers never misread it
 //! because nothing they check covers it: the sum leaves bytes 32..48 out,
 //! and [`decode`] reads neither. A commit is taken only whole and only for
@@ -70,6 +75,21 @@ pub enum Op {
     Update = 1,
     /// An insert.
     Insert = 2,
+    /// A delete: a log entry only (FUSEE's temporary delete object), with
+    /// the key and no value; no slot ever points at it, and [`decode`]
+    /// never answers it as a value.
+    Delete = 3,
+}
+
+impl Op {
+    fn of(b: u8) -> Option<Op> {
+        Some(match b {
+            1 => Op::Update,
+            2 => Op::Insert,
+            3 => Op::Delete,
+            _ => return None,
+        })
+    }
 }
 
 /// How an object's operation ended, as its commit says.
@@ -89,6 +109,12 @@ pub enum Kind {
     /// Its writer crashed, and a recovering client found the key moved on
     /// without it (`old`: the word found): recovery will not redo it.
     Dropped = 5,
+    /// Not an outcome: its change is running a SNAPSHOT round from `old`,
+    /// a slot word it learnt after the object was written (so not its
+    /// `base`: a lookup beside the write, or a retry after a lost round).
+    /// Written beside the round, and overwritten by the outcome; recovery
+    /// takes it as the entry's base and the entry as undecided.
+    Started = 6,
 }
 
 impl Kind {
@@ -99,6 +125,7 @@ impl Kind {
             3 => Kind::InDoubt,
             4 => Kind::Recovered,
             5 => Kind::Dropped,
+            6 => Kind::Started,
             _ => return None,
         })
     }
@@ -158,7 +185,16 @@ pub fn commit(sum: u64, kind: Kind, old: u64) -> [u8; 16] {
 
 /// The sum of an encoded object (its bytes 8..16).
 pub fn sum_in(b: &[u8]) -> u64 {
-    b.get(8..16).and_then(|s| s.try_into().ok()).map_or(0, u64::from_le_bytes)
+    word_in(b, 8)
+}
+
+/// The base an encoded object logs (its bytes 24..32).
+pub fn base_in(b: &[u8]) -> u64 {
+    word_in(b, 24)
+}
+
+fn word_in(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_le_bytes)
 }
 
 /// A whole object read back as a log entry ([`entry`]).
@@ -180,6 +216,24 @@ pub struct Entry {
     pub commit: Option<(Kind, u64)>,
 }
 
+impl Entry {
+    /// Its outcome, if its commit says one (a [`Kind::Started`] commit
+    /// does not).
+    pub fn outcome(&self) -> Option<(Kind, u64)> {
+        self.commit.filter(|&(k, _)| k != Kind::Started)
+    }
+
+    /// The slot word its change started its last round from, as far as the
+    /// log knows: a [`Kind::Started`] commit's, else the object's `base`
+    /// (0: not known).
+    pub fn round_base(&self) -> u64 {
+        match self.commit {
+            Some((Kind::Started, old)) => old,
+            _ => self.base,
+        }
+    }
+}
+
 /// `b` read as a log entry, if it starts with a whole object (any key);
 /// `None` for anything else, never a panic.
 pub fn entry(b: &[u8]) -> Option<Entry> {
@@ -187,11 +241,7 @@ pub fn entry(b: &[u8]) -> Option<Entry> {
     let word = |at: usize| head[at..at + 8].try_into().ok().map(u64::from_le_bytes);
     let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
     let vlen = u32::from_le_bytes(head[4..8].try_into().ok()?) as usize;
-    let op = match head[2] {
-        1 => Op::Update,
-        2 => Op::Insert,
-        _ => return None,
-    };
+    let op = Op::of(head[2])?;
     if klen == 0 || head[3] != 0 {
         return None;
     }
@@ -214,7 +264,7 @@ pub fn decode(b: &[u8], key: &[u8]) -> Option<core::ops::Range<usize>> {
     let head = b.get(0..HEADER)?;
     let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
     let vlen = u32::from_le_bytes(head[4..8].try_into().ok()?) as usize;
-    if klen == 0 || klen != key.len() {
+    if klen == 0 || klen != key.len() || head[2] == Op::Delete as u8 {
         return None;
     }
     let end = HEADER.checked_add(klen)?.checked_add(vlen)?;

@@ -494,6 +494,15 @@ proptest! {
         prop_assert_eq!(object::decode(&c, &key), object::decode(&b, &key));
         c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum ^ 1, object::Kind::Published, old));
         prop_assert_eq!(object::entry(&c).unwrap().commit, None);
+        // A provisional commit is no outcome, and names the round's base.
+        c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum, object::Kind::Started, old));
+        let started = object::entry(&c).unwrap();
+        prop_assert_eq!((started.outcome(), started.round_base()), (None, old));
+        prop_assert_eq!((e.outcome(), e.round_base()), (None, base));
+        // A delete's object is a log entry of its key, never a value.
+        let d = object::encode(&key, &[], object::Log { op: object::Op::Delete, prev, base });
+        prop_assert_eq!(object::entry(&d).map(|e| e.op), Some(object::Op::Delete));
+        prop_assert_eq!(object::decode(&d, &key), None);
         prop_assert_eq!(object::decode(&b[..used - 1], &key), None);
         let mut other = key.clone();
         other[0] ^= 1;
@@ -543,6 +552,7 @@ async fn logged<K: KvClient>(
     let ret = match op {
         KvOp::Update(_, v) => c.update(b"k", &value_of(v)).await.unwrap().map_or(KvRet::NotFound, |_| KvRet::Ok),
         KvOp::Insert(_, v) => c.insert(b"k", &value_of(v)).await.map(|_| KvRet::Ok).unwrap(),
+        KvOp::Delete(_) => c.delete(b"k").await.unwrap().map_or(KvRet::NotFound, |_| KvRet::Ok),
         _ => match c.get(b"k").await.unwrap() {
             Got::Found(v) => KvRet::Found(crate::check::id_of(&v)),
             _ => KvRet::NotFound,
@@ -559,14 +569,26 @@ fn value_of(id: u64) -> Vec<u8> {
     crate::check::value((id >> 32) as u8, id & 0xffff_ffff, 40)
 }
 
-/// Client A (leased id 1) inserts `k` and caches it, then starts an update
-/// at `T0` and crashes `crash_at` ns into it. If `moved_on`, client C then
-/// reads `k`, updates it and reads it again. After A's lease, client R
-/// claims id 1 and recovers A's log; it crashes `r_crash` ns into its open
-/// (if given), and R2 recovers again. A fresh client reads `k` last. Every
-/// operation goes into one history, A's update pending, which must be
-/// linearizable.
-fn crash_and_recover(crash_at: u64, moved_on: bool, r_crash: Option<u64>) -> Recovered {
+/// The operation client A crashes in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Crashed {
+    /// An update of `k`, which A inserted (and cached) before.
+    Update,
+    /// An update of `k`, which another client inserted: A's object is
+    /// written beside its lookup, so it does not log its base.
+    UncachedUpdate,
+    /// A delete of `k`, which A inserted (and cached) before.
+    Delete,
+}
+
+/// Client A (leased id 1) starts `op` at `T0` and crashes `crash_at` ns
+/// into it (see [`Crashed`] for what it did before). If `moved_on`, client
+/// C then reads `k`, writes it (an update; an insert after a delete) and
+/// reads it again. After A's lease, client R claims id 1 and recovers A's
+/// log; it crashes `r_crash` ns into its open (if given), and R2 recovers
+/// again. A fresh client reads `k` last. Every operation goes into one
+/// history, A's last one pending, which must be linearizable.
+fn crash_and_recover(op: Crashed, crash_at: u64, moved_on: bool, r_crash: Option<u64>) -> Recovered {
     use swarm_lincheck::KvOp;
     const T0: u64 = 1_000_000;
     let mut cfg = config(4);
@@ -575,19 +597,31 @@ fn crash_and_recover(crash_at: u64, moved_on: bool, r_crash: Option<u64>) -> Rec
     let lease_wait = cfg.lease_ms as u64 * 1_000_000 + 3 * crate::substrate::clock::MAX_SKEW_NS + 1_000_000;
     let hist: Rc<RefCell<Hist>> = Rc::new(RefCell::new(swarm_lincheck::History::new()));
     let (v1, v2, v3) = (1u64 << 32 | 1, 1u64 << 32 | 2, 3u64 << 32 | 1);
+    // B, for an uncached update: the key's first writer.
+    let start = sim.now();
+    if op == Crashed::UncachedUpdate {
+        let mb = sim.client();
+        let (m, cfg, hist) = (mb.clone(), cfg.clone(), hist.clone());
+        sim.spawn(&mb, async move {
+            let mut b = client(m.clone(), &m, &cfg, 2).await;
+            logged(&mut b, &m, &hist, 2, KvOp::Insert(0, v1)).await;
+        });
+    }
     // A.
     let ma = sim.client();
-    let start = sim.now();
     {
         let (m, cfg, hist) = (ma.clone(), cfg.clone(), hist.clone());
         sim.spawn(&ma, async move {
             let mut a = claim(&m, &cfg, 1).await;
-            logged(&mut a, &m, &hist, 1, KvOp::Insert(0, v1)).await;
-            logged(&mut a, &m, &hist, 1, KvOp::Get(0)).await;
+            if op != Crashed::UncachedUpdate {
+                logged(&mut a, &m, &hist, 1, KvOp::Insert(0, v1)).await;
+                logged(&mut a, &m, &hist, 1, KvOp::Get(0)).await;
+            }
             m.sleep((start + T0).saturating_sub(m.now())).await;
-            logged(&mut a, &m, &hist, 1, KvOp::Update(0, v2)).await;
-            // Crashed at the latest here: its update answered, unrecorded
-            // in its log's commit.
+            let last = if op == Crashed::Delete { KvOp::Delete(0) } else { KvOp::Update(0, v2) };
+            logged(&mut a, &m, &hist, 1, last).await;
+            // Crashed at the latest here: its operation answered,
+            // unrecorded in its log's commit.
             m.sleep(1_000_000_000).await;
         });
     }
@@ -600,7 +634,8 @@ fn crash_and_recover(crash_at: u64, moved_on: bool, r_crash: Option<u64>) -> Rec
             m.sleep((start + T0 + 50_000).saturating_sub(m.now())).await;
             let mut c = client(m.clone(), &m, &cfg, 3).await;
             logged(&mut c, &m, &hist, 3, KvOp::Get(0)).await;
-            logged(&mut c, &m, &hist, 3, KvOp::Update(0, v3)).await;
+            let write = if op == Crashed::Delete { KvOp::Insert(0, v3) } else { KvOp::Update(0, v3) };
+            logged(&mut c, &m, &hist, 3, write).await;
             logged(&mut c, &m, &hist, 3, KvOp::Get(0)).await;
         });
     }
@@ -637,7 +672,7 @@ fn crash_and_recover(crash_at: u64, moved_on: bool, r_crash: Option<u64>) -> Rec
     let verdict = swarm_lincheck::check(&swarm_lincheck::Kv::lazy_unmap(), hist.borrow().operations());
     assert!(
         verdict.is_linearizable(),
-        "crash {crash_at} ns into A's update, moved on {moved_on}, R crashed {r_crash:?}: not linearizable: \
+        "crash {crash_at} ns into A's {op:?}, moved on {moved_on}, R crashed {r_crash:?}: not linearizable: \
          {verdict}\n{:?}",
         hist.borrow().operations()
     );
@@ -671,7 +706,7 @@ fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
     let mut moved_on = Vec::new();
     for step in 0..25u64 {
         let d = step * 400;
-        let alone = crash_and_recover(d, false, None);
+        let alone = crash_and_recover(Crashed::Update, d, false, None);
         let rec = alone.first.expect("the next holder recovered the log");
         *seen.entry(std::format!("{:?}", rec.outcome)).or_insert(0) += 1;
         if rec.found == 2 {
@@ -691,7 +726,7 @@ fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
                 rec.redo_ns / 2_000
             );
         }
-        let moved = crash_and_recover(d, true, None);
+        let moved = crash_and_recover(Crashed::Update, d, true, None);
         moved_on.push((d, moved.first.expect("the next holder recovered the log")));
     }
     std::println!("outcomes of the crashed update: {seen:?}");
@@ -701,6 +736,73 @@ fn a_crashed_clients_update_is_finished_at_most_once_by_the_next_holder() {
         assert_ne!(rec.outcome, Outcome::Redone, "crash at {d}, key moved on: {rec:?}");
     }
     assert!(seen.get("Redone").is_some_and(|&n| n > 0) && seen.get("Done").is_some_and(|&n| n > 0), "{seen:?}");
+}
+
+/// Client-crash recovery of an update whose object did not know the slot
+/// word its change starts from (the key not cached: the lookup runs
+/// beside the object's write), with A crashed at every point of it (every
+/// 400 ns): the round's base, written beside its first phase as the
+/// object's provisional commit, lets the next holder redo the update
+/// where the key did not move on (without it, the mutant
+/// `fusee-no-round-base`, recovery can only drop such an update), never
+/// where it did; every history linearizable.
+#[test]
+fn a_crashed_clients_uncached_update_is_redone_from_its_rounds_base() {
+    use super::Outcome;
+    let (v1, v2) = (1u64 << 32 | 1, 1u64 << 32 | 2);
+    let mut seen = std::collections::BTreeMap::new();
+    for step in 0..30u64 {
+        let d = step * 400;
+        // (No recovery where A crashed before its object's write, which
+        // anchors its log: A's first.)
+        let alone = crash_and_recover(Crashed::UncachedUpdate, d, false, None);
+        let outcome = alone.first.map(|r| r.outcome);
+        *seen.entry(std::format!("{outcome:?}")).or_insert(0) += 1;
+        let took = matches!(outcome, Some(Outcome::Done | Outcome::Redone));
+        assert_eq!(alone.last, Some(if took { v2 } else { v1 }), "crash at {d}: {:?}", alone.first);
+        let moved = crash_and_recover(Crashed::UncachedUpdate, d, true, None);
+        assert_ne!(
+            moved.first.map(|r| r.outcome),
+            Some(Outcome::Redone),
+            "crash at {d}, key moved on: {:?}",
+            moved.first
+        );
+    }
+    std::println!("outcomes of the crashed uncached update: {seen:?}");
+    assert!(seen.contains_key("Some(Redone)"), "an uncached update was never redone: {seen:?}");
+    assert!(seen.contains_key("Some(Done)"), "{seen:?}");
+}
+
+/// Client-crash recovery of a delete (FUSEE's temporary delete object: a
+/// log entry with no value, written beside the delete's first round),
+/// with A crashed at every point of it (every 400 ns): the next holder
+/// finds the delete in A's log and finishes it where the key still maps
+/// to the word it started from (the key then reads not found), and leaves
+/// it where the key moved on (C inserted it again: redoing it would
+/// delete C's value, a second effect: the mutant `fusee-redo-moved-on`);
+/// every history linearizable.
+#[test]
+fn a_crashed_clients_delete_is_finished_at_most_once_by_the_next_holder() {
+    use super::Outcome;
+    let v1 = 1u64 << 32 | 1;
+    let mut seen = std::collections::BTreeMap::new();
+    for step in 0..25u64 {
+        let d = step * 400;
+        let alone = crash_and_recover(Crashed::Delete, d, false, None);
+        let rec = alone.first.expect("the next holder recovered the log");
+        if rec.found == 2 {
+            *seen.entry(std::format!("{:?}", rec.outcome)).or_insert(0) += 1;
+            assert!(matches!(rec.outcome, Outcome::Done | Outcome::Redone), "crash at {d}: {rec:?}");
+            assert_eq!(alone.last, None, "crash at {d}: {rec:?}");
+        } else {
+            assert_eq!(alone.last, Some(v1), "crash at {d}: {rec:?}");
+        }
+        let moved = crash_and_recover(Crashed::Delete, d, true, None);
+        let rec = moved.first.expect("the next holder recovered the log");
+        assert_ne!(rec.outcome, Outcome::Redone, "crash at {d}, key moved on: {rec:?}");
+    }
+    std::println!("outcomes of the crashed delete: {seen:?}");
+    assert!(seen.contains_key("Redone") && seen.contains_key("Done"), "{seen:?}");
 }
 
 /// A crashed client's last object whose value ends in zeros stays whole
@@ -769,7 +871,7 @@ fn a_recovery_that_crashes_is_recovered_again() {
     let v2 = 1u64 << 32 | 2;
     let mut both = 0;
     for step in 0..16u64 {
-        let r = crash_and_recover(3_000, false, Some(step * 2_000));
+        let r = crash_and_recover(Crashed::Update, 3_000, false, Some(step * 2_000));
         let second = r.second.expect("the third holder recovered the log");
         assert_eq!(r.last, Some(v2), "recovery crashed at {} µs: {:?} then {second:?}", step * 2, r.first);
         both += r.first.is_none() as u32;
