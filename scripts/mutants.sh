@@ -48,6 +48,8 @@ MUTANTS=(
   "clover-no-stuck-reads||bytes more after 6 client crashes|cargo test -p swarm-core --release --lib systems::clover::tests::a_crash_loses"
   "torn-impatient||answered Err(Corrupt)|cargo test -p swarm-core --release --lib systems::raw::tests::a_copy_torn_for_a_while"
   "fusee-no-round-base||an uncached update was never redone|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_uncached"
+  "view-keeps-unrepaired||view changes: MasterPaths|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
+  "view-keeps-unrepaired||not linearizable|cargo test -p swarm-core --release --lib systems::tests::a_replica_the_repair_missed"
   "fusee-carve-last-byte||Err(Corrupt)|cargo test -p swarm-core --release --lib systems::fusee::tests::a_recovered_log"
   "clover-old-cursor||an old cursor's recycled buffer was read as the value|cargo test -p swarm-core --release --lib systems::clover::tests::an_old_cursor"
   "clover-late-restarts||late READs were answered as something else than its time-out|cargo test -p swarm-core --release --lib systems::clover::tests::late_reads"

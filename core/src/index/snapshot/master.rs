@@ -18,6 +18,7 @@
 //!   wait L + D from the claim          (every post under an older view has landed: the fence)
 //!   for every slot: c = CHOOSE(words of the base view's replicas that answer); CAS each of them to c;
 //!                   copy c's block to each joiner, then CAS its word to c
+//!   leave out of the Stable view every replica a read of the scan or a CAS of the repair missed
 //!   CAS the view words from the Prepare to its Stable view (a majority), lease it
 //! ```
 //!
@@ -45,6 +46,18 @@
 //! proposal it was runs its round again). Masters never mark a choice
 //! committed: writers learn their outcome from the primary, or from the
 //! marks later rounds leave on the backups (`super::block`).
+//!
+//! **Every replica of a view was repaired by its master** (or caught up as a
+//! joiner). A replica that missed a read of the scan or a repair CAS (a
+//! stalled node, one that failed during the fence) may hold, for some
+//! slot, a word older than the last committed one: a round it missed
+//! while it did not answer, which the others settled. Left in the view,
+//! it would break CHOOSE's premise at the next change, where its word,
+//! the parent of the committed one, reads as committed and the newer one
+//! as a proposal: the next master would undo a committed change (found by
+//! the key-value campaigns: an acknowledged FUSEE insert lost, 5 replicas,
+//! one node failed and another stalled during the fence). So the Stable
+//! view leaves it out too, and it comes back as a joiner, caught up.
 //!
 //! A view keeps a majority of the replicas, or no change is made.
 //!
@@ -369,6 +382,8 @@ async fn run<M: Memory>(
     // out are not asked at all: one that failed an operation a moment ago
     // would most likely cost the scan a time-out.
     let mut gone = u32::from(prepare.excluded & !base.excluded);
+    // Replicas whose repair CAS failed.
+    let mut unrepaired = 0u32;
     while at < bucket_bytes {
         let len = (bucket_bytes - at).min(SCAN_BYTES);
         in_time(mem)?;
@@ -414,10 +429,17 @@ async fn run<M: Memory>(
             } else {
                 let c = choose(mem, header, &words).await?;
                 in_time(mem)?;
+                let stale: heapless::Vec<usize, MAX_REPLICAS> =
+                    words.iter().filter(|&&(_, w)| w != c).map(|&(i, _)| i).collect();
                 let cas: heapless::Vec<_, MAX_REPLICAS> =
                     words.iter().filter(|&&(_, w)| w != c).map(|&(i, w)| mem.cas(header.at(i, offset), w, c)).collect();
-                // A replica that fails now is left for the next view change.
-                let _ = join_all(cas).await;
+                // A replica that fails now is left out of the view.
+                let done = join_all(cas).await;
+                for (k, &i) in stale.iter().enumerate() {
+                    if !matches!(done.results[k], Some(Ok(_))) {
+                        unrepaired |= 1 << i;
+                    }
+                }
                 paths.repaired += 1;
                 c
             };
@@ -434,7 +456,18 @@ async fn run<M: Memory>(
         }
         at += len;
     }
-    let stable = View { phase: Phase::Stable, joiners: 0, ..prepare };
+    // Every replica of the new view holds, for every slot, the word chosen
+    // or a later one (CHOOSE's premise for the next change): one that the
+    // scan or the repair missed may hold an older word, even one committed
+    // and superseded, so it is left out, to come back as a joiner, caught
+    // up. (The mutant `view-keeps-unrepaired` keeps it: the next change
+    // may then choose the older word and undo a committed one.)
+    let missed = if mutant!("view-keeps-unrepaired") { 0 } else { (gone | unrepaired) as u8 };
+    let excluded = prepare.excluded | missed;
+    if r - (excluded.count_ones() as usize).min(r) < majority(r) {
+        return Err(unavailable(header.replicas[(missed.trailing_zeros() as usize).min(r - 1)].node));
+    }
+    let stable = View { phase: Phase::Stable, joiners: 0, excluded, ..prepare };
     in_time(mem)?;
     // A replica late once a majority answered (the stalled one the change
     // leaves out) is not waited for: its install may land later, or never,
