@@ -48,6 +48,8 @@ MUTANTS=(
   "clover-no-stuck-reads||bytes more after 6 client crashes|cargo test -p swarm-core --release --lib systems::clover::tests::a_crash_loses"
   "torn-impatient||answered Err(Corrupt)|cargo test -p swarm-core --release --lib systems::raw::tests::a_copy_torn_for_a_while"
   "fusee-no-round-base||an uncached update was never redone|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_uncached"
+  "fusee-no-round-base||a new key's insert was never redone|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_insert"
+  "fusee-redo-moved-on||moved on true, R crashed None: not linearizable|cargo test -p swarm-core --release --lib systems::fusee::tests::a_crashed_clients_insert"
   "view-keeps-unrepaired||view changes: MasterPaths|cargo test -p swarm-core --release --lib index::snapshot::tests::a_stalled_node_costs"
   "view-keeps-unrepaired||not linearizable|cargo test -p swarm-core --release --lib systems::tests::a_replica_the_repair_missed"
   "fusee-carve-last-byte||Err(Corrupt)|cargo test -p swarm-core --release --lib systems::fusee::tests::a_recovered_log"

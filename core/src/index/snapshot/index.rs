@@ -675,6 +675,7 @@ impl SnapshotIndex {
         key: &[u8],
         location: u64,
         ready: impl Future<Output = bool>,
+        rounds: &mut Rounds<impl FnMut(u64) -> Option<Note>>,
     ) -> Result<Option<Insert>, IndexError> {
         let kh = self.check_key(key)?;
         if location == 0 {
@@ -696,7 +697,22 @@ impl SnapshotIndex {
                 Choice::Full => return Err(IndexError::Full { node: self.header.replicas[0].node }),
             };
             let offset = view.cands[i].offset;
-            match self.propose(mem, (key, &kh), Proposal::Live(location), offset, view.words[i]).await? {
+            if rounds.from.is_some_and(|w| w != view.words[i].0) {
+                return Ok(None);
+            }
+            let note = (rounds.note)(view.words[i].0);
+            let records = self.records();
+            let propose = self.propose(mem, (key, &kh), Proposal::Live(location), offset, view.words[i]);
+            let (_, proposed) = join2(
+                async {
+                    if let Some((at, bytes)) = note {
+                        let _ = records.write(mem, at, &bytes).await;
+                    }
+                },
+                propose,
+            )
+            .await;
+            match proposed? {
                 (Outcome::Won { .. }, word) => {
                     let slot = self.on_primary(offset);
                     return Ok(Some(Insert::New(Entry { location, slot, word: word.0 })));
@@ -795,6 +811,66 @@ impl SnapshotIndex {
     }
 }
 
+/// A record write (arena offset, bytes) posted beside an insert round's
+/// first phase: [`SnapshotIndex::insert_noted`].
+pub type Note = (u64, [u8; 16]);
+
+/// What an insert's rounds are held to: the word they may start from, and
+/// what each posts beside its first phase.
+struct Rounds<F> {
+    from: Option<u64>,
+    note: F,
+}
+
+impl SnapshotIndex {
+    /// [`Index::insert_after`], with `note(word)`, a record write, posted
+    /// beside the first phase of each SNAPSHOT round the insert starts
+    /// (from `word`: the free slot's, 0 if never used, or the key's
+    /// tombstone), at no roundtrip of its own (best effort: what the
+    /// insert answers does not wait on it). FUSEE's log records there the
+    /// word its insert's last round started from, which recovery needs to
+    /// redo it ([`Self::insert_from`]).
+    pub async fn insert_noted<M: Memory>(
+        &mut self,
+        mem: &M,
+        key: &[u8],
+        location: u64,
+        ready: impl Future<Output = bool>,
+        note: impl FnMut(u64) -> Option<Note>,
+    ) -> Result<Option<Insert>, IndexError> {
+        // `ready` runs once, with the first try's first roundtrip.
+        let mut ready = Some(ready);
+        let mut rounds = Rounds { from: None, note };
+        self.with_view(mem, true, async |ix| match ready.take() {
+            Some(r) => ix.do_insert(mem, key, location, r, &mut rounds).await,
+            None => ix.do_insert(mem, key, location, async { true }, &mut rounds).await,
+        })
+        .await
+    }
+
+    /// An insert of `key` to `location` only by a round from `word`, the
+    /// word the key's free slot held when another insert started its
+    /// round there (a crashed client's, which recovery redoes): `None` if
+    /// that slot no longer holds `word` (the key took effect there and was
+    /// removed since, or another key took the slot: every word a slot
+    /// holds is new and a used slot is never free again, so the other
+    /// insert's round from `word` is over) or lost it to another key;
+    /// [`Insert::Exists`] if the key is mapped (by that other insert's
+    /// round too, which this one's may have completed). A round from
+    /// `word` commits one of its proposals, so the two inserts take effect
+    /// once between them.
+    pub async fn insert_from<M: Memory>(
+        &mut self,
+        mem: &M,
+        key: &[u8],
+        location: u64,
+        word: u64,
+    ) -> Result<Option<Insert>, IndexError> {
+        let mut rounds = Rounds { from: Some(word), note: |_| None };
+        self.with_view(mem, true, async |ix| ix.do_insert(mem, key, location, async { true }, &mut rounds).await).await
+    }
+}
+
 impl From<ArenaError> for IndexError {
     fn from(e: ArenaError) -> Self {
         match e {
@@ -823,12 +899,7 @@ impl Index for SnapshotIndex {
         ready: impl Future<Output = bool>,
     ) -> Result<Option<Insert>, IndexError> {
         // `ready` runs once, with the first try's first roundtrip.
-        let mut ready = Some(ready);
-        self.with_view(mem, true, async |ix| match ready.take() {
-            Some(r) => ix.do_insert(mem, key, location, r).await,
-            None => ix.do_insert(mem, key, location, async { true }).await,
-        })
-        .await
+        self.insert_noted(mem, key, location, ready, |_| None).await
     }
 
     async fn lookup<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Entry>, IndexError> {

@@ -6,6 +6,7 @@
 //! and why it is linearizable, [`super::cache`] for the bypass).
 
 use alloc::boxed::Box;
+use core::cell::Cell;
 
 use super::cache::Cached;
 use super::log::{self, Recovery};
@@ -71,8 +72,16 @@ pub(super) struct Current {
     /// Its sum (what its commit's check names).
     pub sum: u64,
     /// The slot word its change starts from as its log says (its `base`,
-    /// or a provisional commit's), 0 if not known.
-    pub base: u64,
+    /// or a provisional commit's), if known.
+    pub base: Option<u64>,
+}
+
+impl Current {
+    /// The provisional commit ([`Kind::Started`]) of this object for a
+    /// round from `word`: its arena offset and bytes.
+    fn started(&self, word: u64) -> (u64, [u8; 16]) {
+        (self.offset + object::COMMIT as u64, object::commit(self.sum, Kind::Started, word))
+    }
 }
 
 /// The most rounds a delete tries before it gives up
@@ -158,7 +167,21 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         }
         self.log.pending = None;
         self.log.last = w;
-        self.log.current = Some(Current { offset, sum: object::sum_in(bytes), base: object::base_in(bytes) });
+        self.log.current = Some(Self::unwritten(offset, bytes));
+    }
+
+    /// The object at `offset` of `bytes` as the log's last entry would be,
+    /// before it is written ([`Self::wrote`]): for its provisional commits.
+    fn unwritten(offset: u64, bytes: &[u8]) -> Current {
+        Current { offset, sum: object::sum_in(bytes), base: object::base_in(bytes) }
+    }
+
+    /// The last object (`object`), settled unpublished because its key was
+    /// found removed, goes on to an insert of the key: its outcome is
+    /// undecided again.
+    fn reopen(&mut self, object: Current) {
+        self.log.pending = None;
+        self.log.current = Some(object);
     }
 
     /// The last object's operation answered: its commit, to be written
@@ -248,11 +271,11 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
     /// object's base, or the last such commit).
     fn started(&mut self, word: u64) -> Option<(u64, [u8; 16])> {
         let c = self.log.current.as_mut()?;
-        if word == c.base || mutant!("fusee-no-round-base") {
+        if c.base == Some(word) || mutant!("fusee-no-round-base") {
             return None;
         }
-        c.base = word;
-        Some((c.offset + object::COMMIT as u64, object::commit(c.sum, Kind::Started, word)))
+        c.base = Some(word);
+        Some(c.started(word))
     }
 
     /// The key's entry: cached (no roundtrip), or from the index (two
@@ -575,6 +598,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
         let cached = known.and_then(Known::usable);
         let (offset, w, mut anchor) = self.alloc(key, value).await?;
         let bytes = self.encode(key, value, Op::Insert, known.map_or(0, |k| k.entry.word));
+        let object = Self::unwritten(offset, &bytes);
         let mut written = false;
         if let Some(e) = cached {
             let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
@@ -586,13 +610,22 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             if self.swing(key, e, w, false).await?.is_ok() {
                 return Ok(Written);
             }
+            self.reopen(object);
         }
         for _ in 0..RETRIES {
             let records = self.seat.index.records();
             let (mem, index, lease) = (&self.mem, &mut self.seat.index, &mut self.seat.lease);
             let (mut failed, mut landed) = (None, false);
+            // Each round's base, as the object's provisional commit beside
+            // its first phase, so that recovery can redo a new key's
+            // insert too.
+            let noted = Cell::new(None);
+            let note = |word| {
+                noted.set(Some(word));
+                (!mutant!("fusee-no-round-base")).then(|| object.started(word))
+            };
             let inserted = if written {
-                Box::pin(index.insert(mem, key, w)).await.map(Some)
+                Box::pin(index.insert_noted(mem, key, w, async { true }, note)).await
             } else {
                 let before = self.log.pending.as_ref().map(|(o, c)| (*o, &c[..]));
                 let ready = async {
@@ -608,11 +641,14 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
                         }
                     }
                 };
-                Box::pin(index.insert_after(mem, key, w, ready)).await
+                Box::pin(index.insert_noted(mem, key, w, ready, note)).await
             };
             if landed {
                 // The object is on a majority: the log's last entry.
                 self.wrote(offset, w, &bytes, anchor.take());
+            }
+            if let (Some(c), Some(word)) = (self.log.current.as_mut(), noted.get()) {
+                c.base = Some(word);
             }
             let entry = match inserted? {
                 None => return Err(failed.unwrap_or(KvError::Unavailable)),
@@ -631,6 +667,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
                 return Ok(Written);
             }
             // Deleted meanwhile: insert it again.
+            self.reopen(object);
         }
         Err(KvError::Contended)
     }

@@ -29,7 +29,7 @@ use super::client::LogState;
 use super::object::{self, Kind};
 use crate::Memory;
 use crate::index::snapshot::arena::{self, ALIGN};
-use crate::index::{Change, Expect, Index, SnapshotIndex};
+use crate::index::{Change, Expect, Index, Insert, SnapshotIndex};
 use crate::kv::KvError;
 use crate::kv::seat::Seat;
 use crate::substrate::clock::Clock;
@@ -239,12 +239,39 @@ async fn decide<M: Memory>(mem: &M, index: &mut SnapshotIndex, f: &Found, bytes:
     let current = Box::pin(index.lookup(mem, key)).await?;
     // The mutant redoes from whatever the key maps to now: an operation
     // that took effect and was overwritten since takes effect again.
-    let redo = |word: u64| base != 0 && (word == base || mutant!("fusee-redo-moved-on"));
+    let redo = |word: u64| base.is_some_and(|b| word == b || mutant!("fusee-redo-moved-on"));
+    // On a majority first (it may be whole on fewer), its commit empty: no
+    // reader can reach it yet, nor misread it.
+    let republish = async || {
+        let mut whole = bytes.to_vec();
+        whole[object::COMMIT..object::COMMIT + 16].fill(0);
+        Box::pin(records.write(mem, f.offset, &whole)).await
+    };
     let (outcome, old) = match current {
         // Removed: by this delete, or by another (this one then need not
         // take effect; either way there is nothing to redo).
-        None if e.op == object::Op::Delete => (Outcome::Done, base),
-        Some(c) if e.op != object::Op::Delete && c.location == location => (Outcome::Done, base),
+        None if e.op == object::Op::Delete => (Outcome::Done, base.unwrap_or(0)),
+        // A new key's insert (or a removed key's), whose last round
+        // started from `b`, the free slot's word: redone by a round from
+        // `b` if the slot still holds it (see `SnapshotIndex::insert_from`).
+        None if let (object::Op::Insert, Some(b)) = (e.op, base) => {
+            republish().await?;
+            // The mutant inserts whatever the slot holds now: an insert
+            // that took effect and was removed since takes effect again.
+            let inserted = if mutant!("fusee-redo-moved-on") {
+                Box::pin(index.insert(mem, key, location)).await.map(Some)?
+            } else {
+                Box::pin(index.insert_from(mem, key, location, b)).await?
+            };
+            match inserted {
+                Some(Insert::New(_)) => (Outcome::Redone, b),
+                // The crashed holder's own round, which recovery's completed.
+                Some(Insert::Exists(c)) if c.location == location => (Outcome::Redone, b),
+                Some(Insert::Exists(c)) => (Outcome::Dropped, c.word),
+                None => (Outcome::Dropped, 0),
+            }
+        }
+        Some(c) if e.op != object::Op::Delete && c.location == location => (Outcome::Done, base.unwrap_or(0)),
         Some(c) if redo(c.word) && e.op == object::Op::Delete => {
             match Box::pin(index.remove(mem, key, Expect::Entry(c))).await? {
                 Change::Done { .. } => (Outcome::Redone, c.word),
@@ -255,11 +282,7 @@ async fn decide<M: Memory>(mem: &M, index: &mut SnapshotIndex, f: &Found, bytes:
             }
         }
         Some(c) if redo(c.word) => {
-            // On a majority first (it may be whole on fewer), its commit
-            // empty: no reader can reach it yet, nor misread it.
-            let mut whole = bytes.to_vec();
-            whole[object::COMMIT..object::COMMIT + 16].fill(0);
-            Box::pin(records.write(mem, f.offset, &whole)).await?;
+            republish().await?;
             match Box::pin(index.update(mem, key, Expect::Entry(c), location)).await? {
                 Change::Done { .. } => (Outcome::Redone, c.word),
                 // The crashed holder's own round, which recovery's completed.

@@ -179,7 +179,9 @@
 //! points at it), beside its first round: no roundtrip of its own. A
 //! round that starts from a word the object does not log (the lookup of
 //! an uncached update or insert ran beside its write; a stale cached
-//! entry's round lost and starts again from the word found) writes that
+//! entry's round lost and starts again from the word found; an insert's
+//! round into the key's free slot, from its word: 0 if never used, or the
+//! key's tombstone) writes that
 //! word beside its first phase, to the object's commit, as a provisional
 //! commit (`Started`), which the outcome overwrites: so recovery knows the
 //! word the entry's last round started from, whichever path it took.
@@ -229,12 +231,15 @@
 //! - the key's slot holds its object (a delete's: the key is not mapped):
 //!   done (its writer's or a helper's change took effect; for a delete,
 //!   it or another one);
-//! - the slot still holds its base: no change of the key took effect
+//! - the slot still holds its base (an insert: the key is not mapped and
+//!   its free slot holds the base, [`SnapshotIndex::insert_from`]; a slot
+//!   once used is never free again, so that slot is the one the insert's
+//!   round was in): no change of the key took effect
 //!   since the operation read that word (every word a slot holds is new),
 //!   so neither did the operation (its rounds from earlier words ended
 //!   when the primary left them, before it read the base). Recovery writes
-//!   an update's object to a majority again and changes the slot from the
-//!   base to it (a delete: to a tombstone): a SNAPSHOT round from the
+//!   an update's or insert's object to a majority again and changes the
+//!   slot from the base to it (a delete: to a tombstone): a SNAPSHOT round from the
 //!   base, which commits at most one word: the crashed writer's own frozen
 //!   round (helped) or recovery's, both the operation's. It takes effect
 //!   once, inside its own interval (it never answered), and after no
@@ -274,12 +279,9 @@
 //!
 //! # Not done (open in issue #21)
 //!
-//! - A client with a given id (no lease, [`Who::Id`]) has no lease record
-//!   to anchor its log in: nobody recovers it.
-//! - An insert of a new key (into an empty slot) that crashed is decided
-//!   only if the index holds its object; otherwise dropped, not redone:
-//!   an empty slot does not tell whether the insert took effect and its
-//!   key was deleted since.
+//! - A client with a fixed id (no lease, [`Who::Id`]: an embedder's or
+//!   half the campaigns'; every `swarm` client is leased) has no lease
+//!   record to anchor its log in: nobody recovers it.
 //! - The two-level memory management: the ALLOC server beside each memory
 //!   node, blocks, size classes, free bitmaps (§4.4); objects come from
 //!   the index arena (above) and are never freed.

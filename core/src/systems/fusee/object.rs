@@ -188,9 +188,9 @@ pub fn sum_in(b: &[u8]) -> u64 {
     word_in(b, 8)
 }
 
-/// The base an encoded object logs (its bytes 24..32).
-pub fn base_in(b: &[u8]) -> u64 {
-    word_in(b, 24)
+/// The base an encoded object logs (its bytes 24..32), if it names one.
+pub fn base_in(b: &[u8]) -> Option<u64> {
+    Some(word_in(b, 24)).filter(|&w| w != 0)
 }
 
 fn word_in(b: &[u8], at: usize) -> u64 {
@@ -224,12 +224,12 @@ impl Entry {
     }
 
     /// The slot word its change started its last round from, as far as the
-    /// log knows: a [`Kind::Started`] commit's, else the object's `base`
-    /// (0: not known).
-    pub fn round_base(&self) -> u64 {
+    /// log knows: a [`Kind::Started`] commit's (0 for an insert into a
+    /// slot never used), else the object's `base` (0: not known).
+    pub fn round_base(&self) -> Option<u64> {
         match self.commit {
-            Some((Kind::Started, old)) => old,
-            _ => self.base,
+            Some((Kind::Started, old)) => Some(old),
+            _ => Some(self.base).filter(|&b| b != 0),
         }
     }
 }

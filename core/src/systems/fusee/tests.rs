@@ -497,8 +497,9 @@ proptest! {
         // A provisional commit is no outcome, and names the round's base.
         c[object::COMMIT..object::COMMIT + 16].copy_from_slice(&object::commit(e.sum, object::Kind::Started, old));
         let started = object::entry(&c).unwrap();
-        prop_assert_eq!((started.outcome(), started.round_base()), (None, old));
-        prop_assert_eq!((e.outcome(), e.round_base()), (None, base));
+        prop_assert_eq!((started.outcome(), started.round_base()), (None, Some(old)));
+        prop_assert_eq!((e.outcome(), e.round_base()), (None, Some(base).filter(|&b| b != 0)));
+        prop_assert_eq!(object::base_in(&b), Some(base).filter(|&b| b != 0));
         // A delete's object is a log entry of its key, never a value.
         let d = object::encode(&key, &[], object::Log { op: object::Op::Delete, prev, base });
         prop_assert_eq!(object::entry(&d).map(|e| e.op), Some(object::Op::Delete));
@@ -579,6 +580,9 @@ enum Crashed {
     UncachedUpdate,
     /// A delete of `k`, which A inserted (and cached) before.
     Delete,
+    /// An insert of `k`, which no client wrote before: its round starts
+    /// from a slot never used.
+    Insert,
 }
 
 /// Client A (leased id 1) starts `op` at `T0` and crashes `crash_at` ns
@@ -613,12 +617,16 @@ fn crash_and_recover(op: Crashed, crash_at: u64, moved_on: bool, r_crash: Option
         let (m, cfg, hist) = (ma.clone(), cfg.clone(), hist.clone());
         sim.spawn(&ma, async move {
             let mut a = claim(&m, &cfg, 1).await;
-            if op != Crashed::UncachedUpdate {
+            if matches!(op, Crashed::Update | Crashed::Delete) {
                 logged(&mut a, &m, &hist, 1, KvOp::Insert(0, v1)).await;
                 logged(&mut a, &m, &hist, 1, KvOp::Get(0)).await;
             }
             m.sleep((start + T0).saturating_sub(m.now())).await;
-            let last = if op == Crashed::Delete { KvOp::Delete(0) } else { KvOp::Update(0, v2) };
+            let last = match op {
+                Crashed::Delete => KvOp::Delete(0),
+                Crashed::Insert => KvOp::Insert(0, v2),
+                _ => KvOp::Update(0, v2),
+            };
             logged(&mut a, &m, &hist, 1, last).await;
             // Crashed at the latest here: its operation answered,
             // unrecorded in its log's commit.
@@ -634,7 +642,11 @@ fn crash_and_recover(op: Crashed, crash_at: u64, moved_on: bool, r_crash: Option
             m.sleep((start + T0 + 50_000).saturating_sub(m.now())).await;
             let mut c = client(m.clone(), &m, &cfg, 3).await;
             logged(&mut c, &m, &hist, 3, KvOp::Get(0)).await;
-            let write = if op == Crashed::Delete { KvOp::Insert(0, v3) } else { KvOp::Update(0, v3) };
+            let write = match op {
+                Crashed::Delete => KvOp::Insert(0, v3),
+                Crashed::Insert => KvOp::Delete(0),
+                _ => KvOp::Update(0, v3),
+            };
             logged(&mut c, &m, &hist, 3, write).await;
             logged(&mut c, &m, &hist, 3, KvOp::Get(0)).await;
         });
@@ -803,6 +815,44 @@ fn a_crashed_clients_delete_is_finished_at_most_once_by_the_next_holder() {
     }
     std::println!("outcomes of the crashed delete: {seen:?}");
     assert!(seen.contains_key("Redone") && seen.contains_key("Done"), "{seen:?}");
+}
+
+/// Client-crash recovery of an insert of a new key, with A crashed at
+/// every point of it (every 400 ns): its round starts from a slot never
+/// used, which the insert's object logs beside the round's first phase
+/// (its provisional commit), so the next holder redoes it where that slot
+/// still holds that word (the key then reads A's value), and never where
+/// the key moved on (C read it and deleted it: an insert that took effect
+/// must not take effect again; the mutant `fusee-redo-moved-on`, which
+/// inserts whatever the slot holds, brings the deleted value back: "not
+/// linearizable"); every history linearizable. Without the provisional commit (the mutant
+/// `fusee-no-round-base`) such an insert is never redone.
+#[test]
+fn a_crashed_clients_insert_of_a_new_key_is_redone_from_its_rounds_base() {
+    use super::Outcome;
+    let v2 = 1u64 << 32 | 2;
+    let (mut seen, mut moved_on) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+    for step in 0..25u64 {
+        let d = step * 400;
+        // (No recovery where A crashed before its object's write, which
+        // anchors its log: its first.)
+        let alone = crash_and_recover(Crashed::Insert, d, false, None);
+        let outcome = alone.first.map(|r| r.outcome);
+        *seen.entry(std::format!("{outcome:?}")).or_insert(0) += 1;
+        let took = matches!(outcome, Some(Outcome::Done | Outcome::Redone));
+        assert_eq!(alone.last, took.then_some(v2), "crash at {d}: {:?}", alone.first);
+        // C's delete removed A's value if the insert took effect first,
+        // and found nothing otherwise (then a redo is A's one effect).
+        let moved = crash_and_recover(Crashed::Insert, d, true, None);
+        let outcome = moved.first.map(|r| r.outcome);
+        *moved_on.entry(std::format!("{outcome:?}")).or_insert(0) += 1;
+        let took = matches!(outcome, Some(Outcome::Done | Outcome::Redone));
+        assert_eq!(moved.last, took.then_some(v2), "crash at {d}, key moved on: {:?}", moved.first);
+    }
+    std::println!("outcomes of the crashed insert: {seen:?}; with the key deleted meanwhile: {moved_on:?}");
+    assert!(seen.contains_key("Some(Redone)"), "a new key's insert was never redone: {seen:?}");
+    assert!(seen.contains_key("Some(Done)"), "{seen:?}");
+    assert!(moved_on.contains_key("Some(Dropped)"), "C never deleted A's value before recovery: {moved_on:?}");
 }
 
 /// A crashed client's last object whose value ends in zeros stays whole
