@@ -297,3 +297,64 @@ proptest! {
         prop_assert_eq!((m.in_flight(), m.chunks_held()), (0, 0));
     }
 }
+
+/// FUSEE's phases are doorbell-batched, with selective signalling (FUSEE
+/// §4.7): what one phase sends a node goes as one chain, one doorbell,
+/// its last request alone signaled. On 3 replicas, an update from a
+/// cached entry is 6 chains of 15 requests in 3 roundtrips: the object
+/// (behind the previous object's commit) to each replica, the key block,
+/// the evidence mark and the CAS to each backup, the block, the mark and
+/// the CAS to the primary; a get
+/// from a cached entry is the object's READ and the slot's, 1 or 2
+/// chains. A provisional commit, a delete's object or a log anchor rides
+/// beside a phase as a chain of its own (not measured here).
+#[test]
+fn fusee_posts_one_chain_per_node_and_phase() {
+    use swarm_core::kv::{KvClient, StoreConfig, Who};
+    use swarm_core::substrate::clock::SystemClock;
+    use swarm_core::substrate::lease::Want;
+    use swarm_core::substrate::space::region::Region;
+    let system = systems::from_name("fusee").unwrap();
+    let mut cfg = StoreConfig::new(system, 64);
+    cfg.replicas = 3;
+    cfg.writers = 2;
+    let cluster = Nodes::anonymous(3, 16 << 20).unwrap();
+    let m = rdma(&cluster);
+    for n in 0..3 {
+        block_on(Region::format(&m, NodeId(n), 16 << 20, 256 << 10)).unwrap();
+    }
+    let clock = SystemClock::starting_now();
+    block_on(systems::format(&m, &cfg, clock.epoch_us)).unwrap();
+    let mut c = block_on(async {
+        let held = systems::claim(&&m, &cfg, &clock, Want::Any, 1).await?;
+        systems::connect_any(&m, &cfg, Who::Lease(held), clock).await
+    })
+    .unwrap();
+    block_on(c.insert(b"k", b"v0")).unwrap();
+    let per = |op: &mut dyn FnMut()| {
+        let before = m.nic().posted();
+        op();
+        let after = m.nic().posted();
+        (after.doorbells - before.doorbells, after.wrs - before.wrs, after.signaled - before.signaled)
+    };
+    for i in 0..20u8 {
+        let (doorbells, wrs, signaled) = per(&mut || {
+            block_on(c.update(b"k", &[i; 40])).unwrap().unwrap();
+        });
+        assert_eq!((doorbells, signaled), (6, 6), "update {i}: {wrs} requests");
+        // Object (and the last commit, after the first update) ×3; block
+        // and CAS ×2; block, mark and CAS.
+        // The previous commit and the object ×3; the block, the mark of
+        // the word the round starts from and the CAS ×2 backups; the
+        // block, its mark and the CAS on the primary (the last chain).
+        assert_eq!(wrs, 2 * 3 + 3 * 2 + 3, "update {i}");
+        let last: Vec<_> =
+            m.nic().last_chain().iter().map(|w| (w.signaled, matches!(w.kind, WrKind::Cas { .. }))).collect();
+        assert_eq!(last, [(false, false), (false, true), (true, true)], "update {i}'s commit on the primary");
+        let (doorbells, _, signaled) = per(&mut || {
+            let got = block_on(c.get(b"k")).unwrap();
+            assert!(matches!(got, swarm_core::kv::Got::Found(v) if v[..] == [i; 40]));
+        });
+        assert!((1..=2).contains(&doorbells) && signaled == doorbells, "get {i}: {doorbells} doorbells");
+    }
+}

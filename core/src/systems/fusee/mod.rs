@@ -157,6 +157,12 @@
 //! | insert of a new key | 3 | 4 |
 //! | delete, entry cached | 2 | 4 |
 //!
+//! Each phase is doorbell-batched with selective signalling (FUSEE §4.7):
+//! what it sends one replica is one ordered pipeline, which the RDMA
+//! backend posts as one chain with only its last request signaled. On 3
+//! replicas a cached update is 6 chains of 15 requests (tested over the
+//! software NIC, `backend-rdma/tests/softnic.rs`).
+//!
 //! A lookup takes two roundtrips here (the buckets, then the key block
 //! that the slot points to and that holds the location); FUSEE's slot
 //! points at the object itself, which holds the key. Our update has no
@@ -297,7 +303,10 @@
 //!   the arena, every byte the index nodes could spare at set-up, fills
 //!   with every change and then answers [`KvError::IndexSpace`] with its
 //!   numbers.
-//! - Doorbell batching and selective signalling of each phase's verbs.
+//! - A provisional commit, a delete's object (and the commit before it)
+//!   and a log anchor go to each replica as a chain of their own beside a
+//!   phase's (same roundtrip, one doorbell more on RDMA); the phases
+//!   themselves are batched (below, "Roundtrips").
 //! - Memory-node failover beyond what the [`SnapshotIndex`]'s master does
 //!   (its view changes leave a failed index replica out; nothing brings a
 //!   node back or re-replicates its objects).
