@@ -430,9 +430,17 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let server_crash = match (&server, c.faults && c.server_crash) {
         (Some(shell), true) => {
             let at = start + sim.random(0, 100_000);
-            sim.crash_client_at(shell.memory(), at);
-            let standby = shell.for_client(&sim.client());
             let takeover = at + sim.random(5_000, 100_000);
+            if sim.random(0, 1) == 0 {
+                sim.crash_client_at(shell.memory(), at);
+            } else {
+                // Paused rather than killed (SIGSTOP): it comes back after
+                // the standby took over, in the middle of whatever it was
+                // doing, and must not act on what it knew before.
+                let pause = takeover - at + sim.random(10_000, 200_000);
+                sim.stall_client_at(shell.memory(), at, pause);
+            }
+            let standby = shell.for_client(&sim.client());
             spawn_server(&mut sim, &cfg, &standby, takeover);
             Some(at)
         }

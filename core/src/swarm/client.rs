@@ -111,6 +111,10 @@ paths! {
     /// Writes whose superseded version was still read-locked, so that its
     /// free waited for its readers (pDPM-Central's coordinator).
     deferred_frees,
+    /// Answers whose key the coordinator found changed by another
+    /// incarnation of it (one paused that came back, or its successor),
+    /// and loaded again before it answered (pDPM-Central).
+    fenced_answers,
     /// View changes of the store's replicated index that this client led
     /// (a replica of the index failed under it).
     index_views,

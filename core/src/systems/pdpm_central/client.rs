@@ -77,6 +77,9 @@ pub struct Paths {
     pub failed_calls: u64,
     /// Writes whose superseded version's free waited for its readers.
     pub deferred_frees: u64,
+    /// Answers the coordinator gave after finding the key changed by
+    /// another incarnation ([`super::coordinator::Paths::fenced`]).
+    pub fenced_answers: u64,
 }
 
 /// One pDPM-Central client.
@@ -188,10 +191,11 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
             Status::Failed => return Err(wire::decode_failure(&reply.body)),
             s => return Err(call_error(MsgError::Refused(s), COORDINATOR)),
         };
-        let (answer, rounds, deferred) =
+        let (answer, rounds, flags) =
             Answer::decode(&body, self.mem.node_count(), self.limits.max_value).ok_or(KvError::Corrupt)?;
         self.mem.note_server_roundtrips(rounds as u32);
-        self.paths.deferred_frees += deferred as u64;
+        self.paths.deferred_frees += flags.deferred as u64;
+        self.paths.fenced_answers += flags.fenced as u64;
         Ok(answer)
     }
 }
@@ -274,11 +278,13 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
         self.keep_lease().await
     }
 
-    /// Its reads from another copy as read restarts, and its deferred frees.
+    /// Its reads from another copy as read restarts, its deferred frees and
+    /// fenced answers.
     fn paths(&self) -> crate::swarm::client::Paths {
         crate::swarm::client::Paths {
             read_restarts: self.paths.other_copies,
             deferred_frees: self.paths.deferred_frees,
+            fenced_answers: self.paths.fenced_answers,
             ..Default::default()
         }
     }

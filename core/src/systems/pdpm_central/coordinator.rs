@@ -53,7 +53,7 @@ use alloc::vec::Vec;
 
 use hashbrown::HashMap;
 
-use super::wire::{self, Answer, Mode, RECORD_BYTES, Version, value_sum};
+use super::wire::{self, Answer, Flags, Mode, RECORD_BYTES, Version, value_sum};
 use crate::index::{Index, Insert, RaceIndex};
 use crate::kv::KvError;
 use crate::kv::place::node_of;
@@ -64,7 +64,7 @@ use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::slab::{SlabAllocator, class_of};
-use crate::{MemErrorKind, Memory, NodeId, Op, RemoteAddr};
+use crate::{MemError, MemErrorKind, Memory, NodeId, Op, RemoteAddr};
 
 /// A cell's word for a deleted key.
 pub const TOMB: u64 = 1;
@@ -91,6 +91,9 @@ pub struct Paths {
     pub skipped: u64,
     /// Writes that failed on a data node (which is then marked down).
     pub failed_copies: u64,
+    /// Keys found changed by another incarnation (a paused one that came
+    /// back, or a successor), and loaded again.
+    pub fenced: u64,
 }
 
 /// A key's committed state.
@@ -143,8 +146,8 @@ pub struct Coordinator {
     retired: HashMap<u64, Version>,
     down: Vec<bool>,
     paths: Paths,
-    /// The request being served deferred a free (its answer says so).
-    deferred: bool,
+    /// How the request being served went, for its answer.
+    flags: Flags,
 }
 
 /// Why a request failed: answered as [`OWN_NODE`] with the error
@@ -157,6 +160,8 @@ const BAD_REQUEST: KvError = KvError::Bug("a malformed request");
 /// A failed operation on the coordinator's own node, or a record there
 /// that cannot be right.
 const OWN_NODE: KvError = KvError::Unavailable;
+/// Tries of a request whose key another incarnation changed under it.
+const TRIES: usize = 4;
 
 impl Coordinator {
     /// A coordinator of shape `shape` over the store's `index` (opened on
@@ -173,8 +178,16 @@ impl Coordinator {
             retired: HashMap::new(),
             down: Vec::new(),
             paths: Paths::default(),
-            deferred: false,
+            flags: Flags::default(),
         }
+    }
+
+    /// Another incarnation kept changing a key under this one: it was
+    /// superseded. Answered as its node being unreachable (the client's
+    /// operation did not take effect; its next call reconnects, to the
+    /// new incarnation).
+    fn superseded(&self) -> KvError {
+        KvError::Down(MemError::new(self.shape.node, MemErrorKind::Unreachable))
     }
 
     /// What it did so far.
@@ -228,7 +241,7 @@ impl Coordinator {
             self.paths.leaked += 1;
         } else if self.readers.get(&record).copied().unwrap_or(0) > 0 {
             self.paths.deferred_frees += 1;
-            self.deferred = true;
+            self.flags.deferred = true;
             self.retired.insert(record, version);
         } else {
             self.paths.frees += 1;
@@ -282,12 +295,49 @@ impl Coordinator {
         Ok(true)
     }
 
-    async fn get<M: Memory>(&mut self, mem: &M, c: u16, key: &[u8]) -> Result<Answer, Failed> {
-        if !self.load(mem, key).await? {
-            return Ok(Answer::Absent);
+    /// Whether the key's cell still holds the word the map has for it (a
+    /// local read): an answer taken from the map is checked so before it
+    /// is given, and takes effect at that read. If not, another
+    /// incarnation changed the key (this one was paused and superseded, or
+    /// one paused before this one started committed late): the key is
+    /// dropped from the map, to be loaded again.
+    async fn still<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<bool, Failed> {
+        let k = &self.keys[key];
+        let (cell, word) = (k.cell, k.word);
+        // The mutant trusts the map: a paused incarnation's stale answer,
+        // or a late commit its successor never sees.
+        if mutant!("central-no-fence") || read_word(mem, cell).await.map_err(|_| OWN_NODE)? == word {
+            return Ok(true);
         }
+        self.stale(key);
+        Ok(false)
+    }
+
+    /// The key's cell was changed by another incarnation: forget what the
+    /// map says (its versions are not this one's to free any more).
+    fn stale(&mut self, key: &[u8]) {
+        self.paths.fenced += 1;
+        self.flags.fenced = true;
+        self.keys.remove(key);
+    }
+
+    async fn get<M: Memory>(&mut self, mem: &M, c: u16, key: &[u8]) -> Result<Answer, Failed> {
+        for _ in 0..TRIES {
+            if !self.load(mem, key).await? {
+                return Ok(Answer::Absent);
+            }
+            if self.still(mem, key).await? {
+                return Ok(self.answer(c, key));
+            }
+        }
+        Err(self.superseded())
+    }
+
+    /// The answer to a get of `key` from the map (checked), read-locking
+    /// the version it names for channel `c`'s client.
+    fn answer(&mut self, c: u16, key: &[u8]) -> Answer {
         let (record, version) = match &self.keys[key].state {
-            State::Deleted => return Ok(Answer::Deleted),
+            State::Deleted => return Answer::Deleted,
             State::Live { record, version, .. } => (*record, version.clone()),
         };
         // Mutant `central-no-rdlock`: the answer is given without a read
@@ -300,7 +350,7 @@ impl Coordinator {
             }
             self.paths.read_locks += 1;
         }
-        Ok(Answer::Found(version))
+        Answer::Found(version)
     }
 
     /// Writes `value` to the key's live data nodes in parallel: its copies
@@ -369,10 +419,31 @@ impl Coordinator {
         if key.is_empty() || key.len() > self.shape.max_key || value.len() > self.shape.max_value {
             return Err(BAD_REQUEST);
         }
+        for _ in 0..TRIES {
+            if let Some(done) = self.put_once(mem, mode, key, value).await? {
+                return Ok(done);
+            }
+        }
+        Err(self.superseded())
+    }
+
+    /// One try of [`Self::put`]: `None` if another incarnation changed
+    /// the key since the map learnt it (nothing was committed; the key is
+    /// to be loaded again).
+    async fn put_once<M: Memory>(
+        &mut self,
+        mem: &M,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<(Answer, u8)>, Failed> {
         let known = self.load(mem, key).await?;
         let live = known && matches!(self.keys[key].state, State::Live { .. });
         if mode == Mode::Update && !live {
-            return Ok((Answer::NotFound, 0));
+            // Unknown to the index (a fresh lookup), or deleted as the map
+            // says, checked.
+            let fresh = !known || self.still(mem, key).await?;
+            return Ok(fresh.then_some((Answer::NotFound, 0)));
         }
         let node = self.shape.node;
         let (copies, rounds) = self.write_copies(mem, key, value).await?;
@@ -397,8 +468,11 @@ impl Coordinator {
             ];
             let out = mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
             if out.get(1).and_then(|o| o.cas()) != Some(word) {
-                // Another incarnation committed meanwhile: this one is stale.
-                return Err(OWN_NODE);
+                // Another incarnation committed meanwhile: nothing of this
+                // try was published.
+                self.free_version(record.offset, &version_of(&new));
+                self.stale(key);
+                return Ok(None);
             }
             let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
             k.word = record.offset;
@@ -420,28 +494,49 @@ impl Coordinator {
             mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
             match self.index.insert(mem, key, wire::location(cell)).await.map_err(KvError::from)? {
                 Insert::New(_) => {}
-                Insert::Exists(_) => return Err(OWN_NODE),
+                Insert::Exists(_) => {
+                    // Another incarnation inserted it meanwhile.
+                    self.free_version(record.offset, &version_of(&new));
+                    self.free(cell, 8);
+                    self.paths.fenced += 1;
+                    self.flags.fenced = true;
+                    return Ok(None);
+                }
             }
             self.keys.insert(key.to_vec(), Key { cell, word: record.offset, state: new });
         }
         self.paths.commits += 1;
-        Ok((Answer::Written, rounds))
+        Ok(Some((Answer::Written, rounds)))
     }
 
     async fn delete<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Answer, Failed> {
-        if !self.load(mem, key).await? || matches!(self.keys[key].state, State::Deleted) {
-            return Ok(Answer::NotFound);
+        for _ in 0..TRIES {
+            if let Some(done) = self.delete_once(mem, key).await? {
+                return Ok(done);
+            }
+        }
+        Err(self.superseded())
+    }
+
+    /// One try of [`Self::delete`], as [`Self::put_once`].
+    async fn delete_once<M: Memory>(&mut self, mem: &M, key: &[u8]) -> Result<Option<Answer>, Failed> {
+        if !self.load(mem, key).await? {
+            return Ok(Some(Answer::NotFound));
+        }
+        if matches!(self.keys[key].state, State::Deleted) {
+            return Ok(self.still(mem, key).await?.then_some(Answer::NotFound));
         }
         let (cell, word) = (self.keys[key].cell, self.keys[key].word);
         let prev = mem.cas(cell, word, TOMB).await.map_err(|_| OWN_NODE)?;
         if prev != word {
-            return Err(OWN_NODE);
+            self.stale(key);
+            return Ok(None);
         }
         let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
         k.word = TOMB;
         let old = core::mem::replace(&mut k.state, State::Deleted);
         self.retire(old);
-        Ok(Answer::Written)
+        Ok(Some(Answer::Written))
     }
 }
 
@@ -461,7 +556,7 @@ impl Service for Coordinator {
     async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {
         // Any request of a client ends its previous operation.
         self.release(req.client);
-        self.deferred = false;
+        self.flags = Flags::default();
         let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= self.shape.max_key;
         let done = match req.method {
             wire::GET if key_ok(req.body) => self.get(mem, req.client, req.body).await.map(|a| (a, 0)),
@@ -475,7 +570,7 @@ impl Service for Coordinator {
         };
         match done {
             Ok((answer, rounds)) => {
-                answer.encode(rounds, self.deferred, out);
+                answer.encode(rounds, self.flags, out);
                 Status::Ok
             }
             Err(BAD_REQUEST) => Status::BadRequest,

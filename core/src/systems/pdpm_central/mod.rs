@@ -52,15 +52,36 @@
 //! Versions the dead one committed are never freed (their readers may still
 //! read them): a takeover leaks at most one version per key.
 //!
+//! # A coordinator that was only paused
+//!
+//! One paused (SIGSTOP, a long stall) rather than dead comes back in the
+//! middle of a request, with a map that a standby may have made stale, or
+//! has a commit in flight that lands after the standby loaded the key. It
+//! stops at its next pass over its channels (superseded), but what it
+//! does before must stay right, and so must the standby. So every answer
+//! the map gives is checked against the key's cell, a local read, before
+//! it is given (a get's version, a deleted key, an update or delete of a
+//! deleted key), and takes effect at that read; every commit is a CAS of
+//! the cell from the word the map holds. A check or a CAS that finds
+//! another word means that another incarnation changed the key: the key
+//! is loaded again and the request served again from it
+//! ([`coordinator::Paths::fenced`]; the client counts such answers), and
+//! after a few such tries the coordinator answers that it is down (its
+//! client reconnects, to the successor). Cell words never repeat across
+//! incarnations (each commits records from chunks of its own, and a
+//! deleted key's word is the same tombstone whoever deleted it, which
+//! any incarnation may insert over), so a CAS that succeeds found the
+//! key as the map says. This needs no timing assumption. The campaigns
+//! pause the coordinator (half the runs whose coordinator fails) past
+//! its standby's start; the mutant `central-no-fence` (answers from the
+//! map unchecked) returns a deleted key's stale answer (campaign seed
+//! 2687, "not linearizable").
+//!
 //! # Not done
 //!
 //! - A replicated backup: the coordinator's durable state is on node 0
 //!   only, which is a single point of failure here (SWARM-KV and DM-ABD
 //!   keep theirs in the replicated `crate::index::snapshot` index).
-//! - Fencing: a standby takes over from a coordinator that is dead (killed,
-//!   crashed). One that is only paused stops at its next pass over its
-//!   channels, but a commit it was making when paused may still land after
-//!   the standby loaded that key, which the standby would not see.
 //! - A data node marked down is never readmitted by an incarnation.
 
 pub mod client;

@@ -10,7 +10,7 @@
 //! request   GET / DELETE: key;  PUT: mode (1) | key length (1) | key | value
 //! answer    kind (1) | coordinator's roundtrips to data nodes (1)
 //!           | flags (1: bit 0, the superseded version's free waits for
-//!           readers) | 0 (5)
+//!           readers; bit 1, the key was loaded again, fenced) | 0 (5)
 //!           [ | version, for a key found ]
 //! ```
 //!
@@ -26,7 +26,7 @@ use crate::kv::KvError;
 use crate::substrate::memory::word_at;
 use crate::substrate::msg::rpc::method::FIRST_SERVICE;
 use crate::substrate::quorum::MAX_REPLICAS;
-use crate::{NodeId, RemoteAddr};
+use crate::{MemError, MemErrorKind, NodeId, RemoteAddr};
 
 /// Reads a key: the coordinator read-locks its committed version and
 /// answers where its copies are.
@@ -177,10 +177,10 @@ impl Answer {
     }
 
     /// Its bytes, saying that the coordinator made `rounds` sequential
-    /// roundtrips to data nodes for it, and whether the version it
-    /// superseded was read-locked (its free `deferred`).
-    pub fn encode(&self, rounds: u8, deferred: bool, out: &mut Vec<u8>) {
-        out.extend_from_slice(&[self.kind(), rounds, deferred as u8, 0, 0, 0, 0, 0]);
+    /// roundtrips to data nodes for it, and `flags`.
+    pub fn encode(&self, rounds: u8, flags: Flags, out: &mut Vec<u8>) {
+        let f = flags.deferred as u8 | (flags.fenced as u8) << 1;
+        out.extend_from_slice(&[self.kind(), rounds, f, 0, 0, 0, 0, 0]);
         if let Answer::Found(v) = self {
             out.extend_from_slice(&v.encode());
         }
@@ -188,10 +188,10 @@ impl Answer {
 
     /// Reads what [`Answer::encode`] wrote (see [`Version::decode`] for
     /// `nodes` and `max_value`): the answer, the coordinator's rounds, and
-    /// whether a free was deferred.
-    pub fn decode(b: &[u8], nodes: usize, max_value: usize) -> Option<(Answer, u8, bool)> {
+    /// its flags.
+    pub fn decode(b: &[u8], nodes: usize, max_value: usize) -> Option<(Answer, u8, Flags)> {
         let h = b.get(..ANSWER_HEADER)?;
-        if h[2] > 1 || h[3..].iter().any(|&x| x != 0) {
+        if h[2] > 3 || h[3..].iter().any(|&x| x != 0) {
             return None;
         }
         let rest = &b[ANSWER_HEADER..];
@@ -206,8 +206,19 @@ impl Answer {
         if !matches!(a, Answer::Found(_)) && !rest.is_empty() {
             return None;
         }
-        Some((a, h[1], h[2] == 1))
+        Some((a, h[1], Flags { deferred: h[2] & 1 != 0, fenced: h[2] & 2 != 0 }))
     }
+}
+
+/// What an answer says of how it was served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// The version it superseded was read-locked: its free waits for its
+    /// readers.
+    pub deferred: bool,
+    /// The coordinator found the key changed by another incarnation of it
+    /// (the map it answers from was stale) and loaded it again.
+    pub fenced: bool,
 }
 
 /// The body of a failed request: why, as far as a client can act on it
@@ -221,6 +232,12 @@ pub fn encode_failure(e: &KvError, out: &mut Vec<u8>) {
             out.extend_from_slice(&free.to_le_bytes());
         }
         KvError::Full => out.push(2),
+        // The coordinator was superseded (see `coordinator`), or a node
+        // it needed is down.
+        KvError::Down(e) => {
+            out.push(3);
+            out.extend_from_slice(&e.node.0.to_le_bytes());
+        }
         _ => out.push(0),
     }
 }
@@ -234,6 +251,9 @@ pub fn decode_failure(b: &[u8]) -> KvError {
             free: word_at(b, 11).unwrap_or(0),
         },
         Some(2) if b.len() == 1 => KvError::Full,
+        Some(3) if b.len() == 3 => {
+            KvError::Down(MemError::new(NodeId(u16::from_le_bytes([b[1], b[2]])), MemErrorKind::Unreachable))
+        }
         _ => KvError::Unavailable,
     }
 }
@@ -261,15 +281,23 @@ mod tests {
             assert_eq!(Version::decode(&b, n - 1, 256), None, "a copy on a node that is not there");
             assert_eq!(Version::decode(&b, MAX_REPLICAS, 99), None, "longer than values may be");
             let mut out = Vec::new();
-            Answer::Found(v.clone()).encode(3, false, &mut out);
-            assert_eq!(Answer::decode(&out, MAX_REPLICAS, 256), Some((Answer::Found(v), 3, false)));
+            let none = Flags::default();
+            Answer::Found(v.clone()).encode(3, none, &mut out);
+            assert_eq!(Answer::decode(&out, MAX_REPLICAS, 256), Some((Answer::Found(v), 3, none)));
         }
-        for a in [Answer::Absent, Answer::Deleted, Answer::Written, Answer::NotFound] {
+        for (i, a) in [Answer::Absent, Answer::Deleted, Answer::Written, Answer::NotFound].into_iter().enumerate() {
             let mut out = Vec::new();
-            a.encode(1, true, &mut out);
-            assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1, true)));
+            let flags = Flags { deferred: i % 2 == 0, fenced: i >= 2 };
+            a.encode(1, flags, &mut out);
+            assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1, flags)));
         }
-        for e in [KvError::NodeFull { node: NodeId(2), need: 1 << 16, free: 12 }, KvError::Full, KvError::Unavailable] {
+        let superseded = KvError::Down(MemError::new(NodeId(0), MemErrorKind::Unreachable));
+        for e in [
+            KvError::NodeFull { node: NodeId(2), need: 1 << 16, free: 12 },
+            KvError::Full,
+            KvError::Unavailable,
+            superseded,
+        ] {
             let mut out = Vec::new();
             encode_failure(&e, &mut out);
             assert_eq!(decode_failure(&out), e);
