@@ -513,10 +513,14 @@ fn a_split_view_claim_is_superseded_whichever_replicas_answer() {
 /// the next change (bringing the failed node back) chose that word and
 /// undid the committed insert (FUSEE, 5 replicas: an acknowledged insert
 /// lost; the mutant `view-keeps-unrepaired`). The master leaves such a
-/// replica out.
+/// replica out. (Found at seed 31576; the seeds change with the timing of
+/// the stores' operations, so these are the ones that fail with the
+/// mutant now, out of 45,000 FUSEE runs: a search with the mutant on,
+/// `SWARM_MUTANT=switch SWARM_MUTANT_ACTIVE=view-keeps-unrepaired`, and
+/// the `explore` test, finds new ones.)
 #[test]
 fn a_replica_the_repair_missed_is_left_out_of_the_view() {
-    for (system, seed, replicas) in [("fusee", 31576, 5)] {
+    for (system, seed, replicas) in [("fusee", 72112, 5), ("fusee", 72427, 5)] {
         if let Err(e) = run(seed, &KvCampaign::for_seed(named(system), replicas, seed)) {
             panic!("{system}: {e}");
         }
