@@ -78,7 +78,7 @@ pub struct KvCampaign {
     /// crashes among the operations, and a standby takes over.
     pub server_crash: bool,
     /// Whether the crashed nodes come back with their memory soon after
-    /// (systems on the replicated index only: it brings them back; the
+    /// (systems that take such a node back, `SystemInfo::rejoins`: the
     /// others' declared model assumes a crashed primary stays down).
     pub heal: bool,
     /// Whether clients run `KvClient::keep` after each operation, and a
@@ -99,7 +99,7 @@ impl KvCampaign {
     /// each, clocks skewed by up to 0, 2 or 30 µs (roundtrips are 1-3 µs),
     /// and in four runs out of five a crashed minority of nodes, a client
     /// crashing mid-operation and a slow node; in one run out of three the
-    /// crashed nodes come back (systems on the replicated index).
+    /// crashed nodes come back (systems that take them back).
     pub fn for_seed(system: System, replicas: usize, seed: u64) -> KvCampaign {
         KvCampaign {
             system,
@@ -557,7 +557,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                 let at = start + crash_from + sim.random(0, 60_000);
                 sim.crash_node_at(node, at, mode);
                 excuses.crashed.borrow_mut().push(node);
-                if c.heal && c.system.replicated_index() {
+                if c.heal && c.system.rejoins() {
                     // No draw of the run's randomness: the other faults
                     // stay those of the same seed without it.
                     sim.heal_node_at(node, at + 20_000 + at % 400_000);

@@ -101,6 +101,11 @@ pub struct SystemInfo {
     /// crash of any minority of its nodes (`crate::index::snapshot`), or
     /// kept on [`crate::kv::place::INDEX_NODE`] alone.
     pub replicated_index: bool,
+    /// Whether a crashed node that comes back with its memory (a restart
+    /// over persistent memory, a healed partition) is taken into use
+    /// again, having missed what was written meanwhile. The campaigns
+    /// bring crashed nodes back for such systems.
+    pub rejoins: bool,
     /// Whether this is the latency floor the others are compared to (RAW):
     /// reports give every figure as a ratio to it.
     pub floor: bool,
@@ -277,6 +282,11 @@ impl System {
     /// Whether its index is replicated (any minority of nodes may crash).
     pub fn replicated_index(self) -> bool {
         self.info.replicated_index
+    }
+
+    /// Whether a crashed node that comes back is taken into use again.
+    pub fn rejoins(self) -> bool {
+        self.info.rejoins
     }
 
     /// Whether this is the latency floor reports compare to.

@@ -115,6 +115,9 @@ paths! {
     /// incarnation of it (one paused that came back, or its successor),
     /// and loaded again before it answered (pDPM-Central).
     fenced_answers,
+    /// Writes whose copy went to a data node marked down before, which
+    /// acknowledged it and is in use again (pDPM-Central's coordinator).
+    nodes_readmitted,
     /// View changes of the store's replicated index that this client led
     /// (a replica of the index failed under it).
     index_views,

@@ -371,6 +371,7 @@ impl KvSystem for Clover {
                 one-sided reads, a metadata server beside node 0 for creates and allocation (pDPM §5)",
         replicated: true,
         replicated_index: false,
+        rejoins: false,
         floor: false,
         guarantee: Guarantee::LinearizablePrimary,
         roundtrips: Roundtrips { get: 1, update: 2, insert: 2, delete: 1 },

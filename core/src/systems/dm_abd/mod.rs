@@ -24,6 +24,7 @@ impl Protocol for DmAbd {
         about: "ABD over 2f+1 nodes, values out of place: 2-roundtrip gets and updates, linearizable (SWARM §2.3, §7)",
         replicated: true,
         replicated_index: true,
+        rejoins: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
         roundtrips: Roundtrips { get: 2, update: 2, insert: 3, delete: 2 },

@@ -398,6 +398,7 @@ impl KvSystem for Fusee {
                 checked in the same roundtrip; linearizable (FUSEE §4)",
         replicated: true,
         replicated_index: true,
+        rejoins: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
         roundtrips: Roundtrips { get: 1, update: 3, insert: 3, delete: 2 },

@@ -80,6 +80,9 @@ pub struct Paths {
     /// Answers the coordinator gave after finding the key changed by
     /// another incarnation ([`super::coordinator::Paths::fenced`]).
     pub fenced_answers: u64,
+    /// Writes whose copy went to a data node the coordinator had marked
+    /// down, and which is back ([`super::coordinator::Paths::readmitted`]).
+    pub readmitted: u64,
 }
 
 /// One pDPM-Central client.
@@ -196,6 +199,7 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
         self.mem.note_server_roundtrips(rounds as u32);
         self.paths.deferred_frees += flags.deferred as u64;
         self.paths.fenced_answers += flags.fenced as u64;
+        self.paths.readmitted += flags.readmitted as u64;
         Ok(answer)
     }
 }
@@ -278,13 +282,14 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
         self.keep_lease().await
     }
 
-    /// Its reads from another copy as read restarts, its deferred frees and
-    /// fenced answers.
+    /// Its reads from another copy as read restarts, its deferred frees,
+    /// fenced answers and readmitted nodes.
     fn paths(&self) -> crate::swarm::client::Paths {
         crate::swarm::client::Paths {
             read_restarts: self.paths.other_copies,
             deferred_frees: self.paths.deferred_frees,
             fenced_answers: self.paths.fenced_answers,
+            nodes_readmitted: self.paths.readmitted,
             ..Default::default()
         }
     }

@@ -46,8 +46,16 @@
 //! A write goes to the key's R data nodes in parallel (`node_of(key, i)`),
 //! and commits once a majority acknowledged it; the version names only the
 //! copies that were acknowledged, so a reader never reads a copy that was
-//! not written. A node whose write failed is marked down and written no
-//! more by this incarnation ([`Paths::skipped`]).
+//! not written. A node whose write failed is marked down and skipped
+//! ([`Paths::skipped`]) until [`RETRY_TIMEOUTS`] of the memory's time-outs
+//! have passed; then the next write of a key on it tries it again beside
+//! its other copies, and a node that acknowledges is back in use
+//! ([`Paths::readmitted`]; one that does not is marked down again). A
+//! node that comes back holds what it acknowledged before it went down,
+//! and only acknowledged copies are named by versions, so nothing it
+//! missed is ever read from it. The try costs the one write that makes
+//! it the wait for that node's answer (a time-out, if it still hangs),
+//! once per interval.
 
 use alloc::vec::Vec;
 
@@ -91,6 +99,8 @@ pub struct Paths {
     pub skipped: u64,
     /// Writes that failed on a data node (which is then marked down).
     pub failed_copies: u64,
+    /// Nodes marked down that acknowledged a write again.
+    pub readmitted: u64,
     /// Keys found changed by another incarnation (a paused one that came
     /// back, or a successor), and loaded again.
     pub fenced: u64,
@@ -144,7 +154,8 @@ pub struct Coordinator {
     readers: HashMap<u64, u32>,
     /// Superseded versions waiting for their readers, by record.
     retired: HashMap<u64, Version>,
-    down: Vec<bool>,
+    /// Per node: since when it is marked down (`None`: up).
+    down: Vec<Option<Down>>,
     paths: Paths,
     /// How the request being served went, for its answer.
     flags: Flags,
@@ -162,6 +173,20 @@ const BAD_REQUEST: KvError = KvError::Bug("a malformed request");
 const OWN_NODE: KvError = KvError::Unavailable;
 /// Tries of a request whose key another incarnation changed under it.
 const TRIES: usize = 4;
+/// Time-outs of the memory after which a node marked down is tried again.
+pub const RETRY_TIMEOUTS: u64 = 2;
+/// Writes that skip a node marked down before it is tried again, on a
+/// memory that keeps no time.
+const RETRY_SKIPS: u32 = 64;
+
+/// When a data node was marked down, and what skipped it since.
+#[derive(Clone, Copy, Debug)]
+struct Down {
+    /// The memory's time then, ns (`None`: it keeps none).
+    since: Option<u64>,
+    /// Copies not written to it since.
+    skipped: u32,
+}
 
 impl Coordinator {
     /// A coordinator of shape `shape` over the store's `index` (opened on
@@ -230,7 +255,33 @@ impl Coordinator {
     }
 
     fn is_down(&self, node: NodeId) -> bool {
-        self.down.get(node.index()).copied().unwrap_or(false)
+        matches!(self.down.get(node.index()), Some(Some(_)))
+    }
+
+    /// Marks `node` down from now.
+    fn mark_down<M: Memory>(&mut self, mem: &M, node: NodeId) {
+        if let Some(d) = self.down.get_mut(node.index()) {
+            *d = Some(Down { since: mem.now_ns(), skipped: 0 });
+        }
+    }
+
+    /// Whether a write skips `node`, marked down and not due for another
+    /// try ([`RETRY_TIMEOUTS`]); counts the skip.
+    fn skips<M: Memory>(&mut self, mem: &M, node: NodeId) -> bool {
+        let Some(Some(d)) = self.down.get_mut(node.index()) else { return false };
+        let due = match (d.since, mem.now_ns(), mem.timeout_ns()) {
+            (Some(since), Some(now), Some(t)) => now.saturating_sub(since) >= RETRY_TIMEOUTS.saturating_mul(t),
+            _ => d.skipped >= RETRY_SKIPS,
+        };
+        d.skipped = d.skipped.saturating_add(1);
+        // Mutant `central-no-readmit`: a node marked down stays down for
+        // the incarnation's life.
+        let due = due && !mutant!("central-no-readmit");
+        if due {
+            // Tried by this write; marked down again if it fails.
+            *d = Down { since: mem.now_ns(), skipped: 0 };
+        }
+        !due
     }
 
     /// A superseded version: freed now, once its readers are done, or never
@@ -363,20 +414,20 @@ impl Coordinator {
     ) -> Result<(heapless::Vec<RemoteAddr, MAX_REPLICAS>, u8), Failed> {
         let nodes = mem.node_count();
         if self.down.len() < nodes {
-            self.down.resize(nodes, false);
+            self.down.resize(nodes, None);
         }
         let counted = Counted::new(mem);
         let mut targets: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
         for i in 0..self.shape.replicas.min(nodes) {
             let node = node_of(key, i, nodes);
-            if self.is_down(node) {
+            if self.skips(mem, node) {
                 self.paths.skipped += 1;
                 continue;
             }
             match self.alloc(&counted, node, self.copy_bytes()).await {
                 Ok(a) => targets.push(a).map_err(|_| OWN_NODE)?,
                 Err(KvError::Down(_)) => {
-                    self.down[node.index()] = true;
+                    self.mark_down(mem, node);
                     self.paths.failed_copies += 1;
                 }
                 Err(e) => {
@@ -394,11 +445,16 @@ impl Coordinator {
             match r {
                 Some(Ok(())) => {
                     let _ = copies.push(targets[i]);
+                    if let Some(d) = self.down.get_mut(targets[i].node.index()).filter(|d| d.is_some()) {
+                        *d = None;
+                        self.paths.readmitted += 1;
+                        self.flags.readmitted = true;
+                    }
                 }
                 Some(Err(e)) => {
                     // Maybe applied later (a stall): the block is left alone.
                     if matches!(e.kind, MemErrorKind::Unreachable | MemErrorKind::TimedOut) {
-                        self.down[targets[i].node.index()] = true;
+                        self.mark_down(mem, targets[i].node);
                     }
                     self.paths.failed_copies += 1;
                 }

@@ -82,7 +82,6 @@
 //! - A replicated backup: the coordinator's durable state is on node 0
 //!   only, which is a single point of failure here (SWARM-KV and DM-ABD
 //!   keep theirs in the replicated `crate::index::snapshot` index).
-//! - A data node marked down is never readmitted by an incarnation.
 
 pub mod client;
 pub mod coordinator;
@@ -146,6 +145,7 @@ impl KvSystem for PdpmCentral {
                 through it (pDPM §4.2)",
         replicated: true,
         replicated_index: false,
+        rejoins: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
         roundtrips: Roundtrips { get: 2, update: 2, insert: 2, delete: 1 },

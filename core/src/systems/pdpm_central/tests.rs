@@ -222,3 +222,66 @@ fn a_slow_reader_reads_the_version_it_was_answered() {
         }
     }
 }
+
+/// A data node that crashed comes back with its memory: once the retry
+/// interval passed, a write tries it again and it is in use again, so
+/// that the crash of another node then leaves a majority of every key's
+/// copies. Without the readmission, every write after the second crash
+/// would find one data node of three and fail.
+#[test]
+fn a_data_node_that_comes_back_is_written_again() {
+    for mode in [CrashMode::FailFast, CrashMode::Hang] {
+        let cfg = config();
+        let (mut sim, _shell) = setup(&cfg);
+        let keys: Vec<Vec<u8>> = (0..6u8).map(|i| alloc::vec![b'k', i]).collect();
+        let (mem, c, ks) = (sim.client(), cfg.clone(), keys.clone());
+        sim.block_on(async move {
+            let mut a = connect(&mem, &c, 1).await;
+            for k in &ks {
+                a.insert(k, b"before").await.unwrap();
+            }
+        })
+        .unwrap();
+        let now = sim.now();
+        sim.crash_node_at(1, now, mode);
+        let (mem, c, ks) = (sim.client(), cfg.clone(), keys.clone());
+        let skipped = sim
+            .block_on(async move {
+                let mut a = connect(&mem, &c, 1).await;
+                for k in &ks {
+                    assert_eq!(a.update(k, b"down").await, Ok(Ok(Written)), "{mode:?}");
+                }
+                a.central_paths().readmitted
+            })
+            .unwrap();
+        assert_eq!(skipped, 0, "{mode:?}: node 1 is still down");
+        let now = sim.now();
+        sim.heal_node_at(1, now);
+        let (mem, c, ks) = (sim.client(), cfg.clone(), keys.clone());
+        let readmitted = sim
+            .block_on(async move {
+                // Past the retry interval (the simulator's time-out is
+                // 50 µs).
+                mem.sleep(coordinator::RETRY_TIMEOUTS * 50_000 + 1).await;
+                let mut a = connect(&mem, &c, 1).await;
+                for k in &ks {
+                    assert_eq!(a.update(k, b"back").await, Ok(Ok(Written)), "{mode:?}");
+                }
+                a.central_paths().readmitted
+            })
+            .unwrap();
+        assert_eq!(readmitted, 1, "{mode:?}: node 1 taken back by one write");
+        let now = sim.now();
+        sim.crash_node_at(2, now, CrashMode::FailFast);
+        let mem = sim.client();
+        sim.block_on(async move {
+            let mut a = connect(&mem, &cfg, 2).await;
+            for k in &keys {
+                assert_eq!(value(a.get(k).await).as_deref(), Some(&b"back"[..]), "{mode:?}");
+                assert_eq!(a.update(k, b"after").await, Ok(Ok(Written)), "{mode:?}: node 1 was not taken back");
+                assert_eq!(value(a.get(k).await).as_deref(), Some(&b"after"[..]), "{mode:?}");
+            }
+        })
+        .unwrap();
+    }
+}

@@ -10,7 +10,8 @@
 //! request   GET / DELETE: key;  PUT: mode (1) | key length (1) | key | value
 //! answer    kind (1) | coordinator's roundtrips to data nodes (1)
 //!           | flags (1: bit 0, the superseded version's free waits for
-//!           readers; bit 1, the key was loaded again, fenced) | 0 (5)
+//!           readers; bit 1, the key was loaded again, fenced; bit 2, a
+//!           data node marked down took a copy and is back) | 0 (5)
 //!           [ | version, for a key found ]
 //! ```
 //!
@@ -179,7 +180,7 @@ impl Answer {
     /// Its bytes, saying that the coordinator made `rounds` sequential
     /// roundtrips to data nodes for it, and `flags`.
     pub fn encode(&self, rounds: u8, flags: Flags, out: &mut Vec<u8>) {
-        let f = flags.deferred as u8 | (flags.fenced as u8) << 1;
+        let f = flags.deferred as u8 | (flags.fenced as u8) << 1 | (flags.readmitted as u8) << 2;
         out.extend_from_slice(&[self.kind(), rounds, f, 0, 0, 0, 0, 0]);
         if let Answer::Found(v) = self {
             out.extend_from_slice(&v.encode());
@@ -191,7 +192,7 @@ impl Answer {
     /// its flags.
     pub fn decode(b: &[u8], nodes: usize, max_value: usize) -> Option<(Answer, u8, Flags)> {
         let h = b.get(..ANSWER_HEADER)?;
-        if h[2] > 3 || h[3..].iter().any(|&x| x != 0) {
+        if h[2] > 7 || h[3..].iter().any(|&x| x != 0) {
             return None;
         }
         let rest = &b[ANSWER_HEADER..];
@@ -206,7 +207,8 @@ impl Answer {
         if !matches!(a, Answer::Found(_)) && !rest.is_empty() {
             return None;
         }
-        Some((a, h[1], Flags { deferred: h[2] & 1 != 0, fenced: h[2] & 2 != 0 }))
+        let flags = Flags { deferred: h[2] & 1 != 0, fenced: h[2] & 2 != 0, readmitted: h[2] & 4 != 0 };
+        Some((a, h[1], flags))
     }
 }
 
@@ -219,6 +221,9 @@ pub struct Flags {
     /// The coordinator found the key changed by another incarnation of it
     /// (the map it answers from was stale) and loaded it again.
     pub fenced: bool,
+    /// A data node the coordinator had marked down acknowledged a copy of
+    /// this write: it is in use again.
+    pub readmitted: bool,
 }
 
 /// The body of a failed request: why, as far as a client can act on it
@@ -287,7 +292,7 @@ mod tests {
         }
         for (i, a) in [Answer::Absent, Answer::Deleted, Answer::Written, Answer::NotFound].into_iter().enumerate() {
             let mut out = Vec::new();
-            let flags = Flags { deferred: i % 2 == 0, fenced: i >= 2 };
+            let flags = Flags { deferred: i % 2 == 0, fenced: i >= 2, readmitted: i % 3 == 1 };
             a.encode(1, flags, &mut out);
             assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1, flags)));
         }

@@ -121,6 +121,7 @@ impl KvSystem for PdpmDirect {
                 lock-free reads, writes under the lock (pDPM §4.1)",
         replicated: true,
         replicated_index: false,
+        rejoins: false,
         floor: false,
         guarantee: Guarantee::LinearizablePrimary,
         roundtrips: Roundtrips { get: 1, update: 4, insert: 2, delete: 4 },

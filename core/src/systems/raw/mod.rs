@@ -43,6 +43,7 @@ impl KvSystem for Raw {
         about: "one unreplicated copy in place, no concurrency control: the latency floor (SWARM §7, Baselines)",
         replicated: false,
         replicated_index: false,
+        rejoins: false,
         floor: true,
         guarantee: Guarantee::OneClientPerKey,
         roundtrips: Roundtrips { get: 1, update: 1, insert: 2, delete: 1 },

@@ -56,6 +56,7 @@ impl Protocol for SwarmKv {
         about: "a Safe-Guess register per key over 2f+1 nodes: 1-roundtrip gets and updates, linearizable (SWARM §5)",
         replicated: true,
         replicated_index: true,
+        rejoins: true,
         floor: false,
         guarantee: Guarantee::Linearizable,
         roundtrips: Roundtrips { get: 1, update: 1, insert: 3, delete: 2 },
