@@ -9,7 +9,7 @@
 //! committed [`Version`]), and keeps the durable copy the paper keeps in
 //! its local PM on its own node: the store's index (`RaceIndex`, key ->
 //! the key's *cell*), one cell per key (a word: the offset of the key's
-//! committed record, or [`TOMB`]), and one record per committed version
+//! committed record, stamped, or [`TOMB`]), and one record per committed version
 //! ([`Version::encode`]). A write commits when the cell's word is swapped
 //! to the new record (a CAS, after the record's WRITE in the same ordered
 //! pipeline: the paper's "set meta = new loc + flush"); the index and the
@@ -76,6 +76,24 @@ use crate::{MemError, MemErrorKind, Memory, NodeId, Op, RemoteAddr};
 
 /// A cell's word for a deleted key.
 pub const TOMB: u64 = 1;
+/// The bits of a cell's word that hold its record's offset; the 16 above
+/// them hold a stamp, this incarnation's count of commits then.
+const RECORD_BITS: u32 = 48;
+
+/// A cell's word for the record at `record`, with `stamp`.
+fn cell_word(record: u64, stamp: u16) -> u64 {
+    // Mutant `central-unstamped`: a reused record's word is the word it
+    // had, and passes a paused incarnation's check for the old version.
+    if mutant!("central-unstamped") {
+        return record;
+    }
+    (stamp as u64) << RECORD_BITS | record
+}
+
+/// The record a cell's word names.
+fn record_of(word: u64) -> u64 {
+    word & ((1 << RECORD_BITS) - 1)
+}
 
 /// The coordinator's service name, which clients check they connect to.
 pub const NAME: &str = "pdpm-central coordinator";
@@ -156,6 +174,8 @@ pub struct Coordinator {
     retired: HashMap<u64, Version>,
     /// Per node: since when it is marked down (`None`: up).
     down: Vec<Option<Down>>,
+    /// The stamp of the next commit's cell word.
+    stamp: u16,
     paths: Paths,
     /// How the request being served went, for its answer.
     flags: Flags,
@@ -202,6 +222,7 @@ impl Coordinator {
             readers: HashMap::new(),
             retired: HashMap::new(),
             down: Vec::new(),
+            stamp: 0,
             paths: Paths::default(),
             flags: Flags::default(),
         }
@@ -334,7 +355,8 @@ impl Coordinator {
             // An insert that never committed leaves no cell behind (the cell
             // is written before the index names it): as deleted.
             0 | TOMB => State::Deleted,
-            record => {
+            word => {
+                let record = record_of(word);
                 let at = RemoteAddr::new(self.shape.node, record);
                 let b = mem.read(at, RECORD_BYTES).await.map_err(|_| OWN_NODE)?;
                 let version = Version::decode(&b, mem.node_count(), self.shape.max_value).ok_or(OWN_NODE)?;
@@ -377,6 +399,10 @@ impl Coordinator {
             if !self.load(mem, key).await? {
                 return Ok(Answer::Absent);
             }
+            // Checked even right after a load: the load read the cell,
+            // then the record; the cell still holding the same stamped
+            // word means it held it all along, so the record read was not
+            // of a reuse by another incarnation.
             if self.still(mem, key).await? {
                 return Ok(self.answer(c, key));
             }
@@ -515,12 +541,14 @@ impl Coordinator {
         let version = Version { len: value.len() as u32, sum: value_sum(value), copies };
         let bytes = version.encode();
         let new = State::Live { record: record.offset, version, ours: true };
+        self.stamp = self.stamp.wrapping_add(1);
+        let stamped = cell_word(record.offset, self.stamp);
         if known {
             // The commit: the record, then the cell's CAS, in one pipeline.
             let (cell, word) = (self.keys[key].cell, self.keys[key].word);
             let ops = [
                 Op::Write { offset: record.offset, data: &bytes },
-                Op::Cas { offset: cell.offset, expected: word, new: record.offset },
+                Op::Cas { offset: cell.offset, expected: word, new: stamped },
             ];
             let out = mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
             if out.get(1).and_then(|o| o.cas()) != Some(word) {
@@ -531,7 +559,7 @@ impl Coordinator {
                 return Ok(None);
             }
             let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
-            k.word = record.offset;
+            k.word = stamped;
             let old = core::mem::replace(&mut k.state, new);
             self.retire(old);
         } else {
@@ -545,7 +573,7 @@ impl Coordinator {
             };
             let ops = [
                 Op::Write { offset: record.offset, data: &bytes },
-                Op::Write { offset: cell.offset, data: &record.offset.to_le_bytes() },
+                Op::Write { offset: cell.offset, data: &stamped.to_le_bytes() },
             ];
             mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
             match self.index.insert(mem, key, wire::location(cell)).await.map_err(KvError::from)? {
@@ -559,7 +587,7 @@ impl Coordinator {
                     return Ok(None);
                 }
             }
-            self.keys.insert(key.to_vec(), Key { cell, word: record.offset, state: new });
+            self.keys.insert(key.to_vec(), Key { cell, word: stamped, state: new });
         }
         self.paths.commits += 1;
         Ok(Some((Answer::Written, rounds)))

@@ -67,11 +67,19 @@
 //! is loaded again and the request served again from it
 //! ([`coordinator::Paths::fenced`]; the client counts such answers), and
 //! after a few such tries the coordinator answers that it is down (its
-//! client reconnects, to the successor). Cell words never repeat across
-//! incarnations (each commits records from chunks of its own, and a
-//! deleted key's word is the same tombstone whoever deleted it, which
-//! any incarnation may insert over), so a CAS that succeeds found the
-//! key as the map says. This needs no timing assumption. The campaigns
+//! client reconnects, to the successor). A cell's word does not come back
+//! to a key in the meantime: each incarnation commits records from chunks
+//! of its own, and although it reuses the records it frees, each word is
+//! stamped with its count of commits then (16 bits: a record would have
+//! to come back to the same key after a multiple of 65,536 commits, all
+//! while the other incarnation serves its last requests); a deleted key's word is
+//! the same tombstone whoever deleted it, which any incarnation may insert
+//! over. So a check or a CAS that finds the map's word found the key as
+//! the map says. This needs no timing assumption. Without the stamp, a
+//! key this incarnation loaded from another one's commit could read as
+//! unchanged after the other superseded that record and reused it for
+//! the key's next version (test
+//! `a_reused_record_does_not_pass_for_the_version_it_held`). The campaigns
 //! pause the coordinator (half the runs whose coordinator fails) past
 //! its standby's start; the mutant `central-no-fence` (answers from the
 //! map unchecked) returns a deleted key's stale answer (campaign seed

@@ -10,6 +10,7 @@ use alloc::vec::Vec;
 use super::*;
 use crate::check::clock;
 use crate::check::kv::{CHUNK, NODE_SIZE, start_server};
+use crate::index::RaceIndex;
 use crate::kv::{Got, KvClient, Missing, Written};
 use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
 use crate::substrate::space::region::Region;
@@ -284,4 +285,43 @@ fn a_data_node_that_comes_back_is_written_again() {
         })
         .unwrap();
     }
+}
+
+/// What coordinator `c` answers channel `ch`'s request.
+async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body: &[u8]) -> wire::Answer {
+    use crate::substrate::msg::server::{Request, Service};
+    let mut out = Vec::new();
+    let status = c.handle(mem, Request { client: ch, method, body }, &mut out, 1 << 16).await;
+    assert_eq!(status, crate::substrate::msg::rpc::Status::Ok);
+    wire::Answer::decode(&out, 3, 256).expect("an answer").0
+}
+
+/// Two incarnations of the coordinator at once (one paused that came
+/// back, serving its last requests, and its successor): A loads a key
+/// that B committed; B updates it twice, freeing the first record and
+/// reusing it for the second update, with the first version's copies.
+/// A's check of the cell must not take the reused record for the version
+/// it loaded from it: it reloads the key and answers the last value.
+#[test]
+fn a_reused_record_does_not_pass_for_the_version_it_held() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    shell.stop();
+    let mem = sim.client();
+    sim.block_on(async move {
+        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
+        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+        let put = |v: &[u8]| wire::put_body(wire::Mode::Insert, b"k", v);
+        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"one")).await, wire::Answer::Written);
+        let wire::Answer::Found(first) = serve(&mut a, &mem, 2, wire::GET, b"k").await else { panic!("not found") };
+        assert_eq!(first.sum, wire::value_sum(b"one"));
+        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"two")).await, wire::Answer::Written);
+        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"three")).await, wire::Answer::Written);
+        assert_eq!(b.paths().frees, 2, "both superseded versions freed, for reuse");
+        let wire::Answer::Found(now) = serve(&mut a, &mem, 2, wire::GET, b"k").await else { panic!("not found") };
+        assert_eq!(now.copies, first.copies, "the third version reused the first one's copies (and record)");
+        assert_eq!(now.sum, wire::value_sum(b"three"), "A answered the version it had loaded");
+        assert_eq!(a.paths().fenced, 1);
+    })
+    .unwrap();
 }
