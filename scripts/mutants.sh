@@ -34,6 +34,7 @@ MUTANTS=(
   "central-no-rdlock||read a reused copy|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_slow_reader"
   "central-no-fence||not linearizable|cargo test -p swarm-core --release --lib systems::tests::pdpm_central_campaign_3"
   "central-unstamped||A answered the version it had loaded|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_reused_record"
+  "central-skips-short||one data node of three up|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_write_short"
   "central-no-readmit||node 1 taken back by one write|cargo test -p swarm-core --release --lib systems::pdpm_central::tests::a_data_node_that_comes_back"
   "clover-stale-cursor||the tail, not the cursor's version|cargo test -p swarm-core --release --lib systems::clover::tests::a_cursor_behind"
   "clover-no-gcver||a recycled buffer's bytes were returned|cargo test -p swarm-core --release --lib systems::clover::tests::a_recycled_buffer"

@@ -26,6 +26,16 @@ pub fn check_id(who: &Who, cfg: &StoreConfig) -> Result<u8, KvError> {
     }
 }
 
+/// Adds what a client did as master of the store's replicated `index`
+/// to its paths `p`.
+pub fn index_paths(index: &SnapshotIndex, p: &mut crate::swarm::client::Paths) {
+    let m = index.master_paths();
+    p.index_views = m.views;
+    p.index_rejoins = m.rejoined;
+    p.index_superseded = m.superseded;
+    p.index_left_unrepaired = m.left_unrepaired;
+}
+
 /// Renews `lease`, if the client has one, when half of it has passed.
 pub async fn keep_lease<M: Memory>(lease: &mut Option<Held>, mem: &M, now: u64) -> Result<(), KvError> {
     match lease {

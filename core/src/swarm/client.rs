@@ -124,6 +124,12 @@ paths! {
     /// Replicas of the store's index that this client brought back as
     /// master (they came back with their memory after a failure).
     index_rejoins,
+    /// Prepares of the index's next view that this client superseded as
+    /// master (their master had run out of time).
+    index_superseded,
+    /// Replicas of the index that this client, as master, left out of the
+    /// view it installed because its repair missed them.
+    index_left_unrepaired,
     /// pDPM-Direct: locks taken over from a holder whose lease had expired
     /// (a client that died holding it).
     lock_takeovers,

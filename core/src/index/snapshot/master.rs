@@ -115,6 +115,9 @@ pub struct MasterPaths {
     pub reruns: u64,
     /// Replicas it brought back into the view as master.
     pub rejoined: u64,
+    /// Replicas it left out of the view it installed because the repair
+    /// missed them (they did not answer in time, though up).
+    pub left_unrepaired: u64,
     /// Slots it caught up on replicas brought back.
     pub caught_up: u64,
     /// Reads of the repair scan that a replica did not answer.
@@ -134,6 +137,7 @@ impl MasterPaths {
         self.waits += o.waits;
         self.reruns += o.reruns;
         self.rejoined += o.rejoined;
+        self.left_unrepaired += o.left_unrepaired;
         self.caught_up += o.caught_up;
         self.unanswered += o.unanswered;
         self.rides += o.rides;
@@ -381,7 +385,8 @@ async fn run<M: Memory>(
     // already copes with on any read. So the replicas this change leaves
     // out are not asked at all: one that failed an operation a moment ago
     // would most likely cost the scan a time-out.
-    let mut gone = u32::from(prepare.excluded & !base.excluded);
+    let leaving = u32::from(prepare.excluded & !base.excluded);
+    let mut gone = leaving;
     // Replicas whose repair CAS failed.
     let mut unrepaired = 0u32;
     while at < bucket_bytes {
@@ -462,6 +467,7 @@ async fn run<M: Memory>(
     // and superseded, so it is left out, to come back as a joiner, caught
     // up. (The mutant `view-keeps-unrepaired` keeps it: the next change
     // may then choose the older word and undo a committed one.)
+    paths.left_unrepaired += ((gone | unrepaired) & !leaving).count_ones() as u64;
     let missed = if mutant!("view-keeps-unrepaired") { 0 } else { (gone | unrepaired) as u8 };
     let excluded = prepare.excluded | missed;
     if r - (excluded.count_ones() as usize).min(r) < majority(r) {

@@ -736,8 +736,7 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
 
     fn paths(&self) -> crate::swarm::client::Paths {
         let mut p = self.io.ctx.paths;
-        p.index_views = self.index.master_paths().views;
-        p.index_rejoins = self.index.master_paths().rejoined;
+        crate::kv::seat::index_paths(&self.index, &mut p);
         p
     }
 }

@@ -583,8 +583,7 @@ impl<M: Memory, C: Clock> KvClient for FuseeClient<M, C> {
 
     fn paths(&self) -> Paths {
         let mut p = self.paths;
-        p.index_views = self.seat.index.master_paths().views;
-        p.index_rejoins = self.seat.index.master_paths().rejoined;
+        crate::kv::seat::index_paths(&self.seat.index, &mut p);
         p
     }
 }

@@ -51,6 +51,9 @@
 //! have passed; then the next write of a key on it tries it again beside
 //! its other copies, and a node that acknowledges is back in use
 //! ([`Paths::readmitted`]; one that does not is marked down again). A
+//! write that the nodes up leave short of a majority tries the nodes
+//! marked down at once, in a second roundtrip (a node that came back
+//! while another failed). A
 //! node that comes back holds what it acknowledged before it went down,
 //! and only acknowledged copies are named by versions, so nothing it
 //! missed is ever read from it. The try costs the one write that makes
@@ -295,8 +298,8 @@ impl Coordinator {
             _ => d.skipped >= RETRY_SKIPS,
         };
         d.skipped = d.skipped.saturating_add(1);
-        // Mutant `central-no-readmit`: a node marked down stays down for
-        // the incarnation's life.
+        // Mutant `central-no-readmit`: a node marked down is never due
+        // (tried again only by a write that has no majority without it).
         let due = due && !mutant!("central-no-readmit");
         if due {
             // Tried by this write; marked down again if it fails.
@@ -431,7 +434,10 @@ impl Coordinator {
     }
 
     /// Writes `value` to the key's live data nodes in parallel: its copies
-    /// (a majority at least), and the roundtrips it took.
+    /// (a majority at least), and the roundtrips it took. If the nodes up
+    /// do not make a majority, the nodes marked down are tried too, in a
+    /// second roundtrip: a node that came back is then taken back at once,
+    /// rather than after the retry interval.
     async fn write_copies<M: Memory>(
         &mut self,
         mem: &M,
@@ -443,14 +449,45 @@ impl Coordinator {
             self.down.resize(nodes, None);
         }
         let counted = Counted::new(mem);
-        let mut targets: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
+        let mut first: heapless::Vec<NodeId, MAX_REPLICAS> = heapless::Vec::new();
+        let mut skipped: heapless::Vec<NodeId, MAX_REPLICAS> = heapless::Vec::new();
         for i in 0..self.shape.replicas.min(nodes) {
             let node = node_of(key, i, nodes);
-            if self.skips(mem, node) {
-                self.paths.skipped += 1;
-                continue;
+            let _ = if self.skips(mem, node) { skipped.push(node) } else { first.push(node) };
+        }
+        let need = majority(self.shape.replicas.min(nodes)).max(1);
+        let mut copies = self.write_to(mem, &counted, &first, value).await?;
+        // Mutant `central-skips-short`: a write short of a majority fails
+        // rather than try the nodes marked down.
+        if copies.len() < need && !skipped.is_empty() && !mutant!("central-skips-short") {
+            let more = self.write_to(mem, &counted, &skipped, value).await?;
+            copies.extend(more);
+        } else {
+            self.paths.skipped += skipped.len() as u64;
+        }
+        let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
+        if copies.len() < need {
+            for &c in &copies {
+                self.free(c, self.copy_bytes());
             }
-            match self.alloc(&counted, node, self.copy_bytes()).await {
+            return Err(KvError::Unavailable);
+        }
+        Ok((copies, rounds))
+    }
+
+    /// Writes `value` to a new copy on each of `nodes` in parallel: the
+    /// copies that were acknowledged. A node that fails is marked down; a
+    /// node marked down that acknowledges is up again.
+    async fn write_to<M: Memory>(
+        &mut self,
+        mem: &M,
+        counted: &Counted<&M>,
+        nodes: &[NodeId],
+        value: &[u8],
+    ) -> Result<heapless::Vec<RemoteAddr, MAX_REPLICAS>, Failed> {
+        let mut targets: heapless::Vec<RemoteAddr, MAX_REPLICAS> = heapless::Vec::new();
+        for &node in nodes {
+            match self.alloc(counted, node, self.copy_bytes()).await {
                 Ok(a) => targets.push(a).map_err(|_| OWN_NODE)?,
                 Err(KvError::Down(_)) => {
                     self.mark_down(mem, node);
@@ -487,14 +524,7 @@ impl Coordinator {
                 None => self.paths.failed_copies += 1,
             }
         }
-        let rounds = counted.roundtrips().min(u8::MAX as u32) as u8;
-        if copies.len() < majority(self.shape.replicas.min(nodes)).max(1) {
-            for &c in &copies {
-                self.free(c, self.copy_bytes());
-            }
-            return Err(KvError::Unavailable);
-        }
-        Ok((copies, rounds))
+        Ok(copies)
     }
 
     async fn put<M: Memory>(&mut self, mem: &M, mode: Mode, key: &[u8], value: &[u8]) -> Result<(Answer, u8), Failed> {

@@ -325,3 +325,34 @@ fn a_reused_record_does_not_pass_for_the_version_it_held() {
     })
     .unwrap();
 }
+
+/// A data node comes back and another crashes at once, before the retry
+/// interval: the nodes up are one of three, so each write tries the node
+/// marked down too, and takes it back (the first such write).
+#[test]
+fn a_write_short_of_a_majority_tries_the_nodes_marked_down() {
+    let cfg = config();
+    let (mut sim, _shell) = setup(&cfg);
+    let (mem, c) = (sim.client(), cfg.clone());
+    sim.block_on(async move { connect(&mem, &c, 1).await.insert(b"k", b"before").await.unwrap() }).unwrap();
+    let now = sim.now();
+    sim.crash_node_at(1, now, CrashMode::FailFast);
+    let (mem, c) = (sim.client(), cfg.clone());
+    sim.block_on(async move { assert_eq!(connect(&mem, &c, 1).await.update(b"k", b"down").await, Ok(Ok(Written))) })
+        .unwrap();
+    let now = sim.now();
+    sim.heal_node_at(1, now);
+    sim.crash_node_at(2, now, CrashMode::FailFast);
+    let mem = sim.client();
+    let readmitted = sim
+        .block_on(async move {
+            let mut a = connect(&mem, &cfg, 1).await;
+            for v in [&b"one"[..], b"two"] {
+                assert_eq!(a.update(b"k", v).await, Ok(Ok(Written)), "one data node of three up");
+                assert_eq!(value(a.get(b"k").await).as_deref(), Some(v));
+            }
+            a.central_paths().readmitted
+        })
+        .unwrap();
+    assert_eq!(readmitted, 1);
+}
