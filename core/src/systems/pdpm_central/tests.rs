@@ -224,6 +224,21 @@ fn a_slow_reader_reads_the_version_it_was_answered() {
     }
 }
 
+/// Client 1 updates every key of `keys` to `v`, `wait` ns from now: how
+/// many of its writes took a data node back.
+fn update_all(sim: &mut Sim, cfg: &StoreConfig, keys: &[Vec<u8>], v: &'static [u8], wait: u64) -> u64 {
+    let (mem, c, ks) = (sim.client(), cfg.clone(), keys.to_vec());
+    sim.block_on(async move {
+        mem.sleep(wait).await;
+        let mut a = connect(&mem, &c, 1).await;
+        for k in &ks {
+            assert_eq!(a.update(k, v).await, Ok(Ok(Written)));
+        }
+        a.central_paths().readmitted
+    })
+    .unwrap()
+}
+
 /// A data node that crashed comes back with its memory: once the retry
 /// interval passed, a write tries it again and it is in use again, so
 /// that the crash of another node then leaves a majority of every key's
@@ -245,32 +260,11 @@ fn a_data_node_that_comes_back_is_written_again() {
         .unwrap();
         let now = sim.now();
         sim.crash_node_at(1, now, mode);
-        let (mem, c, ks) = (sim.client(), cfg.clone(), keys.clone());
-        let skipped = sim
-            .block_on(async move {
-                let mut a = connect(&mem, &c, 1).await;
-                for k in &ks {
-                    assert_eq!(a.update(k, b"down").await, Ok(Ok(Written)), "{mode:?}");
-                }
-                a.central_paths().readmitted
-            })
-            .unwrap();
-        assert_eq!(skipped, 0, "{mode:?}: node 1 is still down");
+        assert_eq!(update_all(&mut sim, &cfg, &keys, b"down", 0), 0, "{mode:?}: node 1 is still down");
         let now = sim.now();
         sim.heal_node_at(1, now);
-        let (mem, c, ks) = (sim.client(), cfg.clone(), keys.clone());
-        let readmitted = sim
-            .block_on(async move {
-                // Past the retry interval (the simulator's time-out is
-                // 50 µs).
-                mem.sleep(coordinator::RETRY_TIMEOUTS * 50_000 + 1).await;
-                let mut a = connect(&mem, &c, 1).await;
-                for k in &ks {
-                    assert_eq!(a.update(k, b"back").await, Ok(Ok(Written)), "{mode:?}");
-                }
-                a.central_paths().readmitted
-            })
-            .unwrap();
+        // Past the retry interval (the simulator's time-out is 50 µs).
+        let readmitted = update_all(&mut sim, &cfg, &keys, b"back", coordinator::RETRY_TIMEOUTS * 50_000 + 1);
         assert_eq!(readmitted, 1, "{mode:?}: node 1 taken back by one write");
         let now = sim.now();
         sim.crash_node_at(2, now, CrashMode::FailFast);
