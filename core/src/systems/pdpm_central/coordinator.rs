@@ -9,13 +9,13 @@
 //! committed [`Version`]), and keeps the durable copy the paper keeps in
 //! its local PM on its own node: the store's index (`RaceIndex`, key ->
 //! the key's *cell*), one cell per key (a word: the offset of the key's
-//! committed record, stamped, or [`TOMB`]), and one record per committed version
-//! ([`Version::encode`]). A write commits when the cell's word is swapped
-//! to the new record (a CAS, after the record's WRITE in the same ordered
-//! pipeline: the paper's "set meta = new loc + flush"); the index and the
-//! records are never changed in place. A restarted coordinator starts with
-//! an empty map and loads a key from its node on its first request
-//! ([`Paths::loaded`]), so no scan is needed to recover.
+//! committed record, stamped, or [`TOMB`]), and one record per committed
+//! version ([`Version::encode`]). A write commits when the cell's word is
+//! swapped to the new record (a CAS, after the record's WRITE in the same
+//! ordered pipeline: the paper's "set meta = new loc + flush"); the index
+//! and the records are never changed in place. A restarted coordinator
+//! starts with an empty map and loads a key from its node on its first
+//! request ([`Paths::loaded`]), so no scan is needed to recover.
 //!
 //! # Locks
 //!
@@ -53,12 +53,11 @@
 //! ([`Paths::readmitted`]; one that does not is marked down again). A
 //! write that the nodes up leave short of a majority tries the nodes
 //! marked down at once, in a second roundtrip (a node that came back
-//! while another failed). A
-//! node that comes back holds what it acknowledged before it went down,
-//! and only acknowledged copies are named by versions, so nothing it
-//! missed is ever read from it. The try costs the one write that makes
-//! it the wait for that node's answer (a time-out, if it still hangs),
-//! once per interval.
+//! while another failed). A node that comes back holds what it
+//! acknowledged before it went down, and only acknowledged copies are
+//! named by versions, so nothing it missed is ever read from it. The try
+//! costs the one write that makes it the wait for that node's answer (a
+//! time-out, if it still hangs), once per interval.
 
 use alloc::vec::Vec;
 
