@@ -302,7 +302,7 @@ pub fn start_server(sim: &mut Sim, cfg: &StoreConfig) -> Option<ServerShell> {
 
 /// Runs the server of `cfg`'s system on `shell`'s client from virtual time
 /// `at` on (a standby that takes over: a new incarnation).
-fn spawn_server(sim: &mut Sim, cfg: &StoreConfig, shell: &ServerShell, at: u64) {
+pub(crate) fn spawn_server(sim: &mut Sim, cfg: &StoreConfig, shell: &ServerShell, at: u64) {
     let Some(node) = cfg.system.server() else { return };
     let m = shell.memory().clone();
     let (mm, sh, cfg) = (m.clone(), shell.clone(), cfg.clone());

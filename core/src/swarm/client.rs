@@ -118,6 +118,10 @@ paths! {
     /// Writes whose copy went to a data node marked down before, which
     /// acknowledged it and is in use again (pDPM-Central's coordinator).
     nodes_readmitted,
+    /// Requests during which pDPM-Central's coordinator freed versions an
+    /// earlier incarnation of it had committed, once their readers' time
+    /// was over.
+    foreign_frees,
     /// View changes of the store's replicated index that this client led
     /// (a replica of the index failed under it).
     index_views,
@@ -149,7 +153,9 @@ paths! {
     /// started again from the key's head.
     stale_gc,
     /// Clover: cursors dropped for their age, and READs discarded for
-    /// taking longer than the read time-out (pDPM §5.2).
+    /// taking longer than the read time-out (pDPM §5.2); pDPM-Central:
+    /// gets asked again because their READ was done later than their
+    /// answer may be used.
     gc_timeouts,
     /// Clover: of those restarts, the ones that took the key's head from
     /// its cell (the shortcut, read one-sided: beside the get's READ, or

@@ -116,7 +116,8 @@ impl State {
         }
     }
 
-    fn encode(self) -> u64 {
+    /// The state word that says this state.
+    pub fn encode(self) -> u64 {
         match self {
             State::Never => 0,
             State::Running(e) => (e as u64) << 48 | 1,

@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use core::future::Future;
 
 use crate::substrate::rtt::Counted;
-use crate::{Memory, NodeId};
+use crate::{Memory, NodeId, RemoteAddr};
 
 use super::MsgError;
 use super::area::{Area, Geometry, State};
@@ -45,6 +45,20 @@ pub struct Request<'a> {
     pub method: u16,
     /// The body.
     pub body: &'a [u8],
+    /// The incarnation serving it (`None`: a service driven outside a
+    /// server, as tests do, which takes itself as current).
+    pub incarnation: Option<Incarnation>,
+}
+
+/// An incarnation of a server: a service that must not act once a newer
+/// one took over (it was paused, and came back) reads its area's state
+/// word, locally, where it needs to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Incarnation {
+    /// The area's state word.
+    pub word: RemoteAddr,
+    /// What the word holds while this incarnation runs.
+    pub running: u64,
 }
 
 /// What a server serves, beyond [`method::PING`], [`method::STATS`] and
@@ -243,7 +257,9 @@ impl<M: Memory, S: Service> Server<M, S> {
             }
             Some((m, _)) if m < method::FIRST_SERVICE => Status::NoSuchMethod,
             Some((method, body)) => {
-                let req = Request { client: c, method, body };
+                let incarnation =
+                    Incarnation { word: self.area.state_word(), running: State::Running(self.epoch).encode() };
+                let req = Request { client: c, method, body, incarnation: Some(incarnation) };
                 let status = self.service.handle(&self.mem, req, &mut self.out, max).await;
                 if self.out.len() > max {
                     self.out.clear();

@@ -877,7 +877,7 @@ fn a_crashed_holders_unwritten_groups_come_back() {
         };
         let mut alloc = async |client: u16, body: Vec<u8>| {
             let mut out = Vec::new();
-            let req = Request { client, method: wire::ALLOC, body: &body };
+            let req = Request { client, method: wire::ALLOC, body: &body, incarnation: None };
             assert_eq!(ms.handle(&mem, req, &mut out, 1 << 16).await, Status::Ok);
             let Some((Answer::Buffers { groups, .. }, _)) = Answer::decode(&out, 3) else { panic!("not groups") };
             (groups.into_iter().flatten().map(|g| g.primary).collect::<Vec<Cursor>>(), ms.paths().reclaimed)

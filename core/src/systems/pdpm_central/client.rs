@@ -14,7 +14,12 @@
 //! lock is released by this client's next request (no roundtrip of its
 //! own; see [`super::coordinator`]): until then the coordinator frees
 //! neither the version's record nor its copies, so the READ finds the
-//! value that was committed when the coordinator answered.
+//! value that was committed when the coordinator answered. A successor
+//! incarnation of the coordinator knows none of its predecessor's locks:
+//! it frees what the predecessor answered for only after
+//! [`answer_lifetime_ns`] (and a margin), and a client drops a READ done
+//! later than that after its call began, and asks again
+//! ([`Paths::late_reads`]).
 //!
 //! The copy read is checked against the version's checksum: with the lock
 //! it always matches unless memory was garbled, so a mismatch is an error
@@ -38,9 +43,10 @@ use crate::substrate::msg::rpc::{Channel, Status};
 use crate::substrate::value::Value;
 use crate::{MemError, MemErrorKind, Memory, NodeId};
 
-use super::wire::{self, Answer, Mode, value_sum};
+use super::wire::{self, Answer, Mode, Version, value_sum};
 use super::{COORDINATOR, PdpmCentral};
 use crate::kv::KvSystem;
+use crate::substrate::mutant::mutant;
 
 /// How long a call waits for the coordinator at most: longer than its
 /// slowest write (a data node that hangs until its time-out, then the
@@ -65,6 +71,21 @@ pub fn call_timeout_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
         t.saturating_mul(REQUEST_OPS * 2 * (channels as u64 + 1)).min(CALL_TIMEOUT_NS.max(t.saturating_mul(3)))
     })
 }
+/// How long after its call began a client may still use a get's answer:
+/// the call's time-out ([`call_timeout_ns`]) and one READ's (the memory's
+/// time-out, or [`CALL_TIMEOUT_NS`] where it states none). A READ of the
+/// answered copy that is done later than this is dropped, and the get asks
+/// again; so a version that an incarnation answered for before it was
+/// superseded may be freed by its successor this long (and a margin) after
+/// the supersession ([`super::coordinator`], "Frees").
+pub fn answer_lifetime_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
+    call_timeout_ns(mem, channels).saturating_add(mem.timeout_ns().unwrap_or(CALL_TIMEOUT_NS))
+}
+
+/// Gets asked again whose READ was done too late ([`answer_lifetime_ns`])
+/// before one fails.
+const LATE_TRIES: usize = 4;
+
 /// How long connecting waits for the coordinator to start.
 pub const CONNECT_TIMEOUT_NS: u64 = 2_000_000_000;
 
@@ -83,6 +104,12 @@ pub struct Paths {
     /// Writes whose copy went to a data node the coordinator had marked
     /// down, and which is back ([`super::coordinator::Paths::readmitted`]).
     pub readmitted: u64,
+    /// Gets whose READ was done later than their answer may be used
+    /// ([`answer_lifetime_ns`]), asked again.
+    pub late_reads: u64,
+    /// Requests during which the coordinator freed versions an earlier
+    /// incarnation committed ([`super::coordinator::Paths::foreign_frees`]).
+    pub foreign_frees: u64,
 }
 
 /// One pDPM-Central client.
@@ -93,6 +120,8 @@ pub struct CentralClient<M, C> {
     clock: C,
     channel: Channel,
     call_timeout_ns: u64,
+    /// [`answer_lifetime_ns`], in the clock's ticks.
+    answer_lifetime: u64,
     limits: Limits,
     paths: Paths,
 }
@@ -157,7 +186,9 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
     /// to [`CONNECT_TIMEOUT_NS`]).
     pub async fn open(mem: M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let (id, lease, channel) = open_channel(&mem, cfg, who, &clock, COORDINATOR).await?;
-        let call_timeout_ns = call_timeout_ns(&mem, super::geometry(cfg).channels);
+        let channels = super::geometry(cfg).channels;
+        let call_timeout_ns = call_timeout_ns(&mem, channels);
+        let answer_lifetime = clock.ticks(answer_lifetime_ns(&mem, channels));
         Ok(CentralClient {
             mem,
             id,
@@ -165,6 +196,7 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
             clock,
             channel,
             call_timeout_ns,
+            answer_lifetime,
             limits: cfg.limits(),
             paths: Paths::default(),
         })
@@ -200,7 +232,52 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
         self.paths.deferred_frees += flags.deferred as u64;
         self.paths.fenced_answers += flags.fenced as u64;
         self.paths.readmitted += flags.readmitted as u64;
+        self.paths.foreign_frees += flags.foreign_freed as u64;
         Ok(answer)
+    }
+}
+
+impl<M: Memory, C: Clock> CentralClient<M, C> {
+    /// Whether an answer to a call made at `asked` may no longer be used
+    /// ([`answer_lifetime_ns`]).
+    fn late(&self, asked: u64) -> bool {
+        // Mutant `central-reads-late`: a READ done however late is used,
+        // and may return a copy that the coordinator's successor freed
+        // and wrote again meanwhile.
+        self.clock.now().wrapping_sub(asked) > self.answer_lifetime && !mutant!("central-reads-late")
+    }
+
+    /// Reads version `v`, answered to a call made at `asked`, from one of
+    /// its copies (spread over clients; the next one if a node fails); or
+    /// the node of a READ done too late, whose bytes are not used.
+    async fn read_copy(&mut self, v: &Version, asked: u64) -> Result<Result<Got<Value<M::Buf>>, NodeId>, KvError> {
+        let len = v.len as usize;
+        if len == 0 {
+            return if v.sum == value_sum(&[]) { Ok(Ok(Got::Found(Value::empty()))) } else { Err(KvError::Corrupt) };
+        }
+        let n = v.copies.len();
+        let mut last = KvError::Unavailable;
+        for k in 0..n {
+            let copy = v.copies[(self.id as usize + k) % n];
+            let read = self.mem.read(copy, len).await;
+            if self.late(asked) {
+                return Ok(Err(copy.node));
+            }
+            match read {
+                Ok(buf) => {
+                    if buf.len() != len || value_sum(&buf) != v.sum {
+                        return Err(KvError::Corrupt);
+                    }
+                    return Ok(Ok(Got::Found(Value::in_buf(buf, 0..len))));
+                }
+                Err(e) if e.is_request_error() => return Err(KvError::Corrupt),
+                Err(e) => {
+                    self.paths.other_copies += 1;
+                    last = KvError::Down(e);
+                }
+            }
+        }
+        Err(last)
     }
 }
 
@@ -217,36 +294,24 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
 
     async fn get(&mut self, key: &[u8]) -> Result<Got<Value<M::Buf>>, KvError> {
         self.limits.check_key(key)?;
-        let v = match self.call(wire::GET, key).await? {
-            Answer::Absent => return Ok(Got::NotFound),
-            Answer::Deleted => return Ok(Got::Deleted),
-            Answer::Found(v) => v,
-            _ => return Err(KvError::Corrupt),
-        };
-        let len = v.len as usize;
-        if len == 0 {
-            return if v.sum == value_sum(&[]) { Ok(Got::Found(Value::empty())) } else { Err(KvError::Corrupt) };
-        }
-        // Copies spread over clients; the next one if a node fails.
-        let n = v.copies.len();
-        let mut last = KvError::Unavailable;
-        for k in 0..n {
-            let copy = v.copies[(self.id as usize + k) % n];
-            match self.mem.read(copy, len).await {
-                Ok(buf) => {
-                    if buf.len() != len || value_sum(&buf) != v.sum {
-                        return Err(KvError::Corrupt);
-                    }
-                    return Ok(Got::Found(Value::in_buf(buf, 0..len)));
-                }
-                Err(e) if e.is_request_error() => return Err(KvError::Corrupt),
-                Err(e) => {
-                    self.paths.other_copies += 1;
-                    last = KvError::Down(e);
+        let mut late = KvError::Unavailable;
+        for _ in 0..LATE_TRIES {
+            let asked = self.clock.now();
+            let v = match self.call(wire::GET, key).await? {
+                Answer::Absent => return Ok(Got::NotFound),
+                Answer::Deleted => return Ok(Got::Deleted),
+                Answer::Found(v) => v,
+                _ => return Err(KvError::Corrupt),
+            };
+            match self.read_copy(&v, asked).await? {
+                Ok(got) => return Ok(got),
+                Err(node) => {
+                    self.paths.late_reads += 1;
+                    late = KvError::Down(MemError::new(node, MemErrorKind::TimedOut));
                 }
             }
         }
-        Err(last)
+        Err(late)
     }
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
@@ -282,14 +347,17 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
         self.keep_lease().await
     }
 
-    /// Its reads from another copy as read restarts, its deferred frees,
-    /// fenced answers and readmitted nodes.
+    /// Its reads from another copy as read restarts, its late READs as
+    /// time-outs, its deferred frees, fenced answers, readmitted nodes and
+    /// earlier incarnations' versions freed.
     fn paths(&self) -> crate::swarm::client::Paths {
         crate::swarm::client::Paths {
             read_restarts: self.paths.other_copies,
             deferred_frees: self.paths.deferred_frees,
             fenced_answers: self.paths.fenced_answers,
             nodes_readmitted: self.paths.readmitted,
+            gc_timeouts: self.paths.late_reads,
+            foreign_frees: self.paths.foreign_frees,
             ..Default::default()
         }
     }

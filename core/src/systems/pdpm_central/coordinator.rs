@@ -33,13 +33,36 @@
 //! ([`Paths::deferred_frees`]). A client that crashes holding a read lock
 //! keeps one version of one key allocated until its id's next request.
 //!
-//! # Frees and what is leaked
+//! # Frees
 //!
 //! A superseded or deleted version's record and copies are freed (to this
 //! coordinator's free lists, reused by its next writes) once unlocked.
-//! Versions committed by an earlier incarnation are never freed by this
-//! one: it cannot know whether that incarnation's readers are done
-//! ([`Paths::leaked`]). Copies on a node marked down are left alone.
+//! Copies on a node marked down are left alone.
+//!
+//! A version committed by an earlier incarnation may still be read by that
+//! incarnation's readers, whose locks this one does not know. It is freed
+//! by this one once those readers' time is over: [`foreign_wait_ns`] after
+//! its supersession, [`super::client::answer_lifetime_ns`] and a margin of
+//! one memory time-out (and once this incarnation's own readers of it are
+//! done, as for its own versions; [`Paths::foreign_frees`]). The earlier
+//! incarnation checked the key's cell before each answer it gave, and
+//! that check came before the supersession (after it, the cell holds
+//! another word), so its readers' calls began before the supersession too;
+//! a client drops a READ done later than the answer's lifetime after its
+//! call began, and asks again. So every READ whose bytes a client uses
+//! sampled the copy before the free. The margin covers the clocks' ticks
+//! and rates (each side measures its own intervals; no offsets are
+//! compared). An older incarnation that comes back after a newer one
+//! began (it was paused) treats the versions it supersedes so too, if
+//! the newer one may have answered for them: its commit's pipeline reads
+//! the server's state word after the CAS, and one that finds a newer
+//! incarnation there does not free the superseded version at once. It
+//! never answers for a version the newer one committed (which that one
+//! frees at once): it checks the state word after every load, and answers
+//! that it is down if a newer one began. Only one incarnation frees a
+//! version: the one whose CAS (or delete) moved the key's cell off it. On a memory that keeps no time,
+//! such versions are never freed ([`Paths::leaked`]): at most one version
+//! per key and takeover.
 //!
 //! # Replication
 //!
@@ -59,6 +82,7 @@
 //! costs the one write that makes it the wait for that node's answer (a
 //! time-out, if it still hangs), once per interval.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use hashbrown::HashMap;
@@ -67,14 +91,14 @@ use super::wire::{self, Answer, Flags, Mode, RECORD_BYTES, Version, value_sum};
 use crate::index::{Index, Insert, RaceIndex};
 use crate::kv::KvError;
 use crate::kv::place::node_of;
-use crate::substrate::memory::read_word;
+use crate::substrate::memory::{read_word, word_at};
 use crate::substrate::msg::rpc::Status;
-use crate::substrate::msg::server::{Request, Service};
+use crate::substrate::msg::server::{Incarnation, Request, Service};
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, majority};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::slab::{SlabAllocator, class_of};
-use crate::{MemError, MemErrorKind, Memory, NodeId, Op, RemoteAddr};
+use crate::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, RemoteAddr};
 
 /// A cell's word for a deleted key.
 pub const TOMB: u64 = 1;
@@ -111,7 +135,11 @@ pub struct Paths {
     pub frees: u64,
     /// Superseded versions whose free waited for their readers.
     pub deferred_frees: u64,
-    /// Superseded versions of an earlier incarnation, never freed.
+    /// Superseded versions of an earlier incarnation, freed once their
+    /// readers' time was over ([`foreign_wait_ns`]).
+    pub foreign_frees: u64,
+    /// Superseded versions of an earlier incarnation, never freed (on a
+    /// memory that keeps no time).
     pub leaked: u64,
     /// Keys loaded from the coordinator's node (after a restart).
     pub loaded: u64,
@@ -174,10 +202,15 @@ pub struct Coordinator {
     readers: HashMap<u64, u32>,
     /// Superseded versions waiting for their readers, by record.
     retired: HashMap<u64, Version>,
+    /// Superseded versions of earlier incarnations, in the order they are
+    /// due to be freed: when (the memory's time, ns), record, version.
+    foreign: VecDeque<(u64, u64, Version)>,
     /// Per node: since when it is marked down (`None`: up).
     down: Vec<Option<Down>>,
     /// The stamp of the next commit's cell word.
     stamp: u16,
+    /// The incarnation serving the request being served.
+    incarnation: Option<Incarnation>,
     paths: Paths,
     /// How the request being served went, for its answer.
     flags: Flags,
@@ -200,6 +233,11 @@ pub const RETRY_TIMEOUTS: u64 = 2;
 /// Writes that skip a node marked down before it is tried again, on a
 /// memory that keeps no time.
 const RETRY_SKIPS: u32 = 64;
+/// How long after superseding a version of an earlier incarnation this one
+/// frees it ("Frees"), ns: the answers' lifetime, and a memory time-out.
+pub fn foreign_wait_ns<M: Memory>(mem: &M, channels: u16) -> u64 {
+    super::client::answer_lifetime_ns(mem, channels).saturating_add(mem.timeout_ns().unwrap_or(0))
+}
 
 /// When a data node was marked down, and what skipped it since.
 #[derive(Clone, Copy, Debug)]
@@ -223,8 +261,10 @@ impl Coordinator {
             holds: (0..shape.channels).map(|_| None).collect(),
             readers: HashMap::new(),
             retired: HashMap::new(),
+            foreign: VecDeque::new(),
             down: Vec::new(),
             stamp: 0,
+            incarnation: None,
             paths: Paths::default(),
             flags: Flags::default(),
         }
@@ -236,6 +276,37 @@ impl Coordinator {
     /// new incarnation).
     fn superseded(&self) -> KvError {
         KvError::Down(MemError::new(self.shape.node, MemErrorKind::Unreachable))
+    }
+
+    /// Whether no newer incarnation has begun (read locally; outside a
+    /// server, taken as so).
+    async fn current<M: Memory>(&self, mem: &M) -> Result<bool, Failed> {
+        let Some(i) = self.incarnation else { return Ok(true) };
+        Ok(read_word(mem, i.word).await.map_err(|_| OWN_NODE)? == i.running)
+    }
+
+    /// The read of the incarnation's state word that rides, last, in a
+    /// commit's pipeline on this node (none outside a server).
+    fn state_read(&self) -> Option<Op<'static>> {
+        let i = self.incarnation.filter(|i| i.word.node == self.shape.node)?;
+        Some(Op::Read { offset: i.word.offset, len: 8 })
+    }
+
+    /// Whether a newer incarnation had begun when the pipeline whose
+    /// outputs are `out` ran ([`Self::state_read`] last), or, had none
+    /// ridden, by now. A version a commit superseded then may have been
+    /// answered for by that incarnation, whose readers this one does not
+    /// know: it is freed as an earlier incarnation's is ("Frees").
+    async fn superseded_by_commit<M: Memory>(&self, mem: &M, out: &[OpOutput<M::Buf>]) -> Result<bool, Failed> {
+        // Mutant `central-frees-after-takeover`: a version superseded by a
+        // commit is freed at once, even after a successor may have
+        // answered for it.
+        let Some(i) = self.incarnation.filter(|_| !mutant!("central-frees-after-takeover")) else { return Ok(false) };
+        if self.state_read().is_none() {
+            return Ok(!self.current(mem).await?);
+        }
+        let word = out.last().and_then(|o| o.read()).and_then(|b| word_at(b, 0));
+        Ok(word != Some(i.running))
     }
 
     /// What it did so far.
@@ -307,19 +378,52 @@ impl Coordinator {
         !due
     }
 
-    /// A superseded version: freed now, once its readers are done, or never
-    /// (an earlier incarnation's).
-    fn retire(&mut self, state: State) {
+    /// A superseded version: freed now or once its readers are done; an
+    /// earlier incarnation's once its readers' time is over too, or never
+    /// on a memory that keeps no time ("Frees").
+    fn retire<M: Memory>(&mut self, mem: &M, state: State) {
         let State::Live { record, version, ours } = state else { return };
         if !ours {
-            self.paths.leaked += 1;
-        } else if self.readers.get(&record).copied().unwrap_or(0) > 0 {
+            match mem.now_ns() {
+                Some(now) => {
+                    // Mutant `central-frees-foreign-at-once`: due at once,
+                    // while the earlier incarnation's readers may still
+                    // READ its copies.
+                    let wait = if mutant!("central-frees-foreign-at-once") {
+                        0
+                    } else {
+                        foreign_wait_ns(mem, self.shape.channels)
+                    };
+                    self.foreign.push_back((now.saturating_add(wait), record, version));
+                }
+                None => self.paths.leaked += 1,
+            }
+        } else {
+            self.free_unlocked(record, version);
+        }
+    }
+
+    /// Frees a superseded version now, or once no reader holds it.
+    fn free_unlocked(&mut self, record: u64, version: Version) {
+        if self.readers.get(&record).copied().unwrap_or(0) > 0 {
             self.paths.deferred_frees += 1;
             self.flags.deferred = true;
             self.retired.insert(record, version);
         } else {
             self.paths.frees += 1;
             self.free_version(record, &version);
+        }
+    }
+
+    /// Frees the earlier incarnations' versions that are due (once this
+    /// one's own readers of them are done).
+    fn free_foreign<M: Memory>(&mut self, mem: &M) {
+        let Some(now) = mem.now_ns() else { return };
+        while self.foreign.front().is_some_and(|&(due, _, _)| due <= now) {
+            let Some((_, record, version)) = self.foreign.pop_front() else { break };
+            self.paths.foreign_frees += 1;
+            self.flags.foreign_freed = true;
+            self.free_unlocked(record, version);
         }
     }
 
@@ -367,6 +471,15 @@ impl Coordinator {
         };
         self.paths.loaded += 1;
         self.keys.insert(key.to_vec(), Key { cell, word, state });
+        // What it loaded may have been committed by a newer incarnation,
+        // whose readers this one does not know (and whose versions it
+        // must not answer for, as that one frees its own at once): this
+        // one is then superseded. An incarnation still current after the
+        // load read what it loaded before any newer one began.
+        if !self.current(mem).await? {
+            self.keys.remove(key);
+            return Err(self.superseded());
+        }
         Ok(true)
     }
 
@@ -575,10 +688,12 @@ impl Coordinator {
         if known {
             // The commit: the record, then the cell's CAS, in one pipeline.
             let (cell, word) = (self.keys[key].cell, self.keys[key].word);
-            let ops = [
-                Op::Write { offset: record.offset, data: &bytes },
-                Op::Cas { offset: cell.offset, expected: word, new: stamped },
-            ];
+            let mut ops: heapless::Vec<Op<'_>, 3> = heapless::Vec::new();
+            let _ = ops.push(Op::Write { offset: record.offset, data: &bytes });
+            let _ = ops.push(Op::Cas { offset: cell.offset, expected: word, new: stamped });
+            if let Some(read) = self.state_read() {
+                let _ = ops.push(read);
+            }
             let out = mem.pipeline(node, &ops).await.map_err(|_| OWN_NODE)?;
             if out.get(1).and_then(|o| o.cas()) != Some(word) {
                 // Another incarnation committed meanwhile: nothing of this
@@ -587,10 +702,11 @@ impl Coordinator {
                 self.stale(key);
                 return Ok(None);
             }
+            let shared = self.superseded_by_commit(mem, &out).await?;
             let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
             k.word = stamped;
             let old = core::mem::replace(&mut k.state, new);
-            self.retire(old);
+            self.retire(mem, shared_with_successor(old, shared));
         } else {
             // A new key: its cell, written before the index names it.
             let cell = match self.alloc(mem, node, 8).await {
@@ -640,16 +756,31 @@ impl Coordinator {
             return Ok(self.still(mem, key).await?.then_some(Answer::NotFound));
         }
         let (cell, word) = (self.keys[key].cell, self.keys[key].word);
-        let prev = mem.cas(cell, word, TOMB).await.map_err(|_| OWN_NODE)?;
-        if prev != word {
+        let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+        let _ = ops.push(Op::Cas { offset: cell.offset, expected: word, new: TOMB });
+        if let Some(read) = self.state_read() {
+            let _ = ops.push(read);
+        }
+        let out = mem.pipeline(cell.node, &ops).await.map_err(|_| OWN_NODE)?;
+        if out.first().and_then(|o| o.cas()) != Some(word) {
             self.stale(key);
             return Ok(None);
         }
+        let shared = self.superseded_by_commit(mem, &out).await?;
         let k = self.keys.get_mut(key).ok_or(OWN_NODE)?;
         k.word = TOMB;
         let old = core::mem::replace(&mut k.state, State::Deleted);
-        self.retire(old);
+        self.retire(mem, shared_with_successor(old, shared));
         Ok(Some(Answer::Written))
+    }
+}
+
+/// A superseded state, as an earlier incarnation's if a newer one may
+/// have answered for it (`shared`).
+fn shared_with_successor(state: State, shared: bool) -> State {
+    match state {
+        State::Live { record, version, .. } if shared => State::Live { record, version, ours: false },
+        s => s,
     }
 }
 
@@ -669,7 +800,9 @@ impl Service for Coordinator {
     async fn handle<M: Memory>(&mut self, mem: &M, req: Request<'_>, out: &mut Vec<u8>, _max: usize) -> Status {
         // Any request of a client ends its previous operation.
         self.release(req.client);
+        self.incarnation = req.incarnation;
         self.flags = Flags::default();
+        self.free_foreign(mem);
         let key_ok = |k: &[u8]| !k.is_empty() && k.len() <= self.shape.max_key;
         let done = match req.method {
             wire::GET if key_ok(req.body) => self.get(mem, req.client, req.body).await.map(|a| (a, 0)),

@@ -49,8 +49,11 @@
 //! after [`client::call_timeout_ns`] with [`KvError::Down`] naming node 0:
 //! its operation may or may not have taken effect (the campaigns leave it
 //! pending in the history), and the client's next call reaches the standby.
-//! Versions the dead one committed are never freed (their readers may still
-//! read them): a takeover leaks at most one version per key.
+//! Versions the dead one committed, once superseded, are freed by the
+//! standby after their readers' time is over
+//! ([`coordinator::foreign_wait_ns`]: a client drops a READ done later
+//! than [`client::answer_lifetime_ns`] after its call began, and asks
+//! again), so a takeover leaks nothing on a memory that keeps time.
 //!
 //! # A coordinator that was only paused
 //!
@@ -67,7 +70,15 @@
 //! is loaded again and the request served again from it
 //! ([`coordinator::Paths::fenced`]; the client counts such answers), and
 //! after a few such tries the coordinator answers that it is down (its
-//! client reconnects, to the successor). A cell's word does not come back
+//! client reconnects, to the successor). Every load is followed by a read
+//! of the server's state word (local): an incarnation that finds a newer
+//! one began answers that it is down rather than answer for what it
+//! loaded, which the newer one may have committed and will free at once
+//! (it knows no reader of the older one's). And a commit's pipeline reads
+//! the state word last: if a newer incarnation had begun, the version the
+//! commit superseded may have been answered for by it, and is freed only
+//! after its readers' time, as the newer one frees an older one's
+//! versions ([`coordinator`], "Frees"). A cell's word does not come back
 //! to a key in the meantime: each incarnation commits records from chunks
 //! of its own, and although it reuses the records it frees, each word is
 //! stamped with its count of commits then (16 bits: a record would have

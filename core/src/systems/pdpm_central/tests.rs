@@ -13,6 +13,9 @@ use crate::check::kv::{CHUNK, NODE_SIZE, start_server};
 use crate::index::RaceIndex;
 use crate::kv::{Got, KvClient, Missing, Written};
 use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
+use crate::substrate::msg::area::{Area, State as AreaState};
+use crate::substrate::msg::rpc::Status;
+use crate::substrate::msg::server::Incarnation;
 use crate::substrate::space::region::Region;
 use crate::systems::from_name;
 
@@ -281,13 +284,27 @@ fn a_data_node_that_comes_back_is_written_again() {
     }
 }
 
-/// What coordinator `c` answers channel `ch`'s request.
-async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body: &[u8]) -> wire::Answer {
+/// How coordinator `c`, serving as incarnation `inc`, answers channel
+/// `ch`'s request: its status, and its answer if it is one.
+async fn serve_as(
+    c: &mut Coordinator,
+    mem: &SimMemory,
+    inc: Option<Incarnation>,
+    ch: u16,
+    method: u16,
+    body: &[u8],
+) -> (Status, Option<wire::Answer>) {
     use crate::substrate::msg::server::{Request, Service};
     let mut out = Vec::new();
-    let status = c.handle(mem, Request { client: ch, method, body }, &mut out, 1 << 16).await;
-    assert_eq!(status, crate::substrate::msg::rpc::Status::Ok);
-    wire::Answer::decode(&out, 3, 256).expect("an answer").0
+    let status = c.handle(mem, Request { client: ch, method, body, incarnation: inc }, &mut out, 1 << 16).await;
+    (status, wire::Answer::decode(&out, 3, 256).map(|a| a.0))
+}
+
+/// What coordinator `c` answers channel `ch`'s request (outside a server).
+async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body: &[u8]) -> wire::Answer {
+    let (status, answer) = serve_as(c, mem, None, ch, method, body).await;
+    assert_eq!(status, Status::Ok);
+    answer.expect("an answer")
 }
 
 /// Two incarnations of the coordinator at once (one paused that came
@@ -349,4 +366,174 @@ fn a_write_short_of_a_majority_tries_the_nodes_marked_down() {
         })
         .unwrap();
     assert_eq!(readmitted, 1);
+}
+
+/// What `c` answers channel `ch`'s get of `key`, found.
+async fn found(c: &mut Coordinator, mem: &SimMemory, ch: u16, key: &[u8]) -> wire::Version {
+    match serve(c, mem, ch, wire::GET, key).await {
+        wire::Answer::Found(v) => v,
+        a => panic!("{key:?} not found: {a:?}"),
+    }
+}
+
+/// Whether every copy of `v` holds `value`.
+async fn holds(mem: &SimMemory, v: &wire::Version, value: &[u8]) -> bool {
+    for &c in &v.copies {
+        if mem.read(c, value.len()).await.unwrap() != value {
+            return false;
+        }
+    }
+    true
+}
+
+/// Versions an earlier incarnation (A) committed, superseded by its
+/// successor (B): B frees each once the answers A may have given for it
+/// are over ([`coordinator::foreign_wait_ns`] after the supersession), and
+/// once B's own readers of it are done, and then reuses its copies. Before
+/// that, A's reader's READ still finds the value it was answered (mutant
+/// `central-frees-foreign-at-once`: B's next writes reuse the copies at
+/// once).
+#[test]
+fn an_earlier_incarnations_versions_are_freed_once_their_readers_are_done() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    shell.stop();
+    let mem = sim.client();
+    sim.block_on(async move {
+        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
+        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+        let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
+        for key in [&b"k"[..], b"j"] {
+            assert_eq!(serve(&mut a, &mem, 1, wire::PUT, &put(key, b"one")).await, wire::Answer::Written);
+        }
+        // A's reader (channel 2) was answered k's "one", and READs later.
+        let k1 = found(&mut a, &mem, 2, b"k").await;
+        // B's own reader (channel 3) holds j's "one".
+        let j1 = found(&mut b, &mem, 3, b"j").await;
+        for v in [b"two", b"thr", b"fou"] {
+            assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"k", v)).await, wire::Answer::Written);
+        }
+        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"j", b"two")).await, wire::Answer::Written);
+        let superseded = mem.now();
+        assert!(holds(&mem, &k1, b"one").await, "an earlier incarnation's reader would read a reused copy");
+        assert_eq!(b.paths().foreign_frees, 0);
+        mem.sleep(coordinator::foreign_wait_ns(&mem, shape(&cfg).channels) + 1).await;
+        assert!(mem.now() > superseded);
+        // Both are due at B's next request: k's "one" is freed, and its
+        // copies taken by that very write; j's waits for channel 3.
+        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"k", b"fiv")).await, wire::Answer::Written);
+        assert_eq!(b.paths().foreign_frees, 2);
+        assert_eq!(found(&mut b, &mem, 4, b"k").await.copies, k1.copies, "k's 'one' freed and reused");
+        assert!(holds(&mem, &j1, b"one").await, "freed while channel 3 read it");
+        // Channel 3's next request releases j's "one": freed, reused.
+        assert_eq!(found(&mut b, &mem, 3, b"k").await.copies, k1.copies);
+        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"j", b"thr")).await, wire::Answer::Written);
+        assert_eq!(found(&mut b, &mem, 4, b"j").await.copies, j1.copies, "j's 'one' freed and reused");
+        assert_eq!(b.paths().leaked, 0);
+    })
+    .unwrap();
+}
+
+/// A get answered by a coordinator that is then killed, whose READ is done
+/// long after (its client slowed down right after its call): the standby
+/// frees the version it answered for once superseded and that answer's
+/// lifetime is over, and reuses its copies for later writes; the client
+/// drops its late READ and asks again (and, its channel's server gone,
+/// fails as unavailable), rather than use what the copy holds by then
+/// (mutant `central-reads-late`: a value whose sum fails).
+#[test]
+fn a_read_done_past_its_answers_lifetime_is_dropped() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    let (ma, mb) = (sim.client(), sim.client());
+    let (c, m) = (cfg.clone(), mb.clone());
+    sim.block_on(async move { connect(&m, &c, 2).await.insert(b"k", &[1; 64]).await.unwrap() }).unwrap();
+    let t0 = sim.now() + 100_000;
+    // Right after A's request is sent, every operation of A takes 100 ms.
+    sim.slow_client_at(&ma, t0 + 3_000, 50_000);
+    sim.crash_client_at(shell.memory(), t0 + 20_000);
+    let standby = shell.for_client(&sim.client());
+    crate::check::kv::spawn_server(&mut sim, &cfg, &standby, t0 + 30_000);
+    let got: Rc<core::cell::RefCell<Option<(Gotten, u64)>>> = Rc::default();
+    let (g, c, m) = (got.clone(), cfg.clone(), ma.clone());
+    sim.spawn(&ma, async move {
+        let mut a = connect(&m, &c, 1).await;
+        m.sleep(t0 - m.now()).await;
+        let r = a.get(b"k").await.map(|g| match g {
+            Got::Found(v) => Some(v.to_vec()),
+            _ => None,
+        });
+        *g.borrow_mut() = Some((r, a.central_paths().late_reads));
+    });
+    let (g, m) = (got.clone(), mb.clone());
+    let freed: Rc<core::cell::Cell<u64>> = Rc::default();
+    let f = freed.clone();
+    sim.spawn(&mb, async move {
+        m.sleep(t0 + 60_000 - m.now()).await;
+        let mut b = connect(&m, &cfg, 2).await;
+        for i in 0u64.. {
+            if g.borrow().is_some() {
+                break;
+            }
+            b.update(b"k", &[(i % 250) as u8 + 2; 64]).await.unwrap().unwrap();
+            m.sleep(500_000).await;
+        }
+        f.set(b.central_paths().foreign_frees);
+        standby.stop();
+    });
+    sim.run().unwrap();
+    let (r, late) = got.borrow_mut().take().expect("the get returned");
+    assert!(freed.get() > 0, "the standby never freed the version A was answered");
+    match r {
+        Ok(Some(v)) => assert!(v.len() == 64 && v.iter().all(|&x| x == v[0]), "a torn value {v:?}"),
+        Err(KvError::Down(_)) => {}
+        r => panic!("a late READ returned a reused copy: {r:?}"),
+    }
+    assert_eq!(late, 1, "A's READ was not late: the case was not made");
+}
+
+/// A coordinator paused that came back (A) after its successor (B) began,
+/// and B's reader was answered A's last version of k: A's commits over k
+/// then must not free that version at once (B's reader READs it later;
+/// mutant `central-frees-after-takeover`: A's next write reuses its
+/// copies). And A answers for no version it loads after B began (B frees
+/// its own at once, knowing no reader of A's): it says it is down.
+#[test]
+fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    shell.stop();
+    let mem = sim.client();
+    sim.block_on(async move {
+        let area = Area::open_or_create(&mem, COORDINATOR, geometry(&cfg)).await.unwrap();
+        let begin = || async {
+            let e = area.begin(&mem).await.unwrap();
+            Some(Incarnation { word: area.state_word(), running: AreaState::Running(e).encode() })
+        };
+        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
+        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+        let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
+        let ia = begin().await;
+        assert_eq!(serve_as(&mut a, &mem, ia, 1, wire::PUT, &put(b"k", b"one")).await.1, Some(wire::Answer::Written));
+        let ib = begin().await;
+        let Some(wire::Answer::Found(k1)) = serve_as(&mut b, &mem, ib, 3, wire::GET, b"k").await.1 else {
+            panic!("B did not find k")
+        };
+        assert_eq!(serve_as(&mut b, &mem, ib, 3, wire::PUT, &put(b"j", b"bee")).await.1, Some(wire::Answer::Written));
+        // A comes back and writes k twice (its map is right: no fence).
+        for v in [b"two", b"thr"] {
+            assert_eq!(serve_as(&mut a, &mem, ia, 1, wire::PUT, &put(b"k", v)).await.1, Some(wire::Answer::Written));
+        }
+        assert!(holds(&mem, &k1, b"one").await, "a successor's reader would read a reused copy");
+        assert_eq!(a.paths().frees, 0, "A freed what B may have answered for");
+        // j, which B committed, is not A's to answer for.
+        let (status, _) = serve_as(&mut a, &mem, ia, 2, wire::GET, b"j").await;
+        assert_eq!(status, Status::Failed, "A answered a version committed after it was superseded");
+        // B, current, goes on: k's last version is A's "thr".
+        let Some(wire::Answer::Found(k3)) = serve_as(&mut b, &mem, ib, 4, wire::GET, b"k").await.1 else {
+            panic!("B did not find k")
+        };
+        assert_eq!(k3.sum, wire::value_sum(b"thr"));
+    })
+    .unwrap();
 }

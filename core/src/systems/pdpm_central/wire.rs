@@ -11,7 +11,8 @@
 //! answer    kind (1) | coordinator's roundtrips to data nodes (1)
 //!           | flags (1: bit 0, the superseded version's free waits for
 //!           readers; bit 1, the key was loaded again, fenced; bit 2, a
-//!           data node marked down took a copy and is back) | 0 (5)
+//!           data node marked down took a copy and is back; bit 3, an
+//!           earlier incarnation's versions were freed) | 0 (5)
 //!           [ | version, for a key found ]
 //! ```
 //!
@@ -180,7 +181,10 @@ impl Answer {
     /// Its bytes, saying that the coordinator made `rounds` sequential
     /// roundtrips to data nodes for it, and `flags`.
     pub fn encode(&self, rounds: u8, flags: Flags, out: &mut Vec<u8>) {
-        let f = flags.deferred as u8 | (flags.fenced as u8) << 1 | (flags.readmitted as u8) << 2;
+        let f = flags.deferred as u8
+            | (flags.fenced as u8) << 1
+            | (flags.readmitted as u8) << 2
+            | (flags.foreign_freed as u8) << 3;
         out.extend_from_slice(&[self.kind(), rounds, f, 0, 0, 0, 0, 0]);
         if let Answer::Found(v) = self {
             out.extend_from_slice(&v.encode());
@@ -192,7 +196,7 @@ impl Answer {
     /// its flags.
     pub fn decode(b: &[u8], nodes: usize, max_value: usize) -> Option<(Answer, u8, Flags)> {
         let h = b.get(..ANSWER_HEADER)?;
-        if h[2] > 7 || h[3..].iter().any(|&x| x != 0) {
+        if h[2] > 15 || h[3..].iter().any(|&x| x != 0) {
             return None;
         }
         let rest = &b[ANSWER_HEADER..];
@@ -207,7 +211,12 @@ impl Answer {
         if !matches!(a, Answer::Found(_)) && !rest.is_empty() {
             return None;
         }
-        let flags = Flags { deferred: h[2] & 1 != 0, fenced: h[2] & 2 != 0, readmitted: h[2] & 4 != 0 };
+        let flags = Flags {
+            deferred: h[2] & 1 != 0,
+            fenced: h[2] & 2 != 0,
+            readmitted: h[2] & 4 != 0,
+            foreign_freed: h[2] & 8 != 0,
+        };
         Some((a, h[1], flags))
     }
 }
@@ -224,6 +233,9 @@ pub struct Flags {
     /// A data node the coordinator had marked down acknowledged a copy of
     /// this write: it is in use again.
     pub readmitted: bool,
+    /// The coordinator freed versions an earlier incarnation of it had
+    /// committed (superseded long enough ago).
+    pub foreign_freed: bool,
 }
 
 /// The body of a failed request: why, as far as a client can act on it
@@ -292,7 +304,7 @@ mod tests {
         }
         for (i, a) in [Answer::Absent, Answer::Deleted, Answer::Written, Answer::NotFound].into_iter().enumerate() {
             let mut out = Vec::new();
-            let flags = Flags { deferred: i % 2 == 0, fenced: i >= 2, readmitted: i % 3 == 1 };
+            let flags = Flags { deferred: i % 2 == 0, fenced: i >= 2, readmitted: i % 3 == 1, foreign_freed: i == 1 };
             a.encode(1, flags, &mut out);
             assert_eq!(Answer::decode(&out, 3, 256), Some((a, 1, flags)));
         }
