@@ -93,8 +93,9 @@
 //! `a_reused_record_does_not_pass_for_the_version_it_held`). The campaigns
 //! pause the coordinator (half the runs whose coordinator fails) past
 //! its standby's start; the mutant `central-no-fence` (answers from the
-//! map unchecked) returns a deleted key's stale answer (campaign seed
-//! 2687, "not linearizable").
+//! map unchecked) answers a key the other incarnation inserted again as
+//! deleted, and another's old value (test
+//! `a_coordinator_answers_nothing_from_its_map_that_another_changed`).
 //!
 //! # Not done
 //!

@@ -537,3 +537,36 @@ fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
     })
     .unwrap();
 }
+
+/// A coordinator paused that came back (A) answers nothing from its map
+/// that another incarnation (B) changed meanwhile: k, which A deleted, B
+/// inserted again; j, which A holds as "one", B updated. A's answers
+/// follow the keys' cells (mutant `central-no-fence`: A answers from its
+/// map, a deleted k and j's old value).
+#[test]
+fn a_coordinator_answers_nothing_from_its_map_that_another_changed() {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    shell.stop();
+    let mem = sim.client();
+    sim.block_on(async move {
+        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
+        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+        let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
+        for key in [&b"k"[..], b"j"] {
+            assert_eq!(serve(&mut a, &mem, 1, wire::PUT, &put(key, b"one")).await, wire::Answer::Written);
+        }
+        assert_eq!(serve(&mut a, &mem, 1, wire::DELETE, b"k").await, wire::Answer::Written);
+        assert_eq!(serve(&mut b, &mem, 2, wire::PUT, &put(b"k", b"two")).await, wire::Answer::Written);
+        assert_eq!(serve(&mut b, &mem, 2, wire::PUT, &put(b"j", b"two")).await, wire::Answer::Written);
+        for key in [&b"k"[..], b"j"] {
+            let got = serve(&mut a, &mem, 1, wire::GET, key).await;
+            assert!(
+                matches!(&got, wire::Answer::Found(v) if v.sum == wire::value_sum(b"two")),
+                "A answered {key:?} from its stale map: {got:?}"
+            );
+        }
+        assert_eq!(a.paths().fenced, 2);
+    })
+    .unwrap();
+}
