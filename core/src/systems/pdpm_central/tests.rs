@@ -300,6 +300,26 @@ async fn serve_as(
     (status, wire::Answer::decode(&out, 3, 256).map(|a| a.0))
 }
 
+/// Runs `body` with two coordinators of the store on one simulated memory
+/// and no server running: incarnations driven through `Service::handle`
+/// (say A, one paused that came back, and B, its successor).
+fn two_coordinators<F: core::future::Future<Output = ()> + 'static>(
+    body: impl FnOnce(SimMemory, StoreConfig, Coordinator, Coordinator) -> F,
+) {
+    let cfg = config();
+    let (mut sim, shell) = setup(&cfg);
+    shell.stop();
+    let (mem, c) = (sim.client(), cfg.clone());
+    let m = mem.clone();
+    let (a, b) = sim
+        .block_on(async move {
+            let open = || async { RaceIndex::open(&m, COORDINATOR).await.unwrap() };
+            (Coordinator::new(shape(&c), open().await), Coordinator::new(shape(&c), open().await))
+        })
+        .unwrap();
+    sim.block_on(body(mem, cfg, a, b)).unwrap();
+}
+
 /// What coordinator `c` answers channel `ch`'s request (outside a server).
 async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body: &[u8]) -> wire::Answer {
     let (status, answer) = serve_as(c, mem, None, ch, method, body).await;
@@ -315,13 +335,7 @@ async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body:
 /// it loaded from it: it reloads the key and answers the last value.
 #[test]
 fn a_reused_record_does_not_pass_for_the_version_it_held() {
-    let cfg = config();
-    let (mut sim, shell) = setup(&cfg);
-    shell.stop();
-    let mem = sim.client();
-    sim.block_on(async move {
-        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
-        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+    two_coordinators(|mem, _, mut a, mut b| async move {
         let put = |v: &[u8]| wire::put_body(wire::Mode::Insert, b"k", v);
         assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"one")).await, wire::Answer::Written);
         let wire::Answer::Found(first) = serve(&mut a, &mem, 2, wire::GET, b"k").await else { panic!("not found") };
@@ -333,8 +347,7 @@ fn a_reused_record_does_not_pass_for_the_version_it_held() {
         assert_eq!(now.copies, first.copies, "the third version reused the first one's copies (and record)");
         assert_eq!(now.sum, wire::value_sum(b"three"), "A answered the version it had loaded");
         assert_eq!(a.paths().fenced, 1);
-    })
-    .unwrap();
+    });
 }
 
 /// A data node comes back and another crashes at once, before the retry
@@ -395,13 +408,7 @@ async fn holds(mem: &SimMemory, v: &wire::Version, value: &[u8]) -> bool {
 /// once).
 #[test]
 fn an_earlier_incarnations_versions_are_freed_once_their_readers_are_done() {
-    let cfg = config();
-    let (mut sim, shell) = setup(&cfg);
-    shell.stop();
-    let mem = sim.client();
-    sim.block_on(async move {
-        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
-        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+    two_coordinators(|mem, cfg, mut a, mut b| async move {
         let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
         for key in [&b"k"[..], b"j"] {
             assert_eq!(serve(&mut a, &mem, 1, wire::PUT, &put(key, b"one")).await, wire::Answer::Written);
@@ -430,8 +437,7 @@ fn an_earlier_incarnations_versions_are_freed_once_their_readers_are_done() {
         assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"j", b"thr")).await, wire::Answer::Written);
         assert_eq!(found(&mut b, &mem, 4, b"j").await.copies, j1.copies, "j's 'one' freed and reused");
         assert_eq!(b.paths().leaked, 0);
-    })
-    .unwrap();
+    });
 }
 
 /// A get answered by a coordinator that is then killed, whose READ is done
@@ -500,18 +506,12 @@ fn a_read_done_past_its_answers_lifetime_is_dropped() {
 /// its own at once, knowing no reader of A's): it says it is down.
 #[test]
 fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
-    let cfg = config();
-    let (mut sim, shell) = setup(&cfg);
-    shell.stop();
-    let mem = sim.client();
-    sim.block_on(async move {
+    two_coordinators(|mem, cfg, mut a, mut b| async move {
         let area = Area::open_or_create(&mem, COORDINATOR, geometry(&cfg)).await.unwrap();
         let begin = || async {
             let e = area.begin(&mem).await.unwrap();
             Some(Incarnation { word: area.state_word(), running: AreaState::Running(e).encode() })
         };
-        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
-        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
         let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
         let ia = begin().await;
         assert_eq!(serve_as(&mut a, &mem, ia, 1, wire::PUT, &put(b"k", b"one")).await.1, Some(wire::Answer::Written));
@@ -534,8 +534,7 @@ fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
             panic!("B did not find k")
         };
         assert_eq!(k3.sum, wire::value_sum(b"thr"));
-    })
-    .unwrap();
+    });
 }
 
 /// A coordinator paused that came back (A) answers nothing from its map
@@ -545,13 +544,7 @@ fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
 /// map, a deleted k and j's old value).
 #[test]
 fn a_coordinator_answers_nothing_from_its_map_that_another_changed() {
-    let cfg = config();
-    let (mut sim, shell) = setup(&cfg);
-    shell.stop();
-    let mem = sim.client();
-    sim.block_on(async move {
-        let open = || async { RaceIndex::open(&mem, COORDINATOR).await.unwrap() };
-        let (mut a, mut b) = (Coordinator::new(shape(&cfg), open().await), Coordinator::new(shape(&cfg), open().await));
+    two_coordinators(|mem, _, mut a, mut b| async move {
         let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
         for key in [&b"k"[..], b"j"] {
             assert_eq!(serve(&mut a, &mem, 1, wire::PUT, &put(key, b"one")).await, wire::Answer::Written);
@@ -567,6 +560,5 @@ fn a_coordinator_answers_nothing_from_its_map_that_another_changed() {
             );
         }
         assert_eq!(a.paths().fenced, 2);
-    })
-    .unwrap();
+    });
 }
