@@ -51,10 +51,7 @@ async fn connect(mem: &SimMemory, cfg: &StoreConfig, id: u8) -> Client {
 }
 
 fn value(g: Result<Got<crate::substrate::value::Value<Vec<u8>>>, KvError>) -> Option<Vec<u8>> {
-    match g {
-        Ok(Got::Found(v)) => Some(v.to_vec()),
-        _ => None,
-    }
+    gotten(g).ok().flatten()
 }
 
 /// A version read-locked by a get is not freed when a write supersedes
@@ -178,6 +175,14 @@ fn a_restarted_coordinator_recovers_from_its_node() {
 /// What a get answered: a value, or none.
 type Gotten = Result<Option<Vec<u8>>, KvError>;
 
+/// A get's answer as [`Gotten`].
+fn gotten(g: Result<Got<crate::substrate::value::Value<Vec<u8>>>, KvError>) -> Gotten {
+    g.map(|g| match g {
+        Got::Found(v) => Some(v.to_vec()),
+        _ => None,
+    })
+}
+
 /// The read lock at work: a client slowed 50 times gets a key while
 /// another updates it over and over, so that the versions its gets were
 /// answered are superseded (and, without the lock, freed and their copies
@@ -198,10 +203,7 @@ fn a_slow_reader_reads_the_version_it_was_answered() {
     sim.spawn(&ma, async move {
         let mut a = connect(&m, &c, 1).await;
         for _ in 0..5 {
-            let r = a.get(b"k").await.map(|g| match g {
-                Got::Found(v) => Some(v.to_vec()),
-                _ => None,
-            });
+            let r = gotten(a.get(b"k").await);
             g.borrow_mut().push(r);
         }
     });
@@ -465,10 +467,7 @@ fn a_read_done_past_its_answers_lifetime_is_dropped() {
     sim.spawn(&ma, async move {
         let mut a = connect(&m, &c, 1).await;
         m.sleep(t0 - m.now()).await;
-        let r = a.get(b"k").await.map(|g| match g {
-            Got::Found(v) => Some(v.to_vec()),
-            _ => None,
-        });
+        let r = gotten(a.get(b"k").await);
         *g.borrow_mut() = Some((r, a.central_paths().late_reads));
     });
     let (g, m) = (got.clone(), mb.clone());
