@@ -72,6 +72,13 @@ impl RunSummary {
     pub fn count(&self) -> u64 {
         self.ops.iter().map(|(_, s)| s.count).sum()
     }
+
+    /// The operations that read a key's chain and those that write it:
+    /// gets and updates, a read-modify-write counting as one of each.
+    pub fn hop_ops(&self) -> (u64, u64) {
+        let n = |k: OpKind| self.op(k).map_or(0, |s| s.count);
+        (n(OpKind::Get) + n(OpKind::Rmw), n(OpKind::Update) + n(OpKind::Rmw))
+    }
 }
 
 /// One system's figures.
@@ -393,6 +400,33 @@ rare paths per 1,000 measured operations ({} in flight):",
             let line = if taken.is_empty() { "none".to_string() } else { taken.join(", ") };
             let _ = writeln!(out, "{:<w$} {line}", sys.system.name());
         }
+        self.hops_text(out);
+    }
+
+    /// Chain hops per get and per write of each store that walks chains
+    /// (Clover), at the first in-flight setting: what the pDPM paper
+    /// measured under YCSB-A (§6: 0.2-0.3 per read, 3.7-3.9 per write).
+    fn hops_text(&self, out: &mut String) {
+        let w = self.name_width();
+        let walked = |r: &RunSummary| r.paths.read_hops + r.paths.write_hops > 0;
+        if !self.systems.iter().filter_map(|s| s.runs.first()).any(walked) {
+            return;
+        }
+        let _ =
+            writeln!(out, "\nchain hops per operation (pDPM §6 under YCSB-A: 0.2-0.3 per read, 3.7-3.9 per write):");
+        for sys in &self.systems {
+            let Some(run) = sys.runs.first().filter(|r| walked(r)) else { continue };
+            let (gets, writes) = run.hop_ops();
+            let per =
+                |n: u64, ops: u64| if ops == 0 { "-".to_string() } else { format!("{:.2}", n as f64 / ops as f64) };
+            let _ = writeln!(
+                out,
+                "{:<w$} {} per get ({gets} gets), {} per update ({writes} updates)",
+                sys.system.name(),
+                per(run.paths.read_hops, gets),
+                per(run.paths.write_hops, writes),
+            );
+        }
     }
 
     /// The ops object of one run: `{"get": {...}, ...}`, with the ratio to
@@ -420,6 +454,13 @@ rare paths per 1,000 measured operations ({} in flight):",
         });
         if let Some(r) = raw {
             v["vs_raw_throughput"] = json!(round3(ratio(run.throughput_ops, r.throughput_ops)));
+        }
+        let (gets, writes) = run.hop_ops();
+        if run.paths.read_hops > 0 && gets > 0 {
+            v["hops_per_get"] = json!(round3(run.paths.read_hops as f64 / gets as f64));
+        }
+        if run.paths.write_hops > 0 && writes > 0 {
+            v["hops_per_update"] = json!(round3(run.paths.write_hops as f64 / writes as f64));
         }
         if let Some(t) = &run.timeline {
             v["availability"] = t.availability(self.fault_window()).to_json();

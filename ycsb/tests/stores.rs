@@ -116,6 +116,27 @@ fn sim_runs_every_workload() {
     }
 }
 
+/// Clover's chain hops per get and per update, the pDPM paper's measure
+/// of its chains under YCSB-A (§6), in the report's text and JSON: writers
+/// contending on a few keys make both kinds of hops, and a get hops less
+/// often than an update (its cursor is the tail unless another client
+/// wrote since; a writer's CAS finds the other writers' versions).
+#[test]
+fn sim_reports_clovers_chain_hops_per_operation() {
+    let s = RunSpec { keys: 20, clients: 4, inflight: vec![1], ops: 2000, ..spec(Workload::A) };
+    let system = systems::from_name("clover").unwrap();
+    let runs = vec![SystemRun { system, result: run_sim(&s, system, None).unwrap() }];
+    let report = Report::new(&s, "sim".into(), serde_json::json!({}), true, &runs);
+    let j = report.json();
+    let run = &j["systems"][0];
+    let (get, update) = (run["hops_per_get"].as_f64().unwrap(), run["hops_per_update"].as_f64().unwrap());
+    assert!(get > 0.0 && get < update, "hops per get {get}, per update {update}");
+    let text = report.text();
+    let line = text.lines().find(|l| l.starts_with("clover") && l.contains("per get")).unwrap();
+    assert!(line.contains(&format!("{get:.2} per get")), "{line}");
+    assert!(text.contains("chain hops per operation"), "{text}");
+}
+
 /// The measured phase sees the steady state: the warm-up works off the
 /// recycling of the load's writes, so that a measured phase without
 /// writes (YCSB-C) that runs long enough for the background passes to
