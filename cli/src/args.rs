@@ -201,6 +201,9 @@ pub struct ListArgs {
     /// The directory to look in (shm).
     #[arg(long, value_name = "DIR", default_value = SHM_ROOT)]
     pub root: PathBuf,
+    /// Show this shm cluster only (a path or a bare NAME for /dev/shm/swarm-NAME), as the other subcommands name it.
+    #[arg(long, value_name = "DIR", value_parser = parse_dir, conflicts_with_all = ["root", "path"])]
+    pub dir: Option<PathBuf>,
     /// Show the cxl cluster on these devices or files instead; repeat for several.
     #[arg(long, value_name = "PATH")]
     pub path: Vec<PathBuf>,

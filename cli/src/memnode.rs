@@ -341,13 +341,22 @@ pub fn list(a: &ListArgs) -> Result<(), String> {
     if !a.path.is_empty() {
         return list_cxl(&a.path);
     }
-    let entries = fs::read_dir(&a.root).map_err(|e| format!("cannot list {}: {e}", a.root.display()))?;
-    let mut dirs: Vec<_> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && e.path().join(CONTROL).is_file())
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
+    let dirs = match &a.dir {
+        Some(dir) if !dir.join(CONTROL).is_file() => {
+            return Err(format!("no cluster at {} (it has no control file)", dir.display()));
+        }
+        Some(dir) => vec![dir.clone()],
+        None => {
+            let entries = fs::read_dir(&a.root).map_err(|e| format!("cannot list {}: {e}", a.root.display()))?;
+            let mut dirs: Vec<_> = entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && e.path().join(CONTROL).is_file())
+                .map(|e| e.path())
+                .collect();
+            dirs.sort();
+            dirs
+        }
+    };
     let mut rows = vec![["PATH", "NODES", "NODE SIZE", "CHUNK", "MAX VALUE", "USED (FULLEST NODE)"].map(String::from)];
     let mut broken = Vec::new();
     for dir in dirs {
@@ -360,6 +369,9 @@ pub fn list(a: &ListArgs) -> Result<(), String> {
                 format!("{} B", i.max_value),
                 format!("{} ({:.1}%)", format_size(i.used), 100.0 * i.used as f64 / i.node_size as f64),
             ]),
+            // One cluster named as the other subcommands name it: what is
+            // wrong with it is the answer, not a row left out.
+            Err(e) if a.dir.is_some() => return Err(format!("{}: unusable: {e}", dir.display())),
             Err(e) if dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(NAME_PREFIX)) => {
                 broken.push(format!("{}: unusable: {e}", dir.display()));
             }

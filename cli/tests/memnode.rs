@@ -22,6 +22,10 @@ fn create_list_bench_remove() {
     let cols: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(&cols[1..8], ["3", "32", "MiB", "1", "MiB", "8208", "B"], "{line}");
     let used_before = cols[8].to_string();
+    // Named as the other subcommands name it, the cluster alone.
+    let one = ok(&["memnode", "list", "--dir", dir.arg()]);
+    assert_eq!(one.lines().count(), 2, "{one}");
+    assert_eq!(one.lines().nth(1), Some(line.as_str()));
 
     // Clients of another process use it.
     let out = ok(&["bench-register", "--dir", dir.arg(), "--ops", "200", "--clients", "2", "--value-size", "1K"]);
@@ -34,6 +38,7 @@ fn create_list_bench_remove() {
     assert!(!dir.0.exists());
     assert_eq!(listed(dir.arg()), None);
     assert!(fails(&["memnode", "remove", "--dir", dir.arg()], 1).contains("no cluster at"));
+    assert!(fails(&["memnode", "list", "--dir", dir.arg()], 1).contains("no cluster at"));
 }
 
 #[test]
@@ -42,6 +47,7 @@ fn bare_names_live_in_dev_shm_with_a_prefix() {
     ok(&["memnode", "create", "--dir", &name, "--nodes", "1", "--size", "4M", "--chunk", "64K"]);
     assert!(dir.0.join("control").is_file(), "{} missing", dir.0.display());
     assert!(listed(dir.arg()).is_some());
+    assert!(ok(&["memnode", "list", "--dir", &name]).contains(dir.arg()));
     // The listed name (with its prefix) works as well as the bare one.
     let prefixed = format!("swarm-{name}");
     ok(&["memnode", "remove", "--dir", &prefixed]);
@@ -61,6 +67,9 @@ fn list_shows_broken_clusters_and_skips_foreign_directories() {
     let out = ok(&["memnode", "list"]);
     let line = out.lines().find(|l| l.starts_with(broken.arg())).expect("the broken cluster is listed");
     assert!(line.contains("unusable") && line.contains("node-1"), "{line}");
+    // Asked for by name, what is wrong with it is the error.
+    let err = fails(&["memnode", "list", "--dir", broken.arg()], 1);
+    assert!(err.contains("unusable") && err.contains("node-1") && err.lines().count() == 1, "{err}");
     ok(&["memnode", "remove", "--dir", broken.arg()]);
 }
 
