@@ -20,6 +20,7 @@ MUTANTS=(
   "ring-unchecked|--cfg loom|a torn or foreign message was delivered|cargo test -p swarm-loom-tests --release --test ring"
   "ring-unchecked||answered|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
   "rpc-resend||not linearizable for a counter|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
+  "rpc-no-last-look||timed out on a look taken before its pause|cargo test -p swarm-core --release --lib substrate::msg::tests::a_caller_paused"
   "ack-one||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "guessed-unlocked||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "abd-no-write-back||not linearizable|cargo test -p swarm-core --release --lib baselines::abd::tests::campaign_3_replicas"

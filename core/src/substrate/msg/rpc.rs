@@ -333,6 +333,15 @@ impl Channel {
                     self.send(mem, method, body).await?;
                     continue;
                 }
+                // A caller that did not run for a while (a process
+                // stopped, or descheduled) looks once more: the answer may
+                // have come meanwhile. (Mutant `rpc-no-last-look`: it
+                // times out on a look it took before its pause.)
+                if !mutant!("rpc-no-last-look")
+                    && let Some(reply) = self.poll(mem, &sent).await?
+                {
+                    return Ok(reply);
+                }
                 // The same server may still answer (late: the next call
                 // skips that answer); another incarnation never will.
                 let why = match self.area.state(mem).await? {

@@ -160,6 +160,43 @@ fn a_stalled_server_times_calls_out_and_serves_again_after() {
     assert!(timed_out.get() >= 1, "the stall outlasted a call's time-out");
 }
 
+/// A caller paused (a process stopped, or descheduled) while it waits for
+/// its answer, for longer than its time-out: the server answered
+/// meanwhile, and the call returns that answer rather than a time-out
+/// decided on a look at the ring it took before its pause. The pause
+/// starts at each half-µs of the call (6 µs unpaused), so that some
+/// fall between a look that found nothing and the answer's arrival.
+#[test]
+fn a_caller_paused_past_its_time_out_takes_the_answer_that_came_meanwhile() {
+    for offset in 0..12u64 {
+        let mut sim = sim(7);
+        let word = setup(&mut sim);
+        let (_, shell) = spawn_server(&mut sim, word);
+        let c = sim.client();
+        // The call is made at CALL_AT (virtual ns), the pause starts
+        // `offset` half-µs later and lasts five time-outs.
+        const CALL_AT: u64 = 2 * SERVER_UP_NS;
+        sim.stall_client_at(&c, CALL_AT + offset * 500, 5 * TIMEOUT_NS);
+        let clock = clock(&c, 0);
+        let answered = Rc::new(Cell::new(None));
+        let (a, m) = (answered.clone(), c.clone());
+        // A task of the paused client's own (not `block_on`'s, which no
+        // pause reaches).
+        sim.spawn(&c, async move {
+            m.sleep(SERVER_UP_NS).await;
+            let mut ch = Channel::connect(&m, NODE, 3).await.unwrap();
+            m.sleep(CALL_AT - m.now()).await;
+            let got = ch.call(&m, &clock, TIMEOUT_NS, ADD, &[]).await.map(|r| r.status);
+            a.set(Some((got, m.now() - CALL_AT)));
+            shell.stop();
+        });
+        sim.run().unwrap();
+        let (got, took) = answered.get().expect("the caller finished");
+        assert!(took > TIMEOUT_NS, "offset {offset}: the pause outlasted the time-out ({took} ns)");
+        assert!(got == Ok(Status::Ok), "offset {offset}: timed out on a look taken before its pause: {got:?}");
+    }
+}
+
 #[test]
 fn a_restarted_server_supersedes_the_old_one_and_clients_reconnect() {
     let mut sim = sim(4);
