@@ -1,7 +1,8 @@
 //! Seeded campaigns of any registered key-value system in the simulator:
 //! concurrent clients insert, update, get and delete a few keys under
 //! delays, torn transfers, clock skew, crashes of a minority of nodes and
-//! of a client, and a slow node; a fresh client reads every key at the end
+//! of a client, a slow node, and a client paused mid-operation (as a
+//! process stopped with SIGSTOP, then continued); a fresh client reads every key at the end
 //! (with leases, as the next holder of the crashed client's id, so that
 //! it first recovers what that client left mid-operation); the history
 //! must satisfy the system's declared [`Guarantee`]. In a third of the
@@ -92,6 +93,13 @@ pub struct KvCampaign {
     /// which its id's next holder finds and must finish or drop (FUSEE's
     /// redo, §5.3), not a change others overwrote since.
     pub owned_key: bool,
+    /// Whether a client is paused (a process stopped, SIGSTOP) at some
+    /// point of its run and continued later, in the middle of whatever it
+    /// was doing: for less than a time-out, for longer than the stores'
+    /// short delays and leases (a recycling delay, an index view's lease),
+    /// or for longer than a server's answer may be used (pDPM-Central's
+    /// answer lifetime), but never past a client id's lease.
+    pub pause: bool,
 }
 
 impl KvCampaign {
@@ -114,6 +122,8 @@ impl KvCampaign {
             heal: seed % 3 == 1,
             keep: seed % 2 == 1,
             owned_key: (seed / 12).is_multiple_of(3),
+            // Not the seeds of `systems::tests`' replays (1 and 3 mod 8).
+            pause: seed % 8 == 6,
         }
     }
 
@@ -153,6 +163,8 @@ pub struct Summary {
     pub ops: usize,
     /// Of which failed as the system's declaration allows ([`Ran::excused`]).
     pub excused: usize,
+    /// Operations a pause caught in flight ([`Ran::paused`]).
+    pub paused: usize,
     /// The rare paths the clients took, summed.
     pub paths: Paths,
 }
@@ -166,6 +178,10 @@ pub struct Ran {
     /// a key's primary down, [`Guarantee::LinearizablePrimary`], or a call
     /// to a crashed server).
     pub excused: usize,
+    /// Operations in flight all through their client's pause
+    /// ([`KvCampaign::pause`]): begun before it, and done (or failed)
+    /// after it.
+    pub paused: usize,
     /// The rare paths the clients took (of those that did not crash).
     pub paths: Paths,
 }
@@ -179,6 +195,7 @@ pub fn campaign(system: System, replicas: usize, from: u64, runs: u64) -> Result
         let ran = run(seed, &KvCampaign::for_seed(system, replicas, seed))?;
         s.ops += ran.ops;
         s.excused += ran.excused;
+        s.paused += ran.paused;
         s.paths.add(&ran.paths);
         s.runs += 1;
     }
@@ -596,6 +613,23 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
             sim.stall_node_at(node, at, ns);
         }
     }
+    // Drawn last, so that the other faults of a seed are the same with it.
+    let mut pause = None;
+    if c.pause {
+        let paused = sim.random(0, clients.len() as u64 - 1) as usize;
+        let at = start + sim.random(0, 150_000);
+        let ns = match sim.random(0, 2) {
+            0 => sim.random(2_000, 40_000),
+            1 => sim.random(100_000, 2_000_000),
+            _ => sim.random(8_000_000, 20_000_000),
+        };
+        sim.stall_client_at(&clients[paused], at, ns);
+        // (A client that also crashes leaves its last operation pending:
+        // not counted.)
+        if victim != Some(paused as u8 + 1) {
+            pause = Some((paused as u32 + 1, at, at + ns));
+        }
+    }
     if let Err(e) = sim.run() {
         return Err(format!("{e} (an operation of a live client did not complete)"));
     }
@@ -677,5 +711,11 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     }
     let paths = *taken.borrow();
     let excused = *excused.borrow();
-    Ok(Ran { ops: h.len(), excused, paths })
+    let spans = |op: &&lincheck::Operation<KvOp, KvRet>, (from, until): (u64, u64)| {
+        op.call <= from && op.response.as_ref().is_none_or(|r| r.at >= until)
+    };
+    let paused = pause.map_or(0, |(client, from, until)| {
+        h.operations().iter().filter(|op| op.client == client && spans(op, (from, until))).count()
+    });
+    Ok(Ran { ops: h.len(), excused, paused, paths })
 }
