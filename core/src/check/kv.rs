@@ -182,7 +182,8 @@ pub struct Ran {
     /// ([`KvCampaign::pause`]): begun before it, and done (or failed)
     /// after it.
     pub paused: usize,
-    /// The rare paths the clients took (of those that did not crash).
+    /// The rare paths the clients took (one that crashed, up to its last
+    /// operation done).
     pub paths: Paths,
 }
 
@@ -431,7 +432,10 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     setup(&mut sim, &cfg)?;
     let hist = Rc::new(RefCell::new(Hist::new()));
     let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
-    let taken: Rc<RefCell<Paths>> = Rc::default();
+    // The paths each client took so far, by client (0: the final reader),
+    // kept after every operation: a client that crashes counts up to its
+    // last operation done.
+    let taken: Rc<RefCell<Vec<Paths>>> = Rc::new(RefCell::new(alloc::vec![Paths::default(); c.clients as usize + 1]));
     // The system's server, up before the clients start (so that the
     // faults below fall among their operations), stopped once every client
     // is done.
@@ -538,11 +542,12 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                         // renewed while nodes are down) is an operation's.
                         let _ = s.keep().await;
                     }
+                    taken.borrow_mut()[id as usize] = s.paths();
                 }
                 if keep {
                     keep_recycling(&mut s, &m).await;
                 }
-                taken.borrow_mut().add(&s.paths());
+                taken.borrow_mut()[id as usize] = s.paths();
                 if let Err(e) = s.close().await {
                     failures.borrow_mut().push(format!("client {id}: close: {e}"));
                 }
@@ -682,7 +687,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         }
         // What it did counts too (it may take over a lock a crashed client
         // left, with no other client after it on the key).
-        taken_end.borrow_mut().add(&s.paths());
+        taken_end.borrow_mut()[0] = s.paths();
         Ok::<(), String>(())
     });
     match end {
@@ -709,7 +714,10 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         }
         return Err(format!("history of {} ops is not linearizable: {verdict}\n{trace}", h.len()));
     }
-    let paths = *taken.borrow();
+    let mut paths = Paths::default();
+    for p in taken.borrow().iter() {
+        paths.add(p);
+    }
     let excused = *excused.borrow();
     let spans = |op: &&lincheck::Operation<KvOp, KvRet>, (from, until): (u64, u64)| {
         op.call <= from && op.response.as_ref().is_none_or(|r| r.at >= until)

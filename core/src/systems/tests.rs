@@ -541,11 +541,11 @@ fn a_split_view_claim_is_superseded_whichever_replicas_answer() {
 /// the `explore` test: 3 in 65,000 FUSEE runs on 5 replicas.) Each must
 /// show a replica left out so in its surviving clients' paths, so that a
 /// seed that stopped making the case fails here rather than passing
-/// without it (72112 still fails with the mutant, but its master is a
-/// client whose paths are lost.)
+/// without it (72112's master is a client that crashes later: its paths
+/// count up to its last operation done.)
 #[test]
 fn a_replica_the_repair_missed_is_left_out_of_the_view() {
-    replay_taking("index_left_unrepaired", &[("fusee", 72427, 5), ("fusee", 90691, 5)]);
+    replay_taking("index_left_unrepaired", &[("fusee", 72427, 5), ("fusee", 90691, 5), ("fusee", 72112, 5)]);
 }
 
 /// Replays campaign runs `(system, seed, replicas)`, each of which must
