@@ -186,6 +186,7 @@ fn more_than_32_writers_on_one_register() {
         fifo: false,
         meta_words: 0,
         tight: false,
+        pause: false,
     };
     let mut taken = Paths::default();
     for seed in 0..20 {
@@ -219,6 +220,7 @@ fn roundtrip_report() {
         fifo: true,
         meta_words: 16,
         tight: true,
+        pause: false,
     };
     let scenarios = [
         (
