@@ -36,7 +36,7 @@ use core::cell::RefCell;
 
 use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 
-use super::{SimClock, TICK_NS, clock, id_of, value};
+use super::{Pause, SimClock, TICK_NS, clock, id_of, value};
 use crate::kv::place::INDEX_NODE;
 use crate::kv::{Got, Guarantee, KvClient, KvError, KvSystem, StoreConfig, System, Visit, Who};
 use crate::sim::{CrashMode, ServerShell, Sim, SimConfig, SimMemory};
@@ -619,22 +619,13 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         }
     }
     // Drawn last, so that the other faults of a seed are the same with it.
-    let mut pause = None;
-    if c.pause {
-        let paused = sim.random(0, clients.len() as u64 - 1) as usize;
-        let at = start + sim.random(0, 150_000);
-        let ns = match sim.random(0, 2) {
-            0 => sim.random(2_000, 40_000),
-            1 => sim.random(100_000, 2_000_000),
-            _ => sim.random(8_000_000, 20_000_000),
-        };
-        sim.stall_client_at(&clients[paused], at, ns);
-        // (A client that also crashes leaves its last operation pending:
-        // not counted.)
-        if victim != Some(paused as u8 + 1) {
-            pause = Some((paused as u32 + 1, at, at + ns));
-        }
-    }
+    // (A client that also crashes leaves its last operation pending: not
+    // counted.)
+    let lengths = [(2_000, 40_000), (100_000, 2_000_000), (8_000_000, 20_000_000)];
+    let pause = c
+        .pause
+        .then(|| Pause::draw(&mut sim, &clients, (start, start + 150_000), &lengths))
+        .filter(|p| victim.map(u32::from) != Some(p.client()));
     if let Err(e) = sim.run() {
         return Err(format!("{e} (an operation of a live client did not complete)"));
     }
@@ -719,11 +710,6 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         paths.add(p);
     }
     let excused = *excused.borrow();
-    let spans = |op: &&lincheck::Operation<KvOp, KvRet>, (from, until): (u64, u64)| {
-        op.call <= from && op.response.as_ref().is_none_or(|r| r.at >= until)
-    };
-    let paused = pause.map_or(0, |(client, from, until)| {
-        h.operations().iter().filter(|op| op.client == client && spans(op, (from, until))).count()
-    });
+    let paused = pause.map_or(0, |p| p.caught(h.operations()));
     Ok(Ran { ops: h.len(), excused, paused, paths })
 }

@@ -15,7 +15,7 @@ use crate::NodeId;
 use crate::baselines::abd;
 use crate::sim::{CrashMode, Sim, SimConfig};
 
-pub(crate) use super::{TICK_NS, clock, id_of, value};
+pub(crate) use super::{Pause, TICK_NS, clock, id_of, value};
 use crate::substrate::rtt::Counted;
 use crate::substrate::space::region::Region;
 use crate::swarm::client::{ClientCtx, Paths};
@@ -250,15 +250,9 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
         sim.stall_node_at(stalled, at, ns);
     }
     // Drawn last, so that the other faults of a seed are the same with it.
-    let mut pause = None;
-    if c.pause {
-        let paused = sim.random(0, clients.len() as u64 - 1) as usize;
-        // (Clients prepare for about 10 µs, then run for about 100.)
-        let at = start + sim.random(10_000, 100_000);
-        let ns = if sim.random(0, 1) == 0 { sim.random(2_000, 40_000) } else { sim.random(100_000, 2_000_000) };
-        sim.stall_client_at(&clients[paused], at, ns);
-        pause = Some((paused as u32 + 1, at, at + ns));
-    }
+    // (Clients prepare for about 10 µs, then run for about 100.)
+    let lengths = [(2_000, 40_000), (100_000, 2_000_000)];
+    let pause = c.pause.then(|| Pause::draw(&mut sim, &clients, (start + 10_000, start + 100_000), &lengths));
     if let Err(e) = sim.run() {
         return Err(format!("seed {seed}: {e} (an operation of a live client did not complete)\n{replay}"));
     }
@@ -274,12 +268,7 @@ pub(crate) fn run_campaign(seed: u64, c: Campaign) -> Result<RunReport, String> 
     let mut r = report.borrow().clone();
     // (A paused client that also crashed leaves its last operation
     // pending: counted too, as the crash may come after the pause.)
-    r.paused = pause.map_or(0, |(client, from, until)| {
-        let spans = |op: &&lincheck::Operation<RegisterOp, RegisterRet>| {
-            op.client == client && op.call <= from && op.response.as_ref().is_none_or(|x| x.at >= until)
-        };
-        h.operations().iter().filter(spans).count()
-    });
+    r.paused = pause.map_or(0, |p| p.caught(h.operations()));
     Ok(r)
 }
 
