@@ -621,10 +621,13 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     // Drawn last, so that the other faults of a seed are the same with it.
     // (A client that also crashes leaves its last operation pending: not
     // counted.)
+    // A server's clients connect through it first (tens of µs): their
+    // pause falls among their operations, after that.
     let lengths = [(2_000, 40_000), (100_000, 2_000_000), (8_000_000, 20_000_000)];
+    let from = start + if c.system.server().is_some() { 40_000 } else { 0 };
     let pause = c
         .pause
-        .then(|| Pause::draw(&mut sim, &clients, (start, start + 150_000), &lengths))
+        .then(|| Pause::draw(&mut sim, &clients, (from, from + 150_000), &lengths))
         .filter(|p| victim.map(u32::from) != Some(p.client()));
     if let Err(e) = sim.run() {
         return Err(format!("{e} (an operation of a live client did not complete)"));

@@ -387,7 +387,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("versions of an earlier coordinator freed", p.foreign_frees, per(1)),
             // A reader paused past its answer's lifetime (the long pauses
             // of `KvCampaign::pause`) in the middle of a get: its READ is
-            // dropped and it asks again (3 or 4 per campaign;
+            // dropped and it asks again (5 or 6 per campaign;
             // `pdpm_central::tests` makes the case on purpose).
             ("gets asked again after a late READ", p.gc_timeouts, 1),
         ],
