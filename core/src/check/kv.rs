@@ -2,9 +2,10 @@
 //! concurrent clients insert, update, get and delete a few keys under
 //! delays, torn transfers, clock skew, crashes of a minority of nodes and
 //! of a client, a slow node, and a client paused mid-operation (as a
-//! process stopped with SIGSTOP, then continued); a fresh client reads every key at the end
-//! (with leases, as the next holder of the crashed client's id, so that
-//! it first recovers what that client left mid-operation); the history
+//! process stopped with SIGSTOP, then continued); a fresh client reads
+//! every key at the end (with leases, as the next holder of the crashed
+//! client's id, so that it first recovers what that client left
+//! mid-operation); the history
 //! must satisfy the system's declared [`Guarantee`]. In a third of the
 //! runs the crashed client is a key's only writer and crashes in one of
 //! its writes of it, which is then the key's last change: recovery must
@@ -618,11 +619,10 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
             sim.stall_node_at(node, at, ns);
         }
     }
-    // Drawn last, so that the other faults of a seed are the same with it.
-    // (A client that also crashes leaves its last operation pending: not
-    // counted.)
-    // A server's clients connect through it first (tens of µs): their
-    // pause falls among their operations, after that.
+    // A client's pause, drawn last, so that the other faults of a seed are
+    // the same with it; for a server's clients, after they connected
+    // through it (tens of µs), among their operations. (A client that also
+    // crashes leaves its last operation pending: not counted.)
     let lengths = [(2_000, 40_000), (100_000, 2_000_000), (8_000_000, 20_000_000)];
     let from = start + if c.system.server().is_some() { 40_000 } else { 0 };
     let pause = c
