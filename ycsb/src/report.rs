@@ -79,6 +79,15 @@ impl RunSummary {
         let n = |k: OpKind| self.op(k).map_or(0, |s| s.count);
         (n(OpKind::Get) + n(OpKind::Rmw), n(OpKind::Update) + n(OpKind::Rmw))
     }
+
+    /// Chain hops per get and per update ([`RunSummary::hop_ops`]), where
+    /// there were such operations; none at all if nothing walked a chain.
+    pub fn hops(&self) -> Option<(Option<f64>, Option<f64>)> {
+        let (gets, writes) = self.hop_ops();
+        let per = |n: u64, ops: u64| (ops > 0).then(|| n as f64 / ops as f64);
+        (self.paths.read_hops + self.paths.write_hops > 0)
+            .then(|| (per(self.paths.read_hops, gets), per(self.paths.write_hops, writes)))
+    }
 }
 
 /// One system's figures.
@@ -408,23 +417,21 @@ rare paths per 1,000 measured operations ({} in flight):",
     /// measured under YCSB-A (§6: 0.2-0.3 per read, 3.7-3.9 per write).
     fn hops_text(&self, out: &mut String) {
         let w = self.name_width();
-        let walked = |r: &RunSummary| r.paths.read_hops + r.paths.write_hops > 0;
-        if !self.systems.iter().filter_map(|s| s.runs.first()).any(walked) {
+        if !self.systems.iter().filter_map(|s| s.runs.first()).any(|r| r.hops().is_some()) {
             return;
         }
         let _ =
             writeln!(out, "\nchain hops per operation (pDPM §6 under YCSB-A: 0.2-0.3 per read, 3.7-3.9 per write):");
         for sys in &self.systems {
-            let Some(run) = sys.runs.first().filter(|r| walked(r)) else { continue };
+            let Some((run, (get, update))) = sys.runs.first().and_then(|r| Some((r, r.hops()?))) else { continue };
             let (gets, writes) = run.hop_ops();
-            let per =
-                |n: u64, ops: u64| if ops == 0 { "-".to_string() } else { format!("{:.2}", n as f64 / ops as f64) };
+            let shown = |h: Option<f64>| h.map_or("-".to_string(), |h| format!("{h:.2}"));
             let _ = writeln!(
                 out,
                 "{:<w$} {} per get ({gets} gets), {} per update ({writes} updates)",
                 sys.system.name(),
-                per(run.paths.read_hops, gets),
-                per(run.paths.write_hops, writes),
+                shown(get),
+                shown(update),
             );
         }
     }
@@ -455,12 +462,9 @@ rare paths per 1,000 measured operations ({} in flight):",
         if let Some(r) = raw {
             v["vs_raw_throughput"] = json!(round3(ratio(run.throughput_ops, r.throughput_ops)));
         }
-        let (gets, writes) = run.hop_ops();
-        if run.paths.read_hops > 0 && gets > 0 {
-            v["hops_per_get"] = json!(round3(run.paths.read_hops as f64 / gets as f64));
-        }
-        if run.paths.write_hops > 0 && writes > 0 {
-            v["hops_per_update"] = json!(round3(run.paths.write_hops as f64 / writes as f64));
+        if let Some((get, update)) = run.hops() {
+            v["hops_per_get"] = json!(get.map(round3));
+            v["hops_per_update"] = json!(update.map(round3));
         }
         if let Some(t) = &run.timeline {
             v["availability"] = t.availability(self.fault_window()).to_json();
