@@ -323,6 +323,16 @@ fn two_coordinators<F: core::future::Future<Output = ()> + 'static>(
 }
 
 /// What coordinator `c` answers channel `ch`'s request (outside a server).
+/// A PUT's body that inserts `key` with `v`, or updates it.
+fn insert_body(key: &[u8], v: &[u8]) -> Vec<u8> {
+    wire::put_body(wire::Mode::Insert, key, v)
+}
+
+/// Serves a PUT of `key` with `v` on channel `ch`, which must be written.
+async fn put(c: &mut Coordinator, mem: &SimMemory, ch: u16, key: &[u8], v: &[u8]) {
+    assert_eq!(serve(c, mem, ch, wire::PUT, &insert_body(key, v)).await, wire::Answer::Written, "{key:?}");
+}
+
 async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body: &[u8]) -> wire::Answer {
     let (status, answer) = serve_as(c, mem, None, ch, method, body).await;
     assert_eq!(status, Status::Ok);
@@ -338,12 +348,11 @@ async fn serve(c: &mut Coordinator, mem: &SimMemory, ch: u16, method: u16, body:
 #[test]
 fn a_reused_record_does_not_pass_for_the_version_it_held() {
     two_coordinators(|mem, _, mut a, mut b| async move {
-        let put = |v: &[u8]| wire::put_body(wire::Mode::Insert, b"k", v);
-        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"one")).await, wire::Answer::Written);
+        put(&mut b, &mem, 1, b"k", b"one").await;
         let wire::Answer::Found(first) = serve(&mut a, &mem, 2, wire::GET, b"k").await else { panic!("not found") };
         assert_eq!(first.sum, wire::value_sum(b"one"));
-        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"two")).await, wire::Answer::Written);
-        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"three")).await, wire::Answer::Written);
+        put(&mut b, &mem, 1, b"k", b"two").await;
+        put(&mut b, &mem, 1, b"k", b"three").await;
         assert_eq!(b.paths().frees, 2, "both superseded versions freed, for reuse");
         let wire::Answer::Found(now) = serve(&mut a, &mem, 2, wire::GET, b"k").await else { panic!("not found") };
         assert_eq!(now.copies, first.copies, "the third version reused the first one's copies (and record)");
@@ -411,18 +420,17 @@ async fn holds(mem: &SimMemory, v: &wire::Version, value: &[u8]) -> bool {
 #[test]
 fn an_earlier_incarnations_versions_are_freed_once_their_readers_are_done() {
     two_coordinators(|mem, cfg, mut a, mut b| async move {
-        let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
         for key in [&b"k"[..], b"j"] {
-            assert_eq!(serve(&mut a, &mem, 1, wire::PUT, &put(key, b"one")).await, wire::Answer::Written);
+            put(&mut a, &mem, 1, key, b"one").await;
         }
         // A's reader (channel 2) was answered k's "one", and READs later.
         let k1 = found(&mut a, &mem, 2, b"k").await;
         // B's own reader (channel 3) holds j's "one".
         let j1 = found(&mut b, &mem, 3, b"j").await;
         for v in [b"two", b"thr", b"fou"] {
-            assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"k", v)).await, wire::Answer::Written);
+            put(&mut b, &mem, 1, b"k", v).await;
         }
-        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"j", b"two")).await, wire::Answer::Written);
+        put(&mut b, &mem, 1, b"j", b"two").await;
         let superseded = mem.now();
         assert!(holds(&mem, &k1, b"one").await, "an earlier incarnation's reader would read a reused copy");
         assert_eq!(b.paths().foreign_frees, 0);
@@ -430,13 +438,13 @@ fn an_earlier_incarnations_versions_are_freed_once_their_readers_are_done() {
         assert!(mem.now() > superseded);
         // Both are due at B's next request: k's "one" is freed, and its
         // copies taken by that very write; j's waits for channel 3.
-        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"k", b"fiv")).await, wire::Answer::Written);
+        put(&mut b, &mem, 1, b"k", b"fiv").await;
         assert_eq!(b.paths().foreign_frees, 2);
         assert_eq!(found(&mut b, &mem, 4, b"k").await.copies, k1.copies, "k's 'one' freed and reused");
         assert!(holds(&mem, &j1, b"one").await, "freed while channel 3 read it");
         // Channel 3's next request releases j's "one": freed, reused.
         assert_eq!(found(&mut b, &mem, 3, b"k").await.copies, k1.copies);
-        assert_eq!(serve(&mut b, &mem, 1, wire::PUT, &put(b"j", b"thr")).await, wire::Answer::Written);
+        put(&mut b, &mem, 1, b"j", b"thr").await;
         assert_eq!(found(&mut b, &mem, 4, b"j").await.copies, j1.copies, "j's 'one' freed and reused");
         assert_eq!(b.paths().leaked, 0);
     });
@@ -511,17 +519,25 @@ fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
             let e = area.begin(&mem).await.unwrap();
             Some(Incarnation { word: area.state_word(), running: AreaState::Running(e).encode() })
         };
-        let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
         let ia = begin().await;
-        assert_eq!(serve_as(&mut a, &mem, ia, 1, wire::PUT, &put(b"k", b"one")).await.1, Some(wire::Answer::Written));
+        assert_eq!(
+            serve_as(&mut a, &mem, ia, 1, wire::PUT, &insert_body(b"k", b"one")).await.1,
+            Some(wire::Answer::Written)
+        );
         let ib = begin().await;
         let Some(wire::Answer::Found(k1)) = serve_as(&mut b, &mem, ib, 3, wire::GET, b"k").await.1 else {
             panic!("B did not find k")
         };
-        assert_eq!(serve_as(&mut b, &mem, ib, 3, wire::PUT, &put(b"j", b"bee")).await.1, Some(wire::Answer::Written));
+        assert_eq!(
+            serve_as(&mut b, &mem, ib, 3, wire::PUT, &insert_body(b"j", b"bee")).await.1,
+            Some(wire::Answer::Written)
+        );
         // A comes back and writes k twice (its map is right: no fence).
         for v in [b"two", b"thr"] {
-            assert_eq!(serve_as(&mut a, &mem, ia, 1, wire::PUT, &put(b"k", v)).await.1, Some(wire::Answer::Written));
+            assert_eq!(
+                serve_as(&mut a, &mem, ia, 1, wire::PUT, &insert_body(b"k", v)).await.1,
+                Some(wire::Answer::Written)
+            );
         }
         assert!(holds(&mem, &k1, b"one").await, "a successor's reader would read a reused copy");
         assert_eq!(a.paths().frees, 0, "A freed what B may have answered for");
@@ -544,13 +560,12 @@ fn a_superseded_coordinator_frees_nothing_its_successor_answered_for() {
 #[test]
 fn a_coordinator_answers_nothing_from_its_map_that_another_changed() {
     two_coordinators(|mem, _, mut a, mut b| async move {
-        let put = |key: &[u8], v: &[u8]| wire::put_body(wire::Mode::Insert, key, v);
         for key in [&b"k"[..], b"j"] {
-            assert_eq!(serve(&mut a, &mem, 1, wire::PUT, &put(key, b"one")).await, wire::Answer::Written);
+            put(&mut a, &mem, 1, key, b"one").await;
         }
         assert_eq!(serve(&mut a, &mem, 1, wire::DELETE, b"k").await, wire::Answer::Written);
-        assert_eq!(serve(&mut b, &mem, 2, wire::PUT, &put(b"k", b"two")).await, wire::Answer::Written);
-        assert_eq!(serve(&mut b, &mem, 2, wire::PUT, &put(b"j", b"two")).await, wire::Answer::Written);
+        put(&mut b, &mem, 2, b"k", b"two").await;
+        put(&mut b, &mem, 2, b"j", b"two").await;
         for key in [&b"k"[..], b"j"] {
             let got = serve(&mut a, &mem, 1, wire::GET, key).await;
             assert!(
