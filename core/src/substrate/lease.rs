@@ -31,6 +31,13 @@
 //! holder writes a record to a majority before it acts on it. Versions
 //! order records: the claim number, then the holder's writes.
 //!
+//! A holder renews its lease by CAS from its own words. One that finds its
+//! word replaced (it was paused or late past its lease, and another client
+//! claimed the id) has lost the id for good, even once that client gave
+//! the id back: what it knew of the id's use (a log's cursor, its times,
+//! its free buffers) is stale, and only a new claim, which reads the
+//! record its predecessor left, may use the id again.
+//!
 //! The rule assumes clients' clocks differ by less than [`MAX_SKEW_NS`] and
 //! a client is never paused, between checking its lease and using the id,
 //! for longer than the grace.
@@ -43,6 +50,7 @@ use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::cold;
 use crate::substrate::late::{Watch, late};
 use crate::substrate::memory::word_at;
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely, majority};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::roots;
@@ -214,6 +222,14 @@ pub struct Held {
     length: u64,
     version: u64,
     resume: Resume,
+    /// Another claimer replaced this holder's word on a site: the id was
+    /// taken over while this holder was paused or late, and what it knows
+    /// of the id's use is stale. For good: only a new claim, which reads
+    /// the next holder's record, may use the id again.
+    lost: bool,
+    /// The latest expiry this holder wrote (or tried to) in a word: a
+    /// word with its nonce and an expiry up to this is its own.
+    posted: u64,
 }
 
 /// Sets up an empty lease table of `ids` ids and leases of `length_ns` on
@@ -588,6 +604,8 @@ impl LeaseTable {
             length,
             version: ((version >> 24) + 1) << 24,
             resume,
+            lost: false,
+            posted: expiry,
         };
         h.write_record(mem, TAKEN, &payload).await?;
         Ok(Some(h))
@@ -615,34 +633,74 @@ impl Held {
 
     /// Whether half of the lease has passed at `now`: time to renew.
     pub fn needs_renewal(&self, now: u64) -> bool {
-        now + self.length / 2 >= self.expiry
+        now >= self.renewal_due()
     }
 
-    /// Renews the lease if half of it has passed at `now`.
+    /// When half of the lease has passed, in ticks: a client that waits
+    /// inside an operation (for a lock, a fence) wakes by then to renew.
+    pub fn renewal_due(&self) -> u64 {
+        self.expiry.saturating_sub(self.length / 2)
+    }
+
+    /// Renews the lease if half of it has passed at `now`. A renewal that
+    /// finds no majority (nodes down, or a site held by a claim that lost
+    /// until its word expires) is tried again at the next call: until the
+    /// lease expires the id is still this holder's, and only then does the
+    /// failure stand.
     pub async fn keep<M: Memory>(&mut self, mem: &M, now: u64) -> Result<(), LeaseError> {
-        if self.needs_renewal(now) {
-            return cold(|| self.renew(mem, now)).await;
+        if !self.needs_renewal(now) {
+            return Ok(());
         }
-        Ok(())
+        match cold(|| self.renew(mem, now)).await {
+            Err(LeaseError::NoQuorum) if now < self.expiry => Ok(()),
+            r => r,
+        }
     }
 
     /// Extends the lease to `now` plus its length, on a majority. Sites
-    /// this holder does not hold (left out of its claim as late, or down)
-    /// are taken where their word is free or its own, and nodes the table
+    /// this holder does not hold (left out of its claim as late, or down,
+    /// or held by another claim of the id that lost) are taken, whatever
+    /// their word while the lease holds, and after only where it is free
+    /// or its own; and nodes the table
     /// could not find when it was opened are looked up again: a lease
     /// that started on a bare majority does not stay one, so that it
-    /// survives the next node to fail (SWARM §6). Taking a site is safe
-    /// while the lease holds a majority: no other claimer can win one.
+    /// survives the next node to fail (SWARM §6).
+    ///
+    /// Taking a site is safe, and counts towards the majority, only while
+    /// the lease has not expired: no other claimer can win a site then.
+    /// Past its expiry, the lease is renewed only where this holder's own
+    /// words are still in place on a majority, the proof that no claim
+    /// won meanwhile (a claim that won replaced them on a majority, which
+    /// shares a site with every other). A word of its own found replaced
+    /// by another claimer's (or cleared by that claimer's release) loses
+    /// the id for good: [`LeaseError::Lost`] from then on, here and from
+    /// [`Held::record`] and [`Held::release`]. Otherwise, too few sites
+    /// renewed is [`LeaseError::NoQuorum`]: the lease stands until its
+    /// expiry ([`Held::keep`]).
     pub async fn renew<M: Memory>(&mut self, mem: &M, now: u64) -> Result<(), LeaseError> {
+        if self.lost {
+            return Err(LeaseError::Lost { id: self.id });
+        }
         if self.table.sites.len() < self.table.nodes.len() {
             cold(|| self.table.find_sites(mem, false)).await;
         }
-        let t = &self.table;
         let mine = word(self.nonce, now + self.length);
-        let (nonce, expiry, grace) = (self.nonce, self.expiry, self.grace);
-        // A word another holder may still use is never replaced.
-        let takeable =
-            |w: u64| w == 0 || expiry_of(w) + grace < now || (w >> EXPIRY_BITS == nonce && expiry_of(w) <= expiry);
+        self.posted = self.posted.max(now + self.length);
+        let t = &self.table;
+        let (nonce, expiry, grace, posted) = (self.nonce, self.expiry, self.grace, self.posted);
+        let unexpired = now < expiry;
+        // A word of its own: one of its renewals that did not answer in time
+        // and landed since. (Another claimer with the same nonce writes an
+        // expiry past every one of this holder's: it claimed after them.)
+        let ours = |w: u64| w >> EXPIRY_BITS == nonce && expiry_of(w) <= posted;
+        // A word another holder may still use is never replaced. While the
+        // lease holds, no other claim can win: another's word is then a
+        // claim that lost and is left until its expiry (its holder could
+        // not take it back in time), taken as free. (Mutant
+        // `lease-skips-lost-claims`: only once it expires.)
+        let takeable = |w: u64| {
+            (unexpired && !mutant!("lease-skips-lost-claims")) || w == 0 || expiry_of(w) + grace < now || ours(w)
+        };
         let from = |s: usize| {
             if self.words[s] != 0 { Some(self.words[s]) } else { Some(self.seen[s]).filter(|&w| takeable(w)) }
         };
@@ -653,11 +711,22 @@ impl Held {
         let mut kept = 0;
         for (k, r) in done.results.into_iter().enumerate() {
             let (s, old) = sites[k];
+            let held = self.words[s] != 0;
             match r {
                 Some(Ok(prev)) if prev == old => {
                     self.words[s] = mine;
-                    kept += 1;
+                    // (Mutant `lease-takes-after-expiry`: a take counts
+                    // whenever it lands.)
+                    kept += (held || unexpired || mutant!("lease-takes-after-expiry")) as usize;
                 }
+                // A renewal of its own that landed late: still held, renewed
+                // from that word next time.
+                Some(Ok(prev)) if held && ours(prev) => self.words[s] = prev,
+                // Its own word replaced by another claimer's, or cleared by
+                // that claimer's release: taken over. (Mutant
+                // `lease-lost-forgotten`: the site is looked at again next
+                // time, as any other, and taken once free.)
+                Some(Ok(_)) if held && !mutant!("lease-lost-forgotten") => self.lost = true,
                 // Replaced (the id went to another client on this site), or
                 // not yet taken: what is there now, for the next renewal.
                 Some(Ok(prev)) => (self.words[s], self.seen[s]) = (0, prev),
@@ -666,8 +735,11 @@ impl Held {
                 _ => {}
             }
         }
-        if kept < t.need() {
+        if self.lost {
             return Err(LeaseError::Lost { id: self.id });
+        }
+        if kept < t.need() {
+            return Err(LeaseError::NoQuorum);
         }
         self.expiry = now + self.length;
         Ok(())
@@ -676,6 +748,9 @@ impl Held {
     /// Records `payload` as taken: from now on this holder may go beyond
     /// it. Written to a majority before it returns.
     pub async fn record<M: Memory>(&mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
+        if self.lost {
+            return Err(LeaseError::Lost { id: self.id });
+        }
         self.write_record(mem, TAKEN, payload).await
     }
 
@@ -688,6 +763,9 @@ impl Held {
     /// Gives the id back: `payload` recorded as where this holder stopped,
     /// then its lease words cleared, each after the record on its node.
     pub async fn release<M: Memory>(mut self, mem: &M, payload: &[u64]) -> Result<(), LeaseError> {
+        if self.lost {
+            return Err(LeaseError::Lost { id: self.id });
+        }
         self.version += 1;
         let body = encode(self.id, self.version, RELEASED, payload);
         self.put_record(mem, &body, true).await

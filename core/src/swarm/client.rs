@@ -594,7 +594,7 @@ impl<C: Clock> ClientCtx<C> {
     async fn renew<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
         let now = self.clock.now();
         let Some(held) = &mut self.lease else { return Ok(()) };
-        held.renew(mem, now).await.map_err(ClientError::Lease)
+        held.keep(mem, now).await.map_err(ClientError::Lease)
     }
 
     /// Makes the cursor name a started segment with a free slot: the one

@@ -132,6 +132,157 @@ fn a_lapsed_lease_is_lost_and_a_renewed_one_kept() {
     assert_eq!(lost, Err(LeaseError::Lost { id: 3 }));
 }
 
+/// A holder whose id was taken over while it was paused stays without it,
+/// even once the next holder gave the id back: what it knew of the id's
+/// use (a log's cursor, its last time) is stale, so only a new claim,
+/// which reads the record the next holder left, may use the id again.
+/// Its renewals, records and release all fail, and the id stays free.
+#[test]
+fn a_lease_lost_to_another_holder_stays_lost_after_that_holder_leaves() {
+    let mut sim = sim(3);
+    let mem = sim.client();
+    let (first, again, kept, record, release, free) = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let mut a = t.claim(&mem, &c, Want::Id(3), 1).await.unwrap();
+            mem.sleep(AFTER_GRACE_NS).await;
+            let b = t.claim(&mem, &c, Want::Id(3), 2).await.unwrap();
+            b.release(&mem, &[7]).await.unwrap();
+            let first = a.renew(&mem, c.now()).await;
+            let again = a.renew(&mem, c.now()).await;
+            let kept = a.keep(&mem, c.now()).await;
+            let record = a.record(&mem, &[9]).await;
+            let release = a.release(&mem, &[9]).await;
+            let free = t.claim(&mem, &c, Want::Id(3), 3).await.map(|h| (h.resume().state, h.resume().payload[0]));
+            (first, again, kept, record, release, free)
+        })
+        .unwrap();
+    let lost = Err(LeaseError::Lost { id: 3 });
+    assert_eq!(first, lost, "the first renewal after the pause");
+    assert_eq!(again, lost, "a second renewal took the id back from under its next holder's record");
+    assert_eq!(kept, lost);
+    assert_eq!(record, lost, "a lost holder's record");
+    assert_eq!(release, lost, "a lost holder's release");
+    assert_eq!(free, Ok((Resumed::Released, 7)), "the next claim resumes from the next holder's release");
+}
+
+/// Past its expiry, a holder renews only on its own words: a site it
+/// takes then proves nothing. A holds sites 0 and 1 (site 2 stalled at
+/// its claim), and is paused past its lease; B claims the id on sites 1
+/// and 2 (site 0 stalled) and gives it back, which clears both. A's
+/// renewal with site 1 silent finds its word on site 0 and site 2 free:
+/// a majority of words, but not of its own, so the id is not renewed (no
+/// majority); once site 1 answers, A learns that the id was taken over.
+#[test]
+fn past_its_expiry_a_lease_is_renewed_only_on_its_own_words() {
+    const STALL_NS: u64 = 300_000;
+    let mut sim = sim(7);
+    let mem = sim.client();
+    let t = {
+        let m = mem.clone();
+        sim.block_on(async move { table(&m).await }).unwrap()
+    };
+    let at = sim.now();
+    sim.stall_node_at(2, at, STALL_NS);
+    let (t, mut a) = {
+        let m = mem.clone();
+        sim.block_on(async move {
+            let a = t.claim(&m, &clk(&m), Want::Id(3), 1).await.unwrap();
+            m.sleep(AFTER_GRACE_NS).await;
+            (t, a)
+        })
+        .unwrap()
+    };
+    assert_eq!(a.words.iter().filter(|&&w| w != 0).count(), 2, "A holds two sites");
+    let at = sim.now();
+    sim.stall_node_at(0, at, STALL_NS);
+    {
+        let m = mem.clone();
+        sim.block_on(async move {
+            let b = t.claim(&m, &clk(&m), Want::Id(3), 2).await.unwrap();
+            m.sleep(STALL_NS).await;
+            b.release(&m, &[7]).await.unwrap();
+        })
+        .unwrap();
+    }
+    let at = sim.now();
+    sim.stall_node_at(1, at, STALL_NS);
+    let (silent, told) = sim
+        .block_on(async move {
+            let c = clk(&mem);
+            let silent = a.renew(&mem, c.now()).await;
+            mem.sleep(STALL_NS).await;
+            let told = a.renew(&mem, c.now()).await;
+            (silent, told, a.renew(&mem, c.now()).await)
+        })
+        .map(|(s, t, again)| {
+            assert_eq!(again, t, "lost for good");
+            (s, t)
+        })
+        .unwrap();
+    assert_eq!(silent, Err(LeaseError::NoQuorum), "renewed on a site taken past the expiry");
+    assert_eq!(told, Err(LeaseError::Lost { id: 3 }));
+}
+
+/// A claim of the id that lost can leave its word on a site, until its
+/// expiry and the grace, where it could not take it back in time (SWARM-KV
+/// campaigns: a claimer whose give-back met a stalled node). The holder,
+/// on a bare majority, takes that site at its renewals while its lease holds
+/// (no other claim can win then), and so survives the crash of one of the
+/// sites it held.
+#[test]
+fn a_site_held_by_a_claim_that_lost_is_taken_while_the_lease_holds() {
+    const STALL_NS: u64 = 300_000;
+    let mut sim = sim(8);
+    let mem = sim.client();
+    let t = {
+        let m = mem.clone();
+        sim.block_on(async move { table(&m).await }).unwrap()
+    };
+    let at = sim.now();
+    sim.stall_node_at(0, at, STALL_NS);
+    let (t, mut a) = {
+        let m = mem.clone();
+        sim.block_on(async move {
+            let a = t.claim(&m, &clk(&m), Want::Id(3), 1).await.unwrap();
+            m.sleep(STALL_NS).await;
+            // The loser's word, left on site 0 (free when it read it).
+            let orphan = word(2, clk(&m).now() + clk(&m).ticks(LENGTH_NS));
+            assert_eq!(m.cas(t.word(0, 3), 0, orphan).await, Ok(0));
+            (t, a)
+        })
+        .unwrap()
+    };
+    assert_eq!(a.words[0], 0, "A holds sites 1 and 2");
+    let kept = sim
+        .block_on(async move {
+            let c = clk(&mem);
+            // The first renewal finds the word, the second takes it.
+            for _ in 0..2 {
+                mem.sleep(LENGTH_NS / 2).await;
+                a.keep(&mem, c.now()).await.unwrap();
+            }
+            (a.words[0] != 0, a)
+        })
+        .unwrap();
+    assert!(kept.0, "site 0 taken at the renewal");
+    let mut a = kept.1;
+    let now = sim.now();
+    sim.crash_node_at(1, now, CrashMode::FailFast);
+    let mem = sim.client();
+    let renewed = sim
+        .block_on(async move {
+            let c = clk(&mem);
+            mem.sleep(LENGTH_NS / 2).await;
+            let r = a.renew(&mem, c.now()).await;
+            (r, t.claim(&mem, &c, Want::Id(3), 2).await.err())
+        })
+        .unwrap();
+    assert_eq!(renewed.0, Ok(()), "renewed with site 1 down");
+    assert!(matches!(renewed.1, Some(LeaseError::Taken { id: 3, .. })), "{:?}", renewed.1);
+}
+
 /// A crashed minority of the table's nodes changes nothing; a crashed
 /// majority is an error, not a hang.
 #[test]
