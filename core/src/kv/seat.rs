@@ -175,6 +175,12 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
         keep_lease(&mut self.lease, mem, self.clock.now()).await
     }
 
+    /// When the lease needs renewing, in ticks of its clock (none for a
+    /// given id): an operation that waits wakes by then to [`Seat::keep`].
+    pub fn renewal_due(&self) -> Option<u64> {
+        self.lease.as_ref().map(Held::renewal_due)
+    }
+
     /// Records `payload` in the lease's record, as taken (written to a
     /// majority before it returns: the id's next holder finds it if this
     /// one crashes; FUSEE's log anchor). Nothing for a given id.

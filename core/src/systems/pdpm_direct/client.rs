@@ -238,12 +238,17 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
         if word != w.word {
             (w.word, w.backoff_ns) = (word, FIRST_WAIT_NS);
         }
-        let until_ns = takeover.saturating_sub(now).saturating_add(1).saturating_mul(t.tick_ns);
+        // Never past the takeover, nor past the time to renew this client's
+        // own lease: a wait for a dead holder's lock (its lease and the
+        // grace, seconds) may outlast it, and the id must not be claimed
+        // from under the operation.
+        let wake = self.seat.renewal_due().map_or(takeover, |due| due.min(takeover));
+        let until_ns = wake.saturating_sub(now).saturating_add(1).saturating_mul(t.tick_ns);
         let ns = w.backoff_ns.min(until_ns);
         w.backoff_ns = w.backoff_ns.saturating_mul(2);
         // Waiters of one lock look again at different times.
         pause_jittered(&self.mem, ns, &mut self.rng).await;
-        Ok(())
+        self.seat.keep(&self.mem).await
     }
 
     /// Runs `op` on the primary again while it times out (a stalled node
