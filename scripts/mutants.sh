@@ -22,6 +22,7 @@ MUTANTS=(
   "rpc-resend||not linearizable for a counter|cargo test -p swarm-core --release --lib check::rpc::tests::a_server"
   "rpc-no-last-look||timed out on a look taken before its pause|cargo test -p swarm-core --release --lib substrate::msg::tests::a_caller_paused"
   "lease-lost-forgotten||the first renewal after the pause|cargo test -p swarm-core --release --lib substrate::lease::tests::a_lease_lost_to_another"
+  "lease-lost-forgotten||corrupt data in memory|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign_3_replicas"
   "lease-takes-after-expiry||renewed on a site taken past the expiry|cargo test -p swarm-core --release --lib substrate::lease::tests::past_its_expiry"
   "lease-skips-lost-claims||site 0 taken at the renewal|cargo test -p swarm-core --release --lib substrate::lease::tests::a_site_held_by"
   "ack-one||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"

@@ -1,8 +1,10 @@
 //! Seeded campaigns of any registered key-value system in the simulator:
 //! concurrent clients insert, update, get and delete a few keys under
 //! delays, torn transfers, clock skew, crashes of a minority of nodes and
-//! of a client, a slow node, and a client paused mid-operation (as a
-//! process stopped with SIGSTOP, then continued); a fresh client reads
+//! of a client, a slow node, a client paused mid-operation (as a
+//! process stopped with SIGSTOP, then continued), and a client stopped
+//! between operations past its lease while another takes its id over
+//! ([`KvCampaign::lapse`]); a fresh client reads
 //! every key at the end (with leases, as the next holder of the crashed
 //! client's id, so that it first recovers what that client left
 //! mid-operation); the history
@@ -33,7 +35,7 @@ use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 
 use swarm_lincheck::{self as lincheck, History, KvOp, KvRet};
 
@@ -101,6 +103,14 @@ pub struct KvCampaign {
     /// or for longer than a server's answer may be used (pDPM-Central's
     /// answer lifetime), but never past a client id's lease.
     pub pause: bool,
+    /// Whether a client with a leased id stops between two of its
+    /// operations for longer than its lease (a process stopped, SIGSTOP),
+    /// while another client claims its id, uses it and gives it back:
+    /// continued, it must not use the id again (its writes fail with a
+    /// lease error, as [`crate::substrate::lease`] says), and nothing it
+    /// does may spoil what the id's next holder did. Stores without a
+    /// server only: a server polls all through the lease it waits out.
+    pub lapse: bool,
 }
 
 impl KvCampaign {
@@ -123,8 +133,10 @@ impl KvCampaign {
             heal: seed % 3 == 1,
             keep: seed % 2 == 1,
             owned_key: (seed / 12).is_multiple_of(3),
-            // Not the seeds of `systems::tests`' replays (1 and 3 mod 8).
-            pause: seed % 8 == 6,
+            // Not the seeds of `systems::tests`' replays (1 and 3 mod 8);
+            // every other such seed lapses instead, where it can.
+            pause: seed % 8 == 6 && !lapses(system, seed),
+            lapse: lapses(system, seed),
         }
     }
 
@@ -146,6 +158,10 @@ impl KvCampaign {
         cfg.writers = self.clients + 3;
         cfg.cache_capacity = 64;
         cfg.seed_options(seed);
+        if self.lapse {
+            // The shortest lease: a lapse outlasts it and the grace.
+            cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+        }
         cfg
     }
 
@@ -153,6 +169,13 @@ impl KvCampaign {
     fn shared_keys(&self) -> bool {
         self.system.guarantee().shares_keys()
     }
+}
+
+/// Whether the run of `system` for `seed` has a lapse
+/// ([`KvCampaign::lapse`]): one seed in sixteen (half of the pause's, whose
+/// runs all lease their ids), for a system without a server.
+fn lapses(system: System, seed: u64) -> bool {
+    seed % 16 == 14 && system.server().is_none()
 }
 
 /// What a campaign found.
@@ -166,6 +189,8 @@ pub struct Summary {
     pub excused: usize,
     /// Operations a pause caught in flight ([`Ran::paused`]).
     pub paused: usize,
+    /// Operations refused after a lapse ([`Ran::refused`]).
+    pub refused: usize,
     /// The rare paths the clients took, summed.
     pub paths: Paths,
 }
@@ -183,6 +208,10 @@ pub struct Ran {
     /// ([`KvCampaign::pause`]): begun before it, and done (or failed)
     /// after it.
     pub paused: usize,
+    /// Operations of a client, after its lease lapsed and its id was
+    /// taken over ([`KvCampaign::lapse`]), that failed with a lease error
+    /// (left pending: they may have taken effect before they failed).
+    pub refused: usize,
     /// The rare paths the clients took (one that crashed, up to its last
     /// operation done).
     pub paths: Paths,
@@ -198,6 +227,7 @@ pub fn campaign(system: System, replicas: usize, from: u64, runs: u64) -> Result
         s.ops += ran.ops;
         s.excused += ran.excused;
         s.paused += ran.paused;
+        s.refused += ran.refused;
         s.paths.add(&ran.paths);
         s.runs += 1;
     }
@@ -256,7 +286,7 @@ async fn record<K: KvClient>(
             hist.borrow_mut().respond(invoked, m.now(), r);
             Ok(false)
         }
-        Err(e) if excuses.excuse(&e, m.now()) => Ok(true),
+        Err(e) if excuses.excuse(&e, m.now(), id) => Ok(true),
         Err(e) => Err(format!("client {id}: {op:?}: {e}")),
     }
 }
@@ -264,7 +294,8 @@ async fn record<K: KvClient>(
 /// The failures a system's declaration allows in a run: for
 /// [`Guarantee::LinearizablePrimary`], a node that crashed in it named as
 /// down (a key's primary); for a system with a server, a call that met it
-/// crashed.
+/// crashed; a lease error of a client whose id was taken over while it
+/// was stopped ([`KvCampaign::lapse`]).
 #[derive(Clone, Default)]
 struct Excuses {
     primary: bool,
@@ -273,10 +304,21 @@ struct Excuses {
     /// When the system's server crashed, and its node: a call to it that
     /// fails from then on may or may not have taken effect.
     server: Option<(u64, NodeId)>,
+    /// The client (its id in the history) whose id was taken over, once
+    /// it is continued.
+    lapsed: Rc<Cell<Option<u32>>>,
+    /// Its operations refused with a lease error.
+    refused: Rc<Cell<usize>>,
 }
 
 impl Excuses {
-    fn excuse(&self, e: &KvError, now: u64) -> bool {
+    fn excuse(&self, e: &KvError, now: u64, client: u32) -> bool {
+        if let KvError::Lease(_) = e
+            && self.lapsed.get() == Some(client)
+        {
+            self.refused.set(self.refused.get() + 1);
+            return true;
+        }
         let KvError::Down(d) = e else { return false };
         (self.primary && self.crashed.borrow().contains(&d.node.index()))
             || self.server.is_some_and(|(at, node)| now >= at && d.node == node)
@@ -419,6 +461,75 @@ fn finished(done: &RefCell<Vec<u8>>, id: u8, clients: u64, server: &Option<Serve
     }
 }
 
+/// A lapse ([`KvCampaign::lapse`]) as it goes, shared by the client that
+/// lapses and its id's next holder.
+#[derive(Default)]
+struct Lapse {
+    /// The client that lapses and the operation it stops before, once
+    /// drawn.
+    who: Cell<Option<(u8, u64)>>,
+    /// When it stopped.
+    at: Cell<Option<u64>>,
+    /// Whether its id's next holder is done with the id.
+    done: Cell<bool>,
+}
+
+/// The next holder of a lapsed client's id ([`KvCampaign::lapse`]).
+struct Successor {
+    /// The lapsed client.
+    of: u8,
+    /// Its own id in the history.
+    history_id: u32,
+    /// Keys it reads.
+    keys: u64,
+    /// The leased id each client claimed (by client).
+    held: Rc<RefCell<Vec<(u8, u8)>>>,
+}
+
+/// What a run's failures are written to.
+type Failures = Rc<RefCell<Vec<String>>>;
+
+/// Starts the next holder of `who.of`'s leased id: once that client has
+/// stopped, it waits out the lease and the grace, claims the id, reads
+/// every key and updates key 0 (recorded in the history), and gives the
+/// id back; then the stopped client is continued.
+fn spawn_successor<S: KvSystem>(
+    sim: &mut Sim,
+    cfg: &StoreConfig,
+    who: Successor,
+    lapse: Rc<Lapse>,
+    hist: Rc<RefCell<Hist>>,
+    failures: Failures,
+    excuses: Excuses,
+) {
+    let m = sim.client();
+    let (mm, cfg) = (m.clone(), cfg.clone());
+    sim.spawn(&m, async move {
+        let m = mm;
+        let result = async {
+            while lapse.at.get().is_none() {
+                m.sleep(1_000_000).await;
+            }
+            let id = who.held.borrow().iter().find(|h| h.0 == who.of).map(|h| h.1);
+            let id = id.ok_or_else(|| format!("client {} lapsed with no leased id", who.of))?;
+            let clk = clock(&m, 0);
+            let h = claim_orphan(&m, &cfg, &clk, id).await?;
+            let fail = |e: KvError| format!("the next holder of lapsed client {}'s id {id}: {e}", who.of);
+            let mut s = S::connect(m.clone(), &cfg, Who::Lease(h), clk).await.map_err(fail)?;
+            for k in 0..who.keys {
+                record(&mut s, &m, &hist, who.history_id, KvOp::Get(k), &excuses).await?;
+            }
+            let v = (who.history_id as u64) << 32 | 1;
+            record(&mut s, &m, &hist, who.history_id, KvOp::Update(0, v), &excuses).await?;
+            s.close().await.map_err(fail)
+        };
+        if let Err(e) = result.await {
+            failures.borrow_mut().push(e);
+        }
+        lapse.done.set(true);
+    });
+}
+
 fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let mut sim = Sim::new(SimConfig {
         seed,
@@ -432,7 +543,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let cfg = c.config(seed);
     setup(&mut sim, &cfg)?;
     let hist = Rc::new(RefCell::new(Hist::new()));
-    let failures: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
+    let failures: Failures = Rc::new(RefCell::new(Vec::new()));
     // The paths each client took so far, by client (0: the final reader),
     // kept after every operation: a client that crashes counts up to its
     // last operation done.
@@ -477,7 +588,11 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let done: Rc<RefCell<Vec<u8>>> = Rc::default();
     // Key 0's only writer, once the crashed client is chosen (before the
     // clients run).
-    let owner: Rc<core::cell::Cell<Option<u8>>> = Rc::default();
+    let owner: Rc<Cell<Option<u8>>> = Rc::default();
+    // The client that lapses and the operation it stops before
+    // ([`KvCampaign::lapse`]), once drawn; when it stopped; and whether
+    // its id's next holder is done.
+    let lapse: Rc<Lapse> = Rc::default();
     // The leased id each client claimed (by client).
     let held: Rc<RefCell<Vec<(u8, u8)>>> = Rc::default();
     let mut clients = Vec::new();
@@ -488,6 +603,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let (taken, excuses, excused) = (taken.clone(), excuses.clone(), excused.clone());
         let (keys, ops, clients_n, leases, keep) = (c.keys, c.ops, c.clients as u64, c.leases, c.keep);
         let (done, server, held, owner) = (done.clone(), server.clone(), held.clone(), owner.clone());
+        let lapse = lapse.clone();
         sim.spawn(&mem, async move {
             async {
                 let clk = clock(&m, skew);
@@ -510,6 +626,15 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                 // it crashes in.
                 let (mut writes_0, mut crash_in) = (0, None);
                 for seq in 1..=ops {
+                    if lapse.who.get() == Some((id, seq)) {
+                        // Stopped until its id's next holder is done with
+                        // it, then continued.
+                        lapse.at.set(Some(m.now()));
+                        while !lapse.done.get() {
+                            m.sleep(1_000_000).await;
+                        }
+                        excuses.lapsed.set(Some(id as u32));
+                    }
                     m.sleep(m.random(0, 3_000)).await;
                     // Shared keys, or this client's own.
                     let k =
@@ -549,8 +674,10 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
                     keep_recycling(&mut s, &m).await;
                 }
                 taken.borrow_mut()[id as usize] = s.paths();
-                if let Err(e) = s.close().await {
-                    failures.borrow_mut().push(format!("client {id}: close: {e}"));
+                match s.close().await {
+                    Err(KvError::Lease(_)) if excuses.lapsed.get() == Some(id as u32) => {}
+                    Err(e) => failures.borrow_mut().push(format!("client {id}: close: {e}")),
+                    Ok(()) => {}
                 }
             }
             .await;
@@ -629,6 +756,13 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         .pause
         .then(|| Pause::draw(&mut sim, &clients, (from, from + 150_000), &lengths))
         .filter(|p| victim.map(u32::from) != Some(p.client()));
+    if c.lapse {
+        let candidates: Vec<u8> = (1..=c.clients).filter(|&i| Some(i) != victim).collect();
+        let client = candidates[sim.random(0, candidates.len() as u64 - 1) as usize];
+        lapse.who.set(Some((client, sim.random(2, c.ops))));
+        let who = Successor { of: client, history_id: c.clients as u32 + 2, keys: c.keys, held: held.clone() };
+        spawn_successor::<S>(&mut sim, &cfg, who, lapse.clone(), hist.clone(), failures.clone(), excuses.clone());
+    }
     if let Err(e) = sim.run() {
         return Err(format!("{e} (an operation of a live client did not complete)"));
     }
@@ -662,6 +796,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         Err(e) => return Err(format!("final claim: {e}")),
     };
     let _again = start_server(&mut sim, &cfg);
+    let refused = excuses.refused.clone();
     let end = sim.block_on(async move {
         let clk = clock(&mem, 0);
         let mut s = S::connect(mem.clone(), &cfg, who, clk).await.map_err(|e| format!("final client: {e}"))?;
@@ -714,5 +849,6 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     }
     let excused = *excused.borrow();
     let paused = pause.map_or(0, |p| p.caught(h.operations()));
-    Ok(Ran { ops: h.len(), excused, paused, paths })
+    let refused = refused.get();
+    Ok(Ran { ops: h.len(), excused: excused - refused, paused, refused, paths })
 }
