@@ -10,6 +10,8 @@ use crate::sim::{CrashMode, Sim, SimConfig, SimMemory};
 const NODES: [NodeId; 3] = [NodeId(0), NodeId(1), NodeId(2)];
 /// Lease length of these tests: 1 ms of virtual time.
 const LENGTH_NS: u64 = 1_000_000;
+/// How long the tests stall a node.
+const STALL_NS: u64 = 300_000;
 /// Past a lease's expiry and its grace.
 const AFTER_GRACE_NS: u64 = LENGTH_NS + 3 * MAX_SKEW_NS + 1_000_000;
 
@@ -167,6 +169,29 @@ fn a_lease_lost_to_another_holder_stays_lost_after_that_holder_leaves() {
     assert_eq!(free, Ok((Resumed::Released, 7)), "the next claim resumes from the next holder's release");
 }
 
+/// A simulation (`seed`) whose client holds id 3 on the two sites other
+/// than `stalled`, which was stalled at its claim; and the table.
+fn held_on_two_sites(seed: u64, stalled: usize) -> (Sim, SimMemory, LeaseTable, Held) {
+    let mut sim = sim(seed);
+    let mem = sim.client();
+    let m = mem.clone();
+    let t = sim.block_on(async move { table(&m).await }).unwrap();
+    let at = sim.now();
+    sim.stall_node_at(stalled, at, STALL_NS);
+    let m = mem.clone();
+    let (t, a) = sim
+        .block_on(async move {
+            let a = t.claim(&m, &clk(&m), Want::Id(3), 1).await.unwrap();
+            m.sleep(STALL_NS).await;
+            (t, a)
+        })
+        .unwrap();
+    let held: Vec<usize> = (0..3).filter(|&s| a.words[s] != 0).collect();
+    assert_eq!(held.len(), 2, "the claim holds two sites");
+    assert!(!held.contains(&stalled), "the stalled site is not held");
+    (sim, mem, t, a)
+}
+
 /// Past its expiry, a holder renews only on its own words: a site it
 /// takes then proves nothing. A holds sites 0 and 1 (site 2 stalled at
 /// its claim), and is paused past its lease; B claims the id on sites 1
@@ -176,25 +201,9 @@ fn a_lease_lost_to_another_holder_stays_lost_after_that_holder_leaves() {
 /// majority); once site 1 answers, A learns that the id was taken over.
 #[test]
 fn past_its_expiry_a_lease_is_renewed_only_on_its_own_words() {
-    const STALL_NS: u64 = 300_000;
-    let mut sim = sim(7);
-    let mem = sim.client();
-    let t = {
-        let m = mem.clone();
-        sim.block_on(async move { table(&m).await }).unwrap()
-    };
-    let at = sim.now();
-    sim.stall_node_at(2, at, STALL_NS);
-    let (t, mut a) = {
-        let m = mem.clone();
-        sim.block_on(async move {
-            let a = t.claim(&m, &clk(&m), Want::Id(3), 1).await.unwrap();
-            m.sleep(AFTER_GRACE_NS).await;
-            (t, a)
-        })
-        .unwrap()
-    };
-    assert_eq!(a.words.iter().filter(|&&w| w != 0).count(), 2, "A holds two sites");
+    let (mut sim, mem, t, mut a) = held_on_two_sites(7, 2);
+    let m = mem.clone();
+    sim.block_on(async move { m.sleep(AFTER_GRACE_NS).await }).unwrap();
     let at = sim.now();
     sim.stall_node_at(0, at, STALL_NS);
     {
@@ -227,34 +236,23 @@ fn past_its_expiry_a_lease_is_renewed_only_on_its_own_words() {
 
 /// A claim of the id that lost can leave its word on a site, until its
 /// expiry and the grace, where it could not take it back in time (SWARM-KV
-/// campaigns: a claimer whose give-back met a stalled node). The holder,
+/// campaigns of pDPM-Direct: a claimer whose give-back met a stalled
+/// node). The holder,
 /// on a bare majority, takes that site at its renewals while its lease holds
 /// (no other claim can win then), and so survives the crash of one of the
 /// sites it held.
 #[test]
 fn a_site_held_by_a_claim_that_lost_is_taken_while_the_lease_holds() {
-    const STALL_NS: u64 = 300_000;
-    let mut sim = sim(8);
-    let mem = sim.client();
-    let t = {
-        let m = mem.clone();
-        sim.block_on(async move { table(&m).await }).unwrap()
-    };
-    let at = sim.now();
-    sim.stall_node_at(0, at, STALL_NS);
-    let (t, mut a) = {
-        let m = mem.clone();
-        sim.block_on(async move {
-            let a = t.claim(&m, &clk(&m), Want::Id(3), 1).await.unwrap();
-            m.sleep(STALL_NS).await;
+    let (mut sim, mem, t, mut a) = held_on_two_sites(8, 0);
+    let m = mem.clone();
+    let t = sim
+        .block_on(async move {
             // The loser's word, left on site 0 (free when it read it).
             let orphan = word(2, clk(&m).now() + clk(&m).ticks(LENGTH_NS));
             assert_eq!(m.cas(t.word(0, 3), 0, orphan).await, Ok(0));
-            (t, a)
+            t
         })
-        .unwrap()
-    };
-    assert_eq!(a.words[0], 0, "A holds sites 1 and 2");
+        .unwrap();
     let kept = sim
         .block_on(async move {
             let c = clk(&mem);
@@ -267,20 +265,24 @@ fn a_site_held_by_a_claim_that_lost_is_taken_while_the_lease_holds() {
         })
         .unwrap();
     assert!(kept.0, "site 0 taken at the renewal");
-    let mut a = kept.1;
-    let now = sim.now();
-    sim.crash_node_at(1, now, CrashMode::FailFast);
+    let renewed = renew_after_crash(&mut sim, kept.1, 1);
     let mem = sim.client();
-    let renewed = sim
-        .block_on(async move {
-            let c = clk(&mem);
-            mem.sleep(LENGTH_NS / 2).await;
-            let r = a.renew(&mem, c.now()).await;
-            (r, t.claim(&mem, &c, Want::Id(3), 2).await.err())
-        })
-        .unwrap();
-    assert_eq!(renewed.0, Ok(()), "renewed with site 1 down");
-    assert!(matches!(renewed.1, Some(LeaseError::Taken { id: 3, .. })), "{:?}", renewed.1);
+    let claimed = sim.block_on(async move { t.claim(&mem, &clk(&mem), Want::Id(3), 2).await.err() }).unwrap();
+    assert_eq!(renewed, Ok(()), "renewed with site 1 down");
+    assert!(matches!(claimed, Some(LeaseError::Taken { id: 3, .. })), "{claimed:?}");
+}
+
+/// Crashes `node`, then renews `a` half a lease later.
+fn renew_after_crash(sim: &mut Sim, mut a: Held, node: usize) -> Result<(), LeaseError> {
+    let now = sim.now();
+    sim.crash_node_at(node, now, CrashMode::FailFast);
+    let mem = sim.client();
+    sim.block_on(async move {
+        let c = clk(&mem);
+        mem.sleep(LENGTH_NS / 2).await;
+        a.renew(&mem, c.now()).await
+    })
+    .unwrap()
 }
 
 /// A crashed minority of the table's nodes changes nothing; a crashed
@@ -369,7 +371,6 @@ fn damaged_tables_are_errors() {
 /// answers, and so survives the crash of another node afterwards.
 #[test]
 fn a_site_left_out_as_late_is_taken_at_renewal() {
-    const STALL_NS: u64 = 300_000;
     // Stalled from the start (the table has no site there), and stalled
     // after the table was opened (the claim's CAS lands late).
     for stall_after_open in [false, true] {
@@ -404,17 +405,7 @@ fn a_site_left_out_as_late_is_taken_at_renewal() {
             .unwrap();
         assert!(took < STALL_NS / 3, "claiming took {took} ns");
         assert_eq!(sites, (2, 3), "sites held at the claim, and after renewals");
-        let mut a = renewed;
-        let now = sim.now();
-        sim.crash_node_at(2, now, CrashMode::FailFast);
-        let mem = sim.client();
-        let kept = sim
-            .block_on(async move {
-                let c = clk(&mem);
-                mem.sleep(LENGTH_NS / 2).await;
-                a.renew(&mem, c.now()).await
-            })
-            .unwrap();
+        let kept = renew_after_crash(&mut sim, renewed, 2);
         assert_eq!(kept, Ok(()), "stalled after open: {stall_after_open}");
     }
 }
