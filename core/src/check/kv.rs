@@ -169,6 +169,11 @@ impl KvCampaign {
     fn shared_keys(&self) -> bool {
         self.system.guarantee().shares_keys()
     }
+
+    /// The keys the clients use: all of them shared, or one per client.
+    fn keys_used(&self) -> u64 {
+        if self.shared_keys() { self.keys } else { (self.clients as u64).min(KEYS.len() as u64) }
+    }
 }
 
 /// Whether the run of `system` for `seed` has a lapse
@@ -480,7 +485,7 @@ struct Successor {
     of: u8,
     /// Its own id in the history.
     history_id: u32,
-    /// Keys it reads.
+    /// Keys it reads ([`KvCampaign::keys_used`]).
     keys: u64,
     /// The leased id each client claimed (by client).
     held: Rc<RefCell<Vec<(u8, u8)>>>,
@@ -589,9 +594,6 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     // Key 0's only writer, once the crashed client is chosen (before the
     // clients run).
     let owner: Rc<Cell<Option<u8>>> = Rc::default();
-    // The client that lapses and the operation it stops before
-    // ([`KvCampaign::lapse`]), once drawn; when it stopped; and whether
-    // its id's next holder is done.
     let lapse: Rc<Lapse> = Rc::default();
     // The leased id each client claimed (by client).
     let held: Rc<RefCell<Vec<(u8, u8)>>> = Rc::default();
@@ -760,7 +762,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
         let candidates: Vec<u8> = (1..=c.clients).filter(|&i| Some(i) != victim).collect();
         let client = candidates[sim.random(0, candidates.len() as u64 - 1) as usize];
         lapse.who.set(Some((client, sim.random(2, c.ops))));
-        let who = Successor { of: client, history_id: c.clients as u32 + 2, keys: c.keys, held: held.clone() };
+        let who = Successor { of: client, history_id: c.clients as u32 + 2, keys: c.keys_used(), held: held.clone() };
         spawn_successor::<S>(&mut sim, &cfg, who, lapse.clone(), hist.clone(), failures.clone(), excuses.clone());
     }
     if let Err(e) = sim.run() {
@@ -777,7 +779,7 @@ fn run_typed<S: KvSystem>(seed: u64, c: &KvCampaign) -> Result<Ran, String> {
     let mem = sim.client();
     let (h, f, last, leases) = (hist.clone(), failures.clone(), c.clients + 1, c.leases);
     let (taken_end, excused_end, keep) = (taken.clone(), excused.clone(), c.keep);
-    let keys = if shared { c.keys } else { (c.clients as u64).min(KEYS.len() as u64) };
+    let keys = c.keys_used();
     let orphan = victim.and_then(|v| held.borrow().iter().find(|h| h.0 == v).map(|h| h.1));
     let (m, claim_cfg) = (mem.clone(), cfg.clone());
     let who = sim.block_on(async move {
