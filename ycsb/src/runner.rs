@@ -36,6 +36,7 @@ use core::task::Poll;
 use serde_json::{Value, json};
 use swarm_core::Memory;
 use swarm_core::kv::{Got, Handle, KvClient, KvError, StoreConfig, System};
+use swarm_core::substrate::lease::LeaseError;
 use swarm_core::substrate::rtt::Counted;
 use swarm_core::swarm::client::Paths;
 use swarm_core::systems;
@@ -625,8 +626,11 @@ async fn drive<S: Counting, E: Env>(
 ) -> Result<(), String> {
     let mix = sh.spec.workload.mix();
     let tolerated = |e: &KvError| match e {
-        // Too few nodes, or the one node the store needs, answered.
-        KvError::Unavailable | KvError::Down(_) => window.is_some_and(|w| w.tolerate),
+        // Too few nodes, or the one node the store needs, answered (for
+        // the operation, or for the renewal of the client's lease).
+        KvError::Unavailable | KvError::Down(_) | KvError::Lease(LeaseError::NoQuorum) => {
+            window.is_some_and(|w| w.tolerate)
+        }
         KvError::Torn { .. } => sh.tears,
         _ => false,
     };

@@ -139,7 +139,9 @@ impl fmt::Display for LeaseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             LeaseError::Mem(e) => write!(f, "{e}"),
-            LeaseError::NoQuorum => write!(f, "no majority of the lease table's nodes answered"),
+            LeaseError::NoQuorum => {
+                write!(f, "no majority of the lease table's nodes answered to claim, renew or give back a client id")
+            }
             LeaseError::Corrupt { node, what } => write!(f, "{node}: corrupt lease table: {what}"),
             LeaseError::Taken { id, free_in_ms } => {
                 write!(f, "client id {id} is held by a live client (free in {free_in_ms} ms if it stops now)")

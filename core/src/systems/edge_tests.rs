@@ -431,3 +431,59 @@ fn node_0_down_is_named_by_raw_and_survived_by_the_replicated_stores() {
         .unwrap();
     }
 }
+
+/// A client whose lease expired while it was idle, and that then finds no
+/// majority of the lease table's nodes (the first three of five) to renew
+/// it, is told that its lease could not be kept, not that the nodes of
+/// the operation (a key on the other three) did not answer: every system
+/// that leases ids says so the same way.
+#[test]
+fn a_lease_that_cannot_be_renewed_says_so() {
+    use crate::kv::place::lease_nodes;
+    use crate::substrate::lease::{LeaseError, Want};
+    let mut seen = 0;
+    for &system in ALL {
+        let mut cfg = config(system, 2);
+        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+        let copies = if system.replicated() { cfg.replicas } else { 1 };
+        if lease_nodes(&cfg, 5) != 3 || system.server().is_some() {
+            continue;
+        }
+        seen += 1;
+        let size = 4 << 20;
+        let mut sim = Sim::new(SimConfig { nodes: 5, node_size: size, ..SimConfig::default() });
+        let admin = sim.client();
+        let c = cfg.clone();
+        sim.block_on(async move {
+            for n in 0..5 {
+                Region::format(&admin, NodeId(n), size, CHUNK).await.unwrap();
+                writerlog::format(&admin, NodeId(n), geometry()).await.unwrap();
+            }
+            format(&admin, &c, 1).await.unwrap();
+        })
+        .unwrap();
+        // A key whose every copy is on nodes 2 to 4.
+        let key = (0u32..)
+            .map(|i| format!("k{i}").into_bytes())
+            .find(|k| (0..copies).all(|r| node_of(k, r, 5).0 >= 2))
+            .unwrap();
+        let mem = sim.client();
+        let lease_ns = cfg.lease_ms as u64 * 1_000_000;
+        let crash = sim.now() + lease_ns;
+        // Past the lease, within the grace: the id is still this client's.
+        sim.crash_node_at(0, crash, CrashMode::FailFast);
+        sim.crash_node_at(1, crash, CrashMode::FailFast);
+        sim.block_on(async move {
+            let clk = clock(&mem, 0);
+            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
+            let mut s = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
+            s.insert(&key, b"v").await.unwrap();
+            mem.sleep(lease_ns + lease_ns / 2).await;
+            let e = s.update(&key, b"w").await.unwrap_err();
+            assert_eq!(e, KvError::Lease(LeaseError::NoQuorum), "{system}: {e}");
+            assert!(format!("{e}").contains("lease table"), "{e}");
+        })
+        .unwrap();
+    }
+    assert!(seen >= 4, "systems checked: {seen}");
+}

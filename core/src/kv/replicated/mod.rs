@@ -156,7 +156,7 @@ fn reg_error(e: RegError) -> KvError {
 /// ahead ([`ClientError`]'s own messages).
 fn client_error(e: ClientError) -> KvError {
     match e {
-        ClientError::Log(LogError::NoQuorum(_)) | ClientError::Lease(LeaseError::NoQuorum) => KvError::Unavailable,
+        ClientError::Log(LogError::NoQuorum(_)) => KvError::Unavailable,
         ClientError::Log(LogError::Mem(e)) | ClientError::Lease(LeaseError::Mem(e)) => e.into(),
         ClientError::Log(LogError::Alloc(e)) => e.into(),
         ClientError::Lease(LeaseError::Region(e)) => e.into(),
