@@ -108,8 +108,7 @@ pub struct KvCampaign {
     /// while another client claims its id, uses it and gives it back:
     /// continued, it must not use the id again (its writes fail with a
     /// lease error, as [`crate::substrate::lease`] says), and nothing it
-    /// does may spoil what the id's next holder did. Stores without a
-    /// server only: a server polls all through the lease it waits out.
+    /// does may spoil what the id's next holder did.
     pub lapse: bool,
 }
 
@@ -134,9 +133,9 @@ impl KvCampaign {
             keep: seed % 2 == 1,
             owned_key: (seed / 12).is_multiple_of(3),
             // Not the seeds of `systems::tests`' replays (1 and 3 mod 8);
-            // every other such seed lapses instead, where it can.
-            pause: seed % 8 == 6 && !lapses(system, seed),
-            lapse: lapses(system, seed),
+            // every other such seed lapses instead.
+            pause: seed % 8 == 6 && !lapses(seed),
+            lapse: lapses(seed),
         }
     }
 
@@ -176,11 +175,10 @@ impl KvCampaign {
     }
 }
 
-/// Whether the run of `system` for `seed` has a lapse
-/// ([`KvCampaign::lapse`]): one seed in sixteen (half of the pause's, whose
-/// runs all lease their ids), for a system without a server.
-fn lapses(system: System, seed: u64) -> bool {
-    seed % 16 == 14 && system.server().is_none()
+/// Whether the run for `seed` has a lapse ([`KvCampaign::lapse`]): one
+/// seed in sixteen (half of the pause's, whose runs all lease their ids).
+fn lapses(seed: u64) -> bool {
+    seed % 16 == 14
 }
 
 /// What a campaign found.

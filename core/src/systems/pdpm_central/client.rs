@@ -212,8 +212,17 @@ impl<M: Memory, C: Clock> CentralClient<M, C> {
     }
 
     /// Calls the coordinator: its answer (its own roundtrips to data nodes
-    /// noted as this client's).
+    /// noted as this client's). The channel is the id's: the lease is kept
+    /// first, so that a client whose id went to another while it was
+    /// stopped is told so, and does not call on a channel that is no
+    /// longer its own.
     async fn call(&mut self, method: u16, body: &[u8]) -> Result<Answer, KvError> {
+        // (Mutant `server-call-unleased`: a stopped client, continued,
+        // calls on its lost id's channel, and waits for an answer that
+        // never comes.)
+        if !mutant!("server-call-unleased") {
+            self.keep_lease().await?;
+        }
         let reply = match self.channel.call(&self.mem, &self.clock, self.call_timeout_ns, method, body).await {
             Ok(r) => r,
             Err(e) => {
