@@ -23,6 +23,7 @@ MUTANTS=(
   "rpc-no-last-look||timed out on a look taken before its pause|cargo test -p swarm-core --release --lib substrate::msg::tests::a_caller_paused"
   "lease-lost-forgotten||the first renewal after the pause|cargo test -p swarm-core --release --lib substrate::lease::tests::a_lease_lost_to_another"
   "lease-lost-forgotten||corrupt data in memory|cargo test -p swarm-core --release --lib systems::tests::fusee_campaign_3_replicas"
+  "lease-lost-forgotten||the next write|cargo test -p swarm-core --release --lib systems::tests::an_index_fence_that_outlasts"
   "lease-takes-after-expiry||renewed on a site taken past the expiry|cargo test -p swarm-core --release --lib substrate::lease::tests::past_its_expiry"
   "lease-skips-lost-claims||site 0 taken at the renewal|cargo test -p swarm-core --release --lib substrate::lease::tests::a_site_held_by"
   "server-call-unleased||does not answer|cargo test -p swarm-core --release --lib systems::tests::pdpm_central_campaign_3_replicas"

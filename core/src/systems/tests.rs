@@ -1107,6 +1107,83 @@ fn a_fresh_client_waits_for_no_stalled_node() {
     }
 }
 
+/// An index view change outlasts a client's id lease: the master's fence
+/// (the view's lease and a time-out, 5 s at a 1 s time-out) is waited out
+/// in the middle of the insert that met the failure, and renews nothing.
+/// Another client claims the id once its lease (1 s) and the grace (3 s)
+/// are over, writes with it and gives it back, while the insert still
+/// waits. That is safe, because every use of the id checks the lease
+/// first: the insert, whose value was written and whose writer-log
+/// segment was named before the wait, completes (its mapping is
+/// published after the fence); the client's next write finds its lease
+/// taken over and fails with a lease error; both clients' writes are
+/// there, for a fresh client.
+#[test]
+fn an_index_fence_that_outlasts_the_lease_leaves_the_id_to_its_next_holder() {
+    use crate::substrate::join::join2;
+    use crate::substrate::lease::LeaseError;
+    for name in ["swarm-kv", "dm-abd", "fusee"] {
+        let timeout = 1_000_000_000;
+        let sc = SimConfig {
+            nodes: 3,
+            node_size: NODE_SIZE,
+            timeout_ns: timeout,
+            time_limit_ns: 1_000_000_000_000,
+            ..SimConfig::default()
+        };
+        let mut sim = Sim::new(sc.fixed_latency(2_000));
+        let mut cfg = config(named(name), 3, 4);
+        cfg.lease_ms = 1_000;
+        setup(&mut sim, 3, &cfg);
+        let (ma, mb, mc) = (Counted::new(sim.client()), Counted::new(sim.client()), Counted::new(sim.client()));
+        let crash = sim.now() + 1_000_000;
+        sim.crash_node_at(2, crash, crate::sim::CrashMode::FailFast);
+        let c = cfg.clone();
+        let (insert, later, claimed, took) = sim
+            .block_on(async move {
+                let clock_a = clock(ma.inner(), 0);
+                let held = claim(&ma, &c, &clock_a, Want::Id(1), 7).await.unwrap();
+                let mut a = connect_any(&ma, &c, Who::Lease(held), clock_a).await.unwrap();
+                a.insert(b"k0", b"a0").await.unwrap();
+                ma.inner().sleep((crash + 1).saturating_sub(ma.inner().now())).await;
+                let t0 = ma.inner().now();
+                let first = async {
+                    let insert = a.insert(b"k1", b"a1").await;
+                    let took = ma.inner().now() - t0;
+                    (insert, a.update(b"k0", b"a2").await, took)
+                };
+                // Past the lease and its grace, within the fence.
+                let second = async {
+                    mb.inner().sleep(4_500_000_000).await;
+                    let clock_b = clock(mb.inner(), 0);
+                    let Ok(held) = claim(&mb, &c, &clock_b, Want::Id(1), 8).await else { return false };
+                    let mut b = connect_any(&mb, &c, Who::Lease(held), clock_b).await.unwrap();
+                    assert_eq!(b.update(b"k0", b"b0").await, Ok(Ok(Written)));
+                    b.close().await.unwrap();
+                    true
+                };
+                let ((insert, later, took), claimed) = join2(first, second).await;
+                (insert.map(|_| ()), later.map(|_| ()), claimed, took)
+            })
+            .unwrap();
+        let fresh = sim
+            .block_on(async move {
+                let mut f = client(&mc, &cfg, 3, 0).await.unwrap();
+                let mut fresh = Vec::new();
+                for k in [&b"k0"[..], b"k1"] {
+                    fresh.push(found(f.get(k).await.unwrap()));
+                }
+                fresh
+            })
+            .unwrap();
+        assert!(took > 5_000_000_000, "{name}: the insert took {took} ns: no fence as long as the lease and grace");
+        assert!(claimed, "{name}: the id was not claimed during the fence");
+        assert_eq!(insert, Ok(()), "{name}: the insert during which the id was taken over");
+        assert_eq!(later, Err(KvError::Lease(LeaseError::Lost { id: 1 })), "{name}: the next write");
+        assert_eq!(fresh, [Some(b"b0".to_vec()), Some(b"a1".to_vec())], "{name}: what a fresh client reads");
+    }
+}
+
 /// SWARM §6 without its cost: an insert leaves out a replica on a node
 /// that is late (here stalled: node 3 of 4, which holds no index), and
 /// once the node is back, a later operation on the key gives it that
