@@ -19,9 +19,14 @@ fn store(tag: &str, lease: &str) -> ShmDir {
 
 /// [`store`] on nodes of `size`.
 fn store_of(tag: &str, lease: &str, size: &str) -> ShmDir {
+    store_of_system(tag, "swarm-kv", lease, size)
+}
+
+/// [`store_of`], of `system`.
+fn store_of_system(tag: &str, system: &str, lease: &str, size: &str) -> ShmDir {
     let (dir, _) = ShmDir::named(tag);
     ok(&["memnode", "create", "--dir", dir.arg(), "--nodes", "3", "--size", size]);
-    ok(&["kv", "--dir", dir.arg(), "init", "--system", "swarm-kv", "--keys", "100", "--lease", lease]);
+    ok(&["kv", "--dir", dir.arg(), "init", "--system", system, "--keys", "100", "--lease", lease]);
     dir
 }
 
@@ -240,7 +245,19 @@ fn answer(stdin: &mut ChildStdin, out: &mut impl BufRead, line: &str) -> String 
 /// reads the second's values.
 #[test]
 fn a_client_stopped_past_its_lease_fails_cleanly_and_corrupts_nothing() {
-    stopped_past_its_lease("sigstop", false);
+    stopped_past_its_lease("sigstop", "swarm-kv", false);
+}
+
+/// The same in the stores whose clients call a server process (pDPM-Central's
+/// coordinator, Clover's metadata server) on a channel of their id: the
+/// continued client is told its id was lost, rather than calling on the
+/// channel its id's next holder now uses (and waiting for answers that
+/// never come).
+#[test]
+fn a_client_of_a_server_stopped_past_its_lease_fails_cleanly() {
+    for system in ["pdpm-central", "clover"] {
+        stopped_past_its_lease(&format!("sigstop-{system}"), system, false);
+    }
 }
 
 /// The same, with the second process gone (its id given back) before the
@@ -250,12 +267,13 @@ fn a_client_stopped_past_its_lease_fails_cleanly_and_corrupts_nothing() {
 /// the first.
 #[test]
 fn a_client_stopped_past_its_lease_stays_out_after_the_next_holder_leaves() {
-    stopped_past_its_lease("sigstop-left", true);
+    stopped_past_its_lease("sigstop-left", "swarm-kv", true);
 }
 
-fn stopped_past_its_lease(tag: &str, second_leaves: bool) {
-    let dir = store(tag, "1s");
+fn stopped_past_its_lease(tag: &str, system: &str, second_leaves: bool) {
+    let dir = store_of_system(tag, system, "1s", "48M");
     let d = dir.arg();
+    let server = (system != "swarm-kv").then(|| common::start_server(d, "0").0);
     let mut first = shell(d, "5");
     let mut stdin = first.stdin.take().unwrap();
     let mut out = BufReader::new(first.stdout.take().unwrap());
@@ -300,9 +318,19 @@ fn stopped_past_its_lease(tag: &str, second_leaves: bool) {
         end_second.take().unwrap()();
     }
     signal("-CONT");
+    // A get: pDPM-Central's calls on the id's channel, and is refused;
+    // the others' (Clover's at a cached chain's tail) use nothing the id
+    // names, and read what is there (or meet the lease in a write-back).
+    let got = answer(&mut stdin, &mut out, "get k0");
+    let refused = got.starts_with("error:") && got.contains("lease");
+    let calls = system == "pdpm-central";
+    assert!(refused || (!calls && got == "second-2-0\n"), "{system}: the stopped holder's get answered {got:?}");
     for k in 0..40 {
         let got = answer(&mut stdin, &mut out, &format!("put k{k} late-{k}"));
-        assert!(got.starts_with("error:") && got.contains("lease"), "the stopped holder's put answered {got:?}");
+        assert!(
+            got.starts_with("error:") && got.contains("lease"),
+            "{system}: the stopped holder's put answered {got:?}"
+        );
     }
     drop(stdin);
     let _ = first.wait();
@@ -311,5 +339,9 @@ fn stopped_past_its_lease(tag: &str, second_leaves: bool) {
     }
     for k in 0..40 {
         assert_eq!(ok(&["kv", "--dir", d, "get", &format!("k{k}")]), format!("second-2-{k}\n"), "key k{k}");
+    }
+    if let Some(server) = server {
+        common::signal(&server, "TERM");
+        assert!(server.wait_with_output().unwrap().status.success(), "{system}'s server");
     }
 }

@@ -282,8 +282,16 @@ pub async fn read_word<M: Memory>(mem: &M, addr: RemoteAddr) -> Result<u64, MemE
 /// keeps none (the operations a caller retries then space its tries).
 pub async fn pause<M: Memory>(mem: &M, ns: u64) {
     let Some(now) = mem.now_ns() else { return };
-    let at = now.saturating_add(ns);
-    core::future::poll_fn(|cx| mem.poll_alarm(cx, at)).await
+    wait_until(mem, now.saturating_add(ns)).await
+}
+
+/// Waits until the memory's time ([`Memory::now_ns`]) reads `at_ns`; not
+/// at all if it keeps none.
+pub async fn wait_until<M: Memory>(mem: &M, at_ns: u64) {
+    if mem.now_ns().is_none() {
+        return;
+    }
+    core::future::poll_fn(|cx| mem.poll_alarm(cx, at_ns)).await
 }
 
 /// Waits between `ns / 2` and `ns` of the memory's time, the part chosen

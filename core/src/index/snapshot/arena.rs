@@ -89,11 +89,10 @@
 //! an access outside the arena.
 
 use core::fmt;
-use core::future::poll_fn;
 use core::ops::Range;
 
 use crate::substrate::late::{Watch, late};
-use crate::substrate::memory::word_at;
+use crate::substrate::memory::{pause, word_at};
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, join_timely, majority};
 use crate::substrate::space::region::{Region, RegionError};
 use crate::substrate::space::slab::{ARENA_CLASS, Carry};
@@ -463,8 +462,7 @@ impl Arena {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        let at = now.saturating_add(self.rng % (span + 1));
-        poll_fn(|cx| mem.poll_alarm(cx, at)).await
+        pause(mem, self.rng % (span + 1)).await
     }
 
     /// The free part of the chunk blocks are carved from, for the next

@@ -80,15 +80,13 @@
 //! on a replica in an older view than the newest does not suspect it (the
 //! newer view may have brought it back): it runs again first.
 
-use core::future::poll_fn;
-
 use super::block::{self, Part};
 use super::header::Header;
 use super::view::{Phase, View, ViewLease, newest};
 use crate::index::IndexError;
 use crate::index::layout::{BUCKET_BYTES, GROUP_BYTES, SlotWord, block_len};
 use crate::substrate::late::{Watch, late};
-use crate::substrate::memory::{read_word, word_at};
+use crate::substrate::memory::{read_word, wait_until, word_at};
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_all, join_timely, majority};
 use crate::{MemError, MemErrorKind, Memory, NodeId, Op};
@@ -149,14 +147,6 @@ impl MasterPaths {
 /// never lapse and masters never wait, see [`super::view`]).
 pub(crate) fn now_ns<M: Memory>(mem: &M) -> u64 {
     mem.now_ns().unwrap_or(0)
-}
-
-/// Waits until the client's clock reads `at` (not at all without one).
-async fn sleep_until<M: Memory>(mem: &M, at: u64) {
-    if mem.now_ns().is_none() {
-        return;
-    }
-    poll_fn(|cx| mem.poll_alarm(cx, at)).await
 }
 
 fn unavailable(node: NodeId) -> IndexError {
@@ -289,7 +279,7 @@ pub async fn settle<M: Memory>(
                 }
                 if !ripe {
                     paths.waits += 1;
-                    sleep_until(mem, now + t.lease_ns / 4).await;
+                    wait_until(mem, now + t.lease_ns / 4).await;
                     continue;
                 }
                 paths.superseded += 1;
@@ -343,7 +333,7 @@ pub async fn settle<M: Memory>(
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let now = now_ns(mem);
-        sleep_until(mem, now + rng % (t.landing_ns.max(1) * 4)).await;
+        wait_until(mem, now + rng % (t.landing_ns.max(1) * 4)).await;
     }
     Err(IndexError::Contended)
 }
@@ -365,7 +355,7 @@ async fn run<M: Memory>(
     // (The mutant: a master that repairs at once, while a writer that has
     // not seen the new view yet still posts to the old one.)
     if !mutant!("no-fence") {
-        sleep_until(mem, sent + t.lease_ns + t.lease_ns / 64 + t.landing_ns).await;
+        wait_until(mem, sent + t.lease_ns + t.lease_ns / 64 + t.landing_ns).await;
     }
     let in_time = |mem: &M| {
         if now_ns(mem) + t.landing_ns < deadline || mem.now_ns().is_none() {
