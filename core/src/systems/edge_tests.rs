@@ -66,14 +66,14 @@ fn setup(cfg: &StoreConfig, size: u64) -> Sim {
     setup_on(cfg, SimConfig { nodes: 3, node_size: size, ..SimConfig::default() })
 }
 
-/// [`setup`] on a simulator of configuration `sc` (3 nodes).
+/// [`setup`] on a simulator of configuration `sc` (every node of it).
 fn setup_on(cfg: &StoreConfig, sc: SimConfig) -> Sim {
-    let size = sc.node_size;
+    let (size, nodes) = (sc.node_size, sc.nodes as u16);
     let mut sim = Sim::new(sc);
     let admin = sim.client();
     let c = cfg.clone();
     sim.block_on(async move {
-        for n in 0..3 {
+        for n in 0..nodes {
             Region::format(&admin, NodeId(n), size, CHUNK).await.unwrap();
             writerlog::format(&admin, NodeId(n), geometry()).await.unwrap();
         }
@@ -450,18 +450,7 @@ fn a_lease_that_cannot_be_renewed_says_so() {
             continue;
         }
         seen += 1;
-        let size = 4 << 20;
-        let mut sim = Sim::new(SimConfig { nodes: 5, node_size: size, ..SimConfig::default() });
-        let admin = sim.client();
-        let c = cfg.clone();
-        sim.block_on(async move {
-            for n in 0..5 {
-                Region::format(&admin, NodeId(n), size, CHUNK).await.unwrap();
-                writerlog::format(&admin, NodeId(n), geometry()).await.unwrap();
-            }
-            format(&admin, &c, 1).await.unwrap();
-        })
-        .unwrap();
+        let mut sim = setup_on(&cfg, SimConfig { nodes: 5, node_size: 4 << 20, ..SimConfig::default() });
         // A key whose every copy is on nodes 2 to 4.
         let key = (0u32..)
             .map(|i| format!("k{i}").into_bytes())
