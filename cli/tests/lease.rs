@@ -273,7 +273,7 @@ fn a_client_stopped_past_its_lease_stays_out_after_the_next_holder_leaves() {
 fn stopped_past_its_lease(tag: &str, system: &str, second_leaves: bool) {
     let dir = store_of_system(tag, system, "1s", "48M");
     let d = dir.arg();
-    let server = (system != "swarm-kv").then(|| common::start_server(d, "0").0);
+    let mut server = (system != "swarm-kv").then(|| Server(Some(common::start_server(d, "0").0)));
     let mut first = shell(d, "5");
     let mut stdin = first.stdin.take().unwrap();
     let mut out = BufReader::new(first.stdout.take().unwrap());
@@ -340,8 +340,21 @@ fn stopped_past_its_lease(tag: &str, system: &str, second_leaves: bool) {
     for k in 0..40 {
         assert_eq!(ok(&["kv", "--dir", d, "get", &format!("k{k}")]), format!("second-2-{k}\n"), "key k{k}");
     }
-    if let Some(server) = server {
+    if let Some(server) = server.as_mut().and_then(|s| s.0.take()) {
         common::signal(&server, "TERM");
         assert!(server.wait_with_output().unwrap().status.success(), "{system}'s server");
+    }
+}
+
+/// A server process that is killed when dropped: a test that fails
+/// leaves none running (polling a cluster that is gone).
+struct Server(Option<Child>);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

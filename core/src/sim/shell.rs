@@ -59,14 +59,14 @@ impl Shell for ServerShell {
 /// less often: at the shell's gap of 200 ns, about a millisecond.
 const PATIENT_PASSES: u32 = 4096;
 /// The longest an idle server waits between two polls, in gaps (about
-/// 100 µs at 200 ns: what an answer waits at worst after a long silence).
-const MAX_GAPS: u64 = 512;
+/// 0.8 ms at 200 ns: what an answer waits at worst after a long silence).
+const MAX_GAPS: u64 = 4096;
 
 /// How long a server waits after `idle` passes with nothing served: the
-/// gap, doubled every quarter of [`PATIENT_PASSES`] passes past the first
+/// gap, doubled every [`PATIENT_PASSES`] / 16 passes past the first
 /// [`PATIENT_PASSES`], up to [`MAX_GAPS`] gaps.
 fn idle_gap(gap_ns: u64, idle: u32) -> u64 {
-    let doublings = idle.saturating_sub(PATIENT_PASSES).div_ceil(PATIENT_PASSES / 4).min(63);
+    let doublings = idle.saturating_sub(PATIENT_PASSES).div_ceil(PATIENT_PASSES / 16).min(63);
     gap_ns.saturating_mul((1u64 << doublings).min(MAX_GAPS))
 }
 
@@ -81,15 +81,15 @@ mod tests {
         assert_eq!(idle_gap(200, 0), 200);
         assert_eq!(idle_gap(200, PATIENT_PASSES), 200);
         assert_eq!(idle_gap(200, PATIENT_PASSES + 1), 400);
-        assert_eq!(idle_gap(200, PATIENT_PASSES + PATIENT_PASSES / 4), 400);
-        assert_eq!(idle_gap(200, PATIENT_PASSES + PATIENT_PASSES / 2), 800);
+        assert_eq!(idle_gap(200, PATIENT_PASSES + PATIENT_PASSES / 16), 400);
+        assert_eq!(idle_gap(200, PATIENT_PASSES + PATIENT_PASSES / 8), 800);
         assert_eq!(idle_gap(200, u32::MAX), 200 * MAX_GAPS);
-        // Idle for 3 s of virtual time: about 40,000 polls, not 15 million.
+        // Idle for 3 s of virtual time: about 11,000 polls, not 15 million.
         let (mut t, mut polls) = (0u64, 0u32);
         while t < 3_000_000_000 {
             t += idle_gap(200, polls);
             polls += 1;
         }
-        assert!(polls < 45_000, "{polls} polls");
+        assert!(polls < 12_000, "{polls} polls");
     }
 }

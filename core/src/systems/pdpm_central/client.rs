@@ -325,7 +325,6 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
 
     async fn update(&mut self, key: &[u8], value: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check(key, value)?;
-        self.keep_lease().await?;
         match self.call(wire::PUT, &wire::put_body(Mode::Update, key, value)).await? {
             Answer::Written => Ok(Ok(Written)),
             Answer::NotFound => Ok(Err(Missing::NotFound)),
@@ -335,7 +334,6 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
 
     async fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Written, KvError> {
         self.limits.check(key, value)?;
-        self.keep_lease().await?;
         match self.call(wire::PUT, &wire::put_body(Mode::Insert, key, value)).await? {
             Answer::Written => Ok(Written),
             _ => Err(KvError::Corrupt),
@@ -344,7 +342,6 @@ impl<M: Memory, C: Clock> KvClient for CentralClient<M, C> {
 
     async fn delete(&mut self, key: &[u8]) -> Result<Result<Written, Missing>, KvError> {
         self.limits.check_key(key)?;
-        self.keep_lease().await?;
         match self.call(wire::DELETE, key).await? {
             Answer::Written => Ok(Ok(Written)),
             Answer::NotFound => Ok(Err(Missing::NotFound)),
