@@ -28,6 +28,8 @@ MUTANTS=(
   "lease-skips-lost-claims||site 0 taken at the renewal|cargo test -p swarm-core --release --lib substrate::lease::tests::a_site_held_by"
   "server-call-unleased||does not answer|cargo test -p swarm-core --release --lib systems::tests::pdpm_central_campaign_3_replicas"
   "server-call-unleased||does not answer|cargo test -p swarm-core --release --lib systems::tests::clover_campaign_3_replicas"
+  "marks-are-bumps||raw: a-|cargo test -p swarm-core --release --lib systems::edge_tests::a_crashed_clients_chunks"
+  "marks-are-bumps||not linearizable|cargo test -p swarm-core --release --lib systems::tests::swarm_kv_campaign_3_replicas"
   "ack-one||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "guessed-unlocked||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "abd-no-write-back||not linearizable|cargo test -p swarm-core --release --lib baselines::abd::tests::campaign_3_replicas"

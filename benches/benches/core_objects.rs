@@ -86,7 +86,7 @@ fn inout(c: &mut Criterion) {
     g.bench_function("write", |b| {
         b.iter(|| {
             let (meta, copy) = next_meta(&mut ctx, &mem, &value);
-            let entry = block_on(ctx.logs.entries(&mem, &[node], ctx.id, copy.place, Some(&mut ctx.slab), 1))[0]
+            let entry = block_on(ctx.logs.entries(&mem, &[node], ctx.id, copy.place, Some(ctx.slab.unleased()), 1))[0]
                 .expect("entry")
                 .expect("segment");
             let reply =

@@ -73,7 +73,7 @@ mod checks {
             let mut logs = Logs::new();
             let mut entry = async |m: Meta| {
                 let place = Place { segment: 0, slot: m.slot(), start: 1 };
-                logs.entries(mem, &[NODE], WRITER, place, Some(&mut slab), 1).await[0].unwrap().unwrap()
+                logs.entries(mem, &[NODE], WRITER, place, Some(slab.unleased()), 1).await[0].unwrap().unwrap()
             };
             let (e0, e1) = (entry(M0).await, entry(M1).await);
             let out =

@@ -3,9 +3,11 @@
 //! [`INDEX_NODE`]; FUSEE: the replicated [`SnapshotIndex`]), holds beside
 //! its protocol: its id (leased from the store's table, or given), the
 //! slab allocator it carves its objects from, and the index. The one place
-//! for how such a client opens (the index found; the chunks a released
-//! id's last holder left taken over), renews its lease as it works, and
-//! gives its id back with its partly used chunks for the next holder.
+//! for how such a client opens (the index found; the chunks the id's last
+//! holder left taken over: a released one's from their bumps, a crashed
+//! one's from their marks), records its marks before it publishes what it
+//! carved, renews its lease as it works, and gives its id back with its
+//! partly used chunks for the next holder.
 
 use core::future::Future;
 
@@ -14,7 +16,7 @@ use super::{KvError, StoreConfig, Who};
 use crate::Memory;
 use crate::index::{RaceIndex, SnapshotIndex};
 use crate::substrate::clock::Clock;
-use crate::substrate::lease::{Held, Payload, Resume, Resumed};
+use crate::substrate::lease::{Held, Resume, Resumed};
 use crate::substrate::space::slab::{ARENA_CLASS, CLASSES, Carry, HEAD_WORDS, SlabAllocator};
 
 /// The id of client `who` of the store `cfg`, checked: ids run from 1 to
@@ -156,12 +158,20 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
         let lease = match who {
             Who::Id(_) => None,
             Who::Lease(h) => {
-                // Go on carving the chunks a released id's last holder left.
-                if h.resume().state == Resumed::Released {
-                    slab.take_over(&h.resume().payload);
-                    if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS) {
-                        index.adopt(c);
+                // Go on carving the chunks a released id's last holder left;
+                // a crashed one's from their marks (not the index's, which
+                // carves without marks).
+                match h.resume().state {
+                    Resumed::Released => {
+                        slab.take_over(&h.resume().payload);
+                        if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS) {
+                            index.adopt(c);
+                        }
                     }
+                    Resumed::Crashed => {
+                        slab.take_over_marked(&h.resume().payload);
+                    }
+                    Resumed::Fresh => {}
                 }
                 Some(h)
             }
@@ -181,14 +191,11 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
         self.lease.as_ref().map(Held::renewal_due)
     }
 
-    /// Records `payload` in the lease's record, as taken (written to a
-    /// majority before it returns: the id's next holder finds it if this
-    /// one crashes; FUSEE's log anchor). Nothing for a given id.
-    pub async fn record<M: Memory>(&mut self, mem: &M, payload: &Payload) -> Result<(), KvError> {
-        match &mut self.lease {
-            Some(h) => h.record(mem, payload).await.map_err(KvError::Lease),
-            None => Ok(()),
-        }
+    /// Records the allocator's marks in the lease's record if one moved
+    /// (`crate::substrate::space::slab`): after objects are carved, before
+    /// they are published. Nothing for a given id.
+    pub async fn record_marks<M: Memory>(&mut self, mem: &M) -> Result<(), KvError> {
+        self.slab.record_marks(mem, self.lease.as_mut()).await.map_err(KvError::Lease)
     }
 
     /// Gives the leased id back, with the partly used chunks for its next

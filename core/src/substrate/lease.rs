@@ -24,8 +24,10 @@
 //!
 //! The *record* says where a holder's use of the id stands, for the next
 //! holder: a payload the user of the table defines (the SWARM client's log
-//! cursor and last time), and whether it was taken (the holder may have
-//! gone beyond it, having crashed) or released (the holder stopped there).
+//! cursor and last time, the marks of the chunks it carves:
+//! `crate::substrate::space::slab`), and whether it was taken (the holder
+//! may have gone beyond it, having crashed) or released (the holder
+//! stopped there).
 //! A claim reads the records in the same pipeline as its CAS, so that it
 //! sees the last record its predecessor completed on a majority, and a
 //! holder writes a record to a majority before it acts on it. Versions

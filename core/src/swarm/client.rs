@@ -22,7 +22,7 @@ use crate::substrate::lease::{Held, LeaseError, Resumed};
 #[cfg(feature = "alloc")]
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
-use crate::substrate::space::slab::{Carry, SlabAllocator};
+use crate::substrate::space::slab::{Carry, Carver, SlabAllocator};
 use crate::swarm::meta::{MAX_CLIENT, MAX_TIME, Meta, TIME_BITS};
 use crate::swarm::writerlog::{LogError, LogGeometry, Logs, Place};
 use crate::{Memory, NodeId};
@@ -217,6 +217,9 @@ paths! {
     /// Ids opened after a holder that crashed: the log segments it left
     /// in use taken over, to be resolved and recycled by the new holder.
     crashed_logs_taken,
+    /// Partly used chunks of a crashed holder taken over from their marks
+    /// (`crate::substrate::space::slab`), to be carved on by the new holder.
+    crashed_chunks_taken,
     /// Waits of a write for recycling to give one of its writer's segments
     /// back (backpressure): every segment number in use, or a node without
     /// room for another segment.
@@ -385,6 +388,11 @@ impl From<LeaseError> for ClientError {
     }
 }
 
+/// `slab` with `lease`, split from a client's other fields.
+fn carver<'a>(slab: &'a mut SlabAllocator, lease: &'a mut Option<Held>) -> Carver<'a> {
+    Carver { slab, lease: lease.as_mut() }
+}
+
 impl<C: Clock> ClientCtx<C> {
     /// A client with the fixed id `id` and clock `clock`. The caller makes
     /// sure no other live client has the id (tests, one process that owns
@@ -443,8 +451,10 @@ impl<C: Clock> ClientCtx<C> {
             }
             // Its segment is taken over with the others it left in use;
             // the next write opens a new one.
+            // Its chunks too, from the marks its last record names.
             Resumed::Crashed => {
                 ctx.paths.crashed_logs_taken += 1;
+                ctx.paths.crashed_chunks_taken += ctx.slab.take_over_marked(&resume.payload) as u64;
                 Cursor { segment: cursor.segment, next: u32::MAX, start: cursor.start }
             }
         });
@@ -657,7 +667,7 @@ impl<C: Clock> ClientCtx<C> {
         if let Some(held) = &mut self.lease
             && (c.segment, c.start) != self.named
         {
-            held.record(mem, &c.encode(self.last_time)).await?;
+            self.slab.record(mem, held, c.encode(self.last_time), None).await?;
             self.named = (c.segment, c.start);
         }
         self.logs.write_in(self.id, c.segment, c.start);
@@ -712,8 +722,17 @@ impl<C: Clock> ClientCtx<C> {
         let nodes: heapless::Vec<NodeId, { 4 * MAX_REPLICAS }> =
             (0..mem.node_count().min(4 * MAX_REPLICAS)).map(|n| NodeId(n as u16)).collect();
         for group in nodes.chunks(MAX_REPLICAS) {
-            for entry in
-                self.logs.entries(mem, group, self.id, place, Some(&mut self.slab), majority(group.len())).await
+            for entry in self
+                .logs
+                .entries(
+                    mem,
+                    group,
+                    self.id,
+                    place,
+                    Some(carver(&mut self.slab, &mut self.lease)),
+                    majority(group.len()),
+                )
+                .await
             {
                 match entry {
                     Ok(_) | Err(LogError::Mem(_) | LogError::Stale(_)) => {}
@@ -831,6 +850,18 @@ impl<C: Clock> ClientCtx<C> {
     /// The id's lease, if it has one.
     pub fn lease(&self) -> Option<&Held> {
         self.lease.as_ref()
+    }
+
+    /// The writer logs, and the allocator with the lease its marks are
+    /// recorded in: for code that creates log segments.
+    pub fn logs_and_carver(&mut self) -> (&mut Logs, Carver<'_>) {
+        (&mut self.logs, carver(&mut self.slab, &mut self.lease))
+    }
+
+    /// Records the allocator's marks in the lease's record if one moved
+    /// (`crate::substrate::space::slab`): before objects carved are published.
+    pub async fn record_marks<M: Memory>(&mut self, mem: &M) -> Result<(), ClientError> {
+        Ok(self.slab.record_marks(mem, self.lease.as_mut()).await?)
     }
 }
 

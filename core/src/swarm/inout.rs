@@ -582,7 +582,7 @@ mod tests {
                         // All in segment 0, which starts at time 1.
                         let meta = Meta::new(1 + m.random(0, 40), k, w);
                         let place = Place { segment: 0, slot: k, start: 1 };
-                        let entry = logs.entries(&m, &[node], w, place, Some(&mut slab), 1).await[0].unwrap().unwrap();
+                        let entry = logs.entries(&m, &[node], w, place, Some(slab.unleased()), 1).await[0].unwrap().unwrap();
                         let value = value_of(meta, len);
                         let header = EntryHeader::of(meta, 0, 1, &value);
                         let r = rep.write(&m, &layout, entry, seed, meta, &header, &value).await.unwrap();

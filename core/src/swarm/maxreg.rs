@@ -214,6 +214,7 @@ impl Register {
             let a = ctx.slab.alloc(mem, node, size).await.map_err(|_| RegError::Corrupt(node))?;
             let _ = replicas.push(Replica { node, base: a.offset });
         }
+        ctx.record_marks(mem).await.map_err(RegError::Client)?;
         let zeros = [0u8; 8 * crate::swarm::inout::MAX_META_WORDS as usize + 16];
         let clear =
             |r: usize| &zeros[..(8 * layout.meta_words as usize + 16).min(layout.of_replica(r).size() as usize)];
@@ -404,8 +405,11 @@ impl Register {
             // The entries this write needs; a late node's is waited for
             // only by the patient try.
             let enough = if patient { usize::MAX } else { need - already };
-            let looked_up =
-                cold(|| ctx.logs.entries(mem, &nodes, meta.client(), c.place, Some(&mut ctx.slab), enough)).await;
+            let looked_up = cold(|| {
+                let (logs, carver) = ctx.logs_and_carver();
+                logs.entries(mem, &nodes, meta.client(), c.place, Some(carver), enough)
+            })
+            .await;
             for (j, entry) in looked_up.into_iter().enumerate() {
                 match entry {
                     Ok(Some(e)) => {
@@ -1039,7 +1043,7 @@ mod tests {
             r.write(&mut w, &admin, &mut RegCache::default(), old, &copy(1, old, &[1; 16]), &[1; 16]).await.unwrap();
             let c = copy(2, new, &[2; 16]);
             let nodes: Vec<NodeId> = on.iter().map(|&i| r.replicas[i].node).collect();
-            let at = w.logs.entries(&admin, &nodes, 1, c.place, Some(&mut w.slab), on.len()).await;
+            let at = w.logs.entries(&admin, &nodes, 1, c.place, Some(w.slab.unleased()), on.len()).await;
             for (k, &i) in on.iter().enumerate() {
                 let entry = at[k].unwrap().unwrap();
                 r.replicas[i].write(&admin, &layout.of_replica(i), entry, 0, new, &c.header, &[2; 16]).await.unwrap();

@@ -280,7 +280,8 @@ async fn lock_words<M: Memory, C: Clock>(
 ) -> Result<heapless::Vec<Option<RemoteAddr>, MAX_REPLICAS>, RegError> {
     let asked: heapless::Vec<crate::NodeId, MAX_REPLICAS> =
         nodes.iter().copied().filter(|&n| !trusted_only || !ctx.nodes.suspects(n)).collect();
-    let found = ctx.logs.entries(mem, &asked, m.client(), copy.place, Some(&mut ctx.slab), need).await;
+    let (logs, carver) = ctx.logs_and_carver();
+    let found = logs.entries(mem, &asked, m.client(), copy.place, Some(carver), need).await;
     let mut words = heapless::Vec::new();
     let mut why = None;
     for n in nodes {

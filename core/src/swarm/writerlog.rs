@@ -67,10 +67,11 @@ use core::ops::ControlFlow;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::substrate::late::{Watch, in_turn, late};
+use crate::substrate::lease::LeaseError;
 use crate::substrate::memory::word_at;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{Region, RegionError};
-use crate::substrate::space::slab::{AllocError, SlabAllocator, class_of};
+use crate::substrate::space::slab::{AllocError, Carver, class_of};
 use crate::substrate::space::{pool, roots};
 use crate::swarm::meta::{MAX_CLIENT, MAX_SLOT, Meta};
 use crate::{MemError, Memory, NodeId, Op, OpOutput, RemoteAddr};
@@ -171,6 +172,9 @@ pub enum LogError {
     },
     /// No majority of nodes answered.
     NoQuorum(MemError),
+    /// The lease record that must name a new segment's memory before it is
+    /// used could not be written.
+    Lease(LeaseError),
     /// The node holds another segment (an older one, not recycled there
     /// yet, or a newer one) under the number asked for: the entry is not
     /// there, as on a node that does not answer.
@@ -216,6 +220,7 @@ impl fmt::Display for LogError {
                  client must run keep between operations; a node down keeps the segments it holds)"
             ),
             LogError::NoQuorum(e) => write!(f, "no majority of nodes answered: {e}"),
+            LogError::Lease(e) => write!(f, "{e}"),
             LogError::Stale(node) => write!(f, "{node} holds another log segment under that number"),
         }
     }
@@ -752,11 +757,11 @@ impl Logs {
         nodes: &[NodeId],
         client: u8,
         place: Place,
-        mut alloc: Option<&mut SlabAllocator>,
+        mut alloc: Option<Carver<'_>>,
         need: usize,
     ) -> heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> {
         let nodes = &nodes[..nodes.len().min(MAX_REPLICAS)];
-        let mut out = self.entries_once(mem, nodes, client, place, alloc.as_deref_mut(), need).await;
+        let mut out = self.entries_once(mem, nodes, client, place, alloc.as_mut().map(Carver::reborrow), need).await;
         // Counting the nodes that need no work as successes may have left
         // out a slow node that is needed after all (another failed).
         let timed_out = |r: &Result<Option<RemoteAddr>, LogError>| matches!(r, Err(LogError::Mem(e)) if e.kind == crate::MemErrorKind::TimedOut);
@@ -779,7 +784,7 @@ impl Logs {
         nodes: &[NodeId],
         client: u8,
         place: Place,
-        alloc: Option<&mut SlabAllocator>,
+        alloc: Option<Carver<'_>>,
         need: usize,
     ) -> heapless::Vec<Result<Option<RemoteAddr>, LogError>, MAX_REPLICAS> {
         // (index in `nodes`, descriptor address)
@@ -829,7 +834,8 @@ impl Logs {
                 None => None,
             });
         }
-        if let Some(slab) = alloc {
+        if let Some(mut carver) = alloc {
+            let slab = &mut *carver.slab;
             // A number given back on a node keeps its memory there, for its
             // owner's next segment: its new start is all it takes. Nobody
             // else starts a segment under it (a late write-back of an older
@@ -895,13 +901,22 @@ impl Logs {
             let need = need.saturating_sub(created);
             let sizes = [bytes; MAX_REPLICAS];
             let chunks = slab.alloc_each(mem, &targets, &sizes, need).await;
+            // What was carved is recorded before the directories name it
+            // (`crate::substrate::space::slab`'s marks).
+            let recorded = carver.record_marks(mem).await;
+            let slab = &mut *carver.slab;
             for (j, chunk) in chunks.into_iter().enumerate() {
-                match chunk {
-                    Ok(c) => {
+                match (chunk, recorded) {
+                    (Ok(c), Ok(())) => {
                         let _ = claims.push((fresh[j], c.offset));
                     }
-                    Err(e) => {
+                    (Err(e), _) => {
                         out[missing[fresh[j]].0] = Err(e.into());
+                        found[fresh[j]] = None;
+                    }
+                    (Ok(c), Err(e)) => {
+                        slab.free(c, bytes);
+                        out[missing[fresh[j]].0] = Err(LogError::Lease(e));
                         found[fresh[j]] = None;
                     }
                 }

@@ -476,3 +476,82 @@ fn a_lease_that_cannot_be_renewed_says_so() {
     }
     assert!(seen >= 4, "systems checked: {seen}");
 }
+
+/// A client that crashes leaves its partly used chunks to its id's next
+/// holder, from the marks its lease record names: the next holder's
+/// inserts take no chunk of their own (but the one-copy index's, below),
+/// and every key of both reads its
+/// value (an object carved again under a published one would give one
+/// key the other's value). Checked on every store whose clients carve
+/// their own objects; the mutant `marks-are-bumps` (records that name
+/// each chunk from where carving stood, not from its mark) fails it.
+#[test]
+fn a_crashed_clients_chunks_go_to_its_ids_next_holder() {
+    use crate::substrate::lease::{LeaseError, Want};
+    let mut seen = 0;
+    for &system in ALL {
+        if system.server().is_some() || up_front(system) {
+            continue;
+        }
+        seen += 1;
+        let mut cfg = config(system, 1);
+        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+        let mut sim = setup(&cfg, 8 << 20);
+        let mem = sim.client();
+        sim.block_on(async move {
+            let clk = clock(&mem, 0);
+            let key = |who: &str, i: u32| format!("{who}-{i}").into_bytes();
+            let value = |who: &str, i: u32| format!("{who} wrote {i}").into_bytes();
+            let cursors = async || {
+                let mut c = Vec::new();
+                for n in 0..3 {
+                    c.push(Region::open(&mem, NodeId(n)).await.unwrap().cursor);
+                }
+                c
+            };
+            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
+            let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
+            for i in 0..20 {
+                a.insert(&key("a", i), &value("a", i)).await.unwrap();
+            }
+            // Crashed: never closed, its lease left to expire.
+            core::mem::forget(a);
+            let held = loop {
+                match claim(&mem, &cfg, &clk, Want::Id(1), 8).await {
+                    Ok(h) => break h,
+                    Err(KvError::Lease(LeaseError::Taken { free_in_ms, .. })) => {
+                        mem.sleep((free_in_ms + 1) * 1_000_000).await
+                    }
+                    Err(e) => panic!("{system}: {e}"),
+                }
+            };
+            assert_eq!(held.resume().state, crate::substrate::lease::Resumed::Crashed);
+            let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
+            // Its first write opens its own log segment (the crashed
+            // holder's stay in use until they are recycled).
+            b.update(&key("a", 0), &value("a", 0)).await.unwrap().unwrap();
+            let taken = cursors().await;
+            for i in 0..20 {
+                b.insert(&key("b", i), &value("b", i)).await.unwrap();
+            }
+            // (The one-copy index's key blocks come from a chunk of its
+            // own, which is not taken over after a crash: one more chunk
+            // on the index's node.)
+            let index_chunk = if system.replicated_index() { 0 } else { CHUNK };
+            let mut allowed = taken.clone();
+            allowed[0] += index_chunk;
+            assert_eq!(cursors().await, allowed, "{system}: the next holder took chunks of its own");
+            for who in ["a", "b"] {
+                for i in 0..20 {
+                    match b.get(&key(who, i)).await {
+                        Ok(Got::Found(v)) => assert_eq!(v.as_ref(), &value(who, i)[..], "{system}: {who}-{i}"),
+                        other => panic!("{system}: {who}-{i}: {other:?}"),
+                    }
+                }
+            }
+            b.close().await.unwrap();
+        })
+        .unwrap();
+    }
+    assert!(seen >= 4, "systems checked: {seen}");
+}

@@ -346,6 +346,9 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("log segments recycled", p.segments_recycled, per(1_000)),
             // The final reader takes over a crashed client's id.
             ("logs of crashed ids taken over", p.crashed_logs_taken, per(30)),
+            // The chunks it left, from their marks (about one in three
+            // runs; a client that lapsed leaves them to its id's claimer).
+            ("chunks of crashed ids taken over", p.crashed_chunks_taken, per(100)),
         ],
         "dm-abd" => &[
             ("log entries recycled", p.entries_recycled, per(5_000)),
@@ -360,6 +363,7 @@ fn campaign(system: &str, replicas: usize, from: u64, runs: u64) {
             ("index view changes", p.index_views, per(100)),
             ("index replicas brought back", p.index_rejoins, per(100)),
             ("logs of crashed ids taken over", p.crashed_logs_taken, per(30)),
+            ("chunks of crashed ids taken over", p.crashed_chunks_taken, per(100)),
         ],
         // A client crashing while it holds a key's lock, and the lock
         // taken over after its lease by a later operation (or the final

@@ -42,7 +42,8 @@
 //!   value write hides in the first, so an insert of a new key costs three
 //!   roundtrips.
 //! - New replicas are not cleared: they come from fresh chunks of nodes
-//!   that start zeroed. Writers' log entries are recycled
+//!   that start zeroed (or from above a crashed holder's marks, where it
+//!   wrote nothing: it writes an object only once its mark is recorded). Writers' log entries are recycled
 //!   ([`crate::swarm::recycle`]: a value that stays moves to its object's
 //!   home copy), but objects, descriptors and index blocks are not yet: a
 //!   deleted key's replicas stay claimed (issue #20). Recycling them will
@@ -137,9 +138,9 @@ pub trait Protocol: 'static {
 /// numbers, rather than that nodes did not answer.
 fn reg_error(e: RegError) -> KvError {
     match e {
-        RegError::NoQuorum(InOutError::Log(e @ (LogError::Alloc(_) | LogError::Full { .. } | LogError::NoLog(_)))) => {
-            client_error(ClientError::Log(e))
-        }
+        RegError::NoQuorum(InOutError::Log(
+            e @ (LogError::Alloc(_) | LogError::Full { .. } | LogError::NoLog(_) | LogError::Lease(_)),
+        )) => client_error(ClientError::Log(e)),
         RegError::NoQuorum(_) => KvError::Unavailable,
         RegError::ValueTooLarge { len, max } => KvError::ValueTooLarge { len, max: max as usize },
         RegError::Client(e) => client_error(e),
@@ -157,6 +158,7 @@ fn reg_error(e: RegError) -> KvError {
 fn client_error(e: ClientError) -> KvError {
     match e {
         ClientError::Log(LogError::NoQuorum(_)) => KvError::Unavailable,
+        ClientError::Log(LogError::Lease(e)) => client_error(ClientError::Lease(e)),
         ClientError::Log(LogError::Mem(e)) | ClientError::Lease(LeaseError::Mem(e)) => e.into(),
         ClientError::Log(LogError::Alloc(e)) => e.into(),
         ClientError::Lease(LeaseError::Region(e)) => e.into(),
@@ -489,6 +491,8 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
         if missing > (self.replicas - 1) / 2 && !left_out {
             return Err(KvError::Unavailable);
         }
+        // Recorded before the index names them (`crate::substrate::space::slab`).
+        self.io.ctx.record_marks(&self.io.mem).await.map_err(client_error)?;
         Ok((Register { layout: self.layout.tagged(key_hash(key)), replicas }, left_out))
     }
 
@@ -539,6 +543,10 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
                 }
                 Err(_) => self.no_room |= bit(node),
             }
+        }
+        // Recorded before the new descriptor names them.
+        if restored && self.io.ctx.record_marks(&self.io.mem).await.is_err() {
+            return None;
         }
         if !restored {
             return None;

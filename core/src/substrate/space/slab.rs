@@ -17,11 +17,24 @@
 //! ([`SlabAllocator::hand_over`], [`SlabAllocator::take_over`]), who goes on
 //! carving them, so that a process that stores one key costs one object per
 //! node, not a chunk.
+//!
+//! A client that crashes hands nothing over, so each chunk it carves has a
+//! *mark*, kept in the id's lease record: every object carved from the
+//! chunk and made reachable lies below it. Carving past the mark moves it
+//! a quarter chunk ahead, and the new mark is recorded
+//! ([`SlabAllocator::record_marks`], one roundtrip to the lease table, about
+//! once per quarter chunk) before the object is written or published (named
+//! where others find it: an index, a log directory). The id's next holder
+//! after a crash goes on carving each chunk from its mark
+//! ([`SlabAllocator::take_over_marked`]): it loses at most a quarter chunk
+//! per chunk, never an object in use, and finds the memory above the mark
+//! as fresh as a new chunk's (its holder wrote nothing there).
 
 use core::fmt;
 
 use crate::substrate::late::{Watch, late};
-use crate::substrate::lease::{PAYLOAD_WORDS, Payload};
+use crate::substrate::lease::{Held, LeaseError, PAYLOAD_WORDS, Payload};
+use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, join_timely};
 use crate::substrate::space::region::{HEADER_SIZE, Region, RegionError};
 use crate::{Memory, NodeId, RemoteAddr};
@@ -132,21 +145,34 @@ struct Class {
     /// Next free byte of the current chunk, and its end (both 0: no chunk).
     bump: u64,
     end: u64,
+    /// The chunk's mark: at or above `bump`, what the lease record says of
+    /// it (once recorded: [`SlabAllocator::record_marks`]).
+    mark: u64,
     free: heapless::Vec<u64, FREE_LIST>,
 }
 
 impl Class {
+    /// A class carving `bump..end`, with its mark at `bump`.
+    fn carving(bump: u64, end: u64) -> Class {
+        Class { bump, end, mark: bump, free: heapless::Vec::new() }
+    }
+
     /// An object of `obj` bytes from the free list, or the current chunk
-    /// if it has room.
-    fn take(&mut self, obj: u64) -> Option<u64> {
+    /// if it has room; and whether the mark moved (by `step`, or to the
+    /// object's end if that is further).
+    fn take(&mut self, obj: u64, step: u64) -> Option<(u64, bool)> {
         if let Some(off) = self.free.pop() {
-            return Some(off);
+            return Some((off, false));
         }
         if self.end - self.bump < obj {
             return None;
         }
         self.bump += obj;
-        Some(self.bump - obj)
+        let moved = self.bump > self.mark;
+        if moved {
+            self.mark = self.end.min(self.bump.max(self.mark + step));
+        }
+        Some((self.bump - obj, moved))
     }
 
     /// Whether [`take`](Self::take) would succeed.
@@ -162,6 +188,18 @@ struct NodeSlabs {
 }
 
 impl NodeSlabs {
+    /// How far a mark moves ahead: a quarter chunk.
+    fn step(&self) -> u64 {
+        (self.region.chunk / 4).max(MIN_OBJECT)
+    }
+
+    /// An object of class `i` (its place in `classes`) of `obj` bytes, as
+    /// [`Class::take`].
+    fn take(&mut self, i: usize, obj: u64) -> Option<(u64, bool)> {
+        let step = self.step();
+        self.classes[i].1.take(obj, step)
+    }
+
     /// Class `class`'s state, if it is in use.
     fn get(&mut self, class: usize) -> Option<&mut Class> {
         self.classes.iter_mut().find(|(c, _)| *c as usize == class).map(|(_, st)| st)
@@ -191,6 +229,36 @@ pub struct SlabAllocator {
     nodes: heapless::Vec<NodeSlabs, MAX_NODES>,
     /// Chunks taken over, for nodes not opened yet.
     adopted: heapless::Vec<Carry, MAX_CARRIED>,
+    /// Marks moved so far, and how many of those moves the lease record
+    /// holds ([`SlabAllocator::record_marks`]).
+    moves: u64,
+    recorded: u64,
+    /// The user's words and chunk of its last record, which every record
+    /// of the marks carries again.
+    head: [u64; HEAD_WORDS],
+    extra: Option<Carry>,
+}
+
+/// An allocator with the lease its marks are recorded in
+/// ([`SlabAllocator::record_marks`]): what code that carves objects and
+/// publishes them is given.
+pub struct Carver<'a> {
+    /// The allocator.
+    pub slab: &'a mut SlabAllocator,
+    /// The lease of its client's id (none for a given id).
+    pub lease: Option<&'a mut Held>,
+}
+
+impl Carver<'_> {
+    /// The same, borrowed again (for a call that does not keep it).
+    pub fn reborrow(&mut self) -> Carver<'_> {
+        Carver { slab: &mut *self.slab, lease: self.lease.as_deref_mut() }
+    }
+
+    /// Records the marks if one moved ([`SlabAllocator::record_marks`]).
+    pub async fn record_marks<M: Memory>(&mut self, mem: &M) -> Result<(), LeaseError> {
+        self.slab.record_marks(mem, self.lease.as_deref_mut()).await
+    }
 }
 
 /// The size class for `size` bytes, and that class's object size: the
@@ -251,7 +319,7 @@ impl SlabAllocator {
         for c in self.adopted.iter().filter(|c| c.node == node && (c.class as usize) < CLASSES) {
             if c.fits(&region) && !classes.iter().any(|(k, _): &(u8, Class)| *k == c.class) {
                 // More than the table holds: the rest are left (lost space).
-                let _ = classes.push((c.class, Class { bump: c.bump, end: c.end, free: heapless::Vec::new() }));
+                let _ = classes.push((c.class, Class::carving(c.bump, c.end)));
             }
         }
         self.adopted.retain(|c| c.node != node || c.class as usize >= CLASSES);
@@ -302,10 +370,11 @@ impl SlabAllocator {
                 Ok(chunk) => (chunk.offset, chunk.offset + slabs.region.chunk),
                 Err(e) => from_pool(mem, &slabs.region, obj, e).await?,
             };
-            let c = &mut slabs.classes[i].1;
-            (c.bump, c.end) = (bump, end);
+            // No free object (it could not take one): a fresh chunk.
+            slabs.classes[i].1 = Class::carving(bump, end);
         }
-        let off = slabs.classes[i].1.take(obj).ok_or(AllocError::BadSize { size })?;
+        let (off, moved) = slabs.take(i, obj).ok_or(AllocError::BadSize { size })?;
+        self.moves += moved as u64;
         Ok(RemoteAddr::new(node, off))
     }
 
@@ -315,7 +384,10 @@ impl SlabAllocator {
     pub fn alloc_local(&mut self, node: NodeId, size: u64) -> Option<RemoteAddr> {
         let (class, obj) = class_of(size)?;
         let s = self.nodes.iter_mut().find(|s| s.region.node == node)?;
-        Some(RemoteAddr::new(node, s.get(class)?.take(obj)?))
+        let i = s.classes.iter().position(|(c, _)| *c as usize == class)?;
+        let (off, moved) = s.take(i, obj)?;
+        self.moves += moved as u64;
+        Some(RemoteAddr::new(node, off))
     }
 
     /// Takes a whole chunk of `node` for the caller (e.g. a log segment).
@@ -418,7 +490,7 @@ impl SlabAllocator {
             match range {
                 Ok((bump, end)) => {
                     if let Some(c) = s.get(class) {
-                        (c.bump, c.end) = (bump, end);
+                        *c = Class::carving(bump, end);
                     }
                 }
                 Err(e) => out[i] = Err(e),
@@ -430,11 +502,9 @@ impl SlabAllocator {
                 continue;
             }
             let Some(s) = self.nodes.iter_mut().find(|s| s.region.node == node) else { continue };
-            out[i] = s
-                .get(class)
-                .and_then(|c| c.take(obj))
-                .map(|off| RemoteAddr::new(node, off))
-                .ok_or(AllocError::BadSize { size: size(i) });
+            let taken = s.classes.iter().position(|(c, _)| *c as usize == class).and_then(|k| s.take(k, obj));
+            self.moves += taken.is_some_and(|(_, moved)| moved) as u64;
+            out[i] = taken.map(|(off, _)| RemoteAddr::new(node, off)).ok_or(AllocError::BadSize { size: size(i) });
         }
         out
     }
@@ -446,47 +516,108 @@ impl SlabAllocator {
 
     /// Its partly used chunks, for the id's next holder.
     pub fn carried(&self) -> impl Iterator<Item = Carry> + '_ {
-        let open = self.nodes.iter().flat_map(|s| {
-            s.classes.iter().filter(|(_, c)| c.bump < c.end).map(|&(class, ref c)| Carry {
+        self.open_chunks(false)
+    }
+
+    /// Its partly used chunks, from their bumps (for a holder that stopped
+    /// carving) or their marks (for one that may go on); then those taken
+    /// over and not used yet.
+    fn open_chunks(&self, marks: bool) -> impl Iterator<Item = Carry> + '_ {
+        let open = self.nodes.iter().flat_map(move |s| {
+            s.classes.iter().map(move |&(class, ref c)| Carry {
                 node: s.region.node,
                 class,
-                bump: c.bump,
+                // (Mutant `marks-are-bumps`: a record names each chunk from
+                // where carving stood, and objects carved below the mark
+                // since are published unrecorded.)
+                bump: if marks && !mutant!("marks-are-bumps") { c.mark } else { c.bump },
                 end: c.end,
             })
         });
-        // Those taken over and not used yet go on too.
-        open.chain(self.adopted.iter().copied())
+        open.filter(|c| c.bump < c.end).chain(self.adopted.iter().copied())
     }
 
     /// The lease payload a client gives its id back with: `head` (its own
     /// words), then its partly used chunks and `extra` (the caller's own,
     /// class [`CLASSES`]), as many as fit.
     pub fn hand_over(&self, head: [u64; HEAD_WORDS], extra: Option<Carry>) -> Payload {
-        let mut p = [0u64; PAYLOAD_WORDS];
-        p[..HEAD_WORDS].copy_from_slice(&head);
-        let mut n = 0;
-        for c in extra.into_iter().chain(self.carried()).take(MAX_CARRIED) {
-            let at = HEAD_WORDS + 1 + 3 * n;
-            p[at..at + 3].copy_from_slice(&[(c.node.0 as u64) << 8 | c.class as u64, c.bump, c.end]);
-            n += 1;
+        payload(head, extra.into_iter().chain(self.carried()))
+    }
+
+    /// The lease payload of a record taken while this client works: `head`
+    /// and `extra` as in [`hand_over`](Self::hand_over), with each chunk
+    /// from its mark. Every later record of the marks
+    /// ([`record_marks`](Self::record_marks)) carries the same `head` and
+    /// `extra`, so that a record of the marks never undoes the user's.
+    pub fn marked(&mut self, head: [u64; HEAD_WORDS], extra: Option<Carry>) -> Payload {
+        (self.head, self.extra) = (head, extra);
+        payload(head, extra.into_iter().chain(self.open_chunks(true)))
+    }
+
+    /// Writes `head` and `extra` with the marks to `lease`'s record
+    /// ([`marked`](Self::marked)), as taken.
+    pub async fn record<M: Memory>(
+        &mut self,
+        mem: &M,
+        lease: &mut Held,
+        head: [u64; HEAD_WORDS],
+        extra: Option<Carry>,
+    ) -> Result<(), LeaseError> {
+        let moves = self.moves;
+        let p = self.marked(head, extra);
+        lease.record(mem, &p).await?;
+        self.recorded = moves;
+        Ok(())
+    }
+
+    /// Whether a mark moved since the lease record last held them all: the
+    /// objects carved since must not be published before
+    /// [`record_marks`](Self::record_marks).
+    pub fn unrecorded(&self) -> bool {
+        self.moves != self.recorded
+    }
+
+    /// This allocator with no lease to record its marks in (a given id).
+    pub fn unleased(&mut self) -> Carver<'_> {
+        Carver { slab: self, lease: None }
+    }
+
+    /// Records the marks in `lease`'s record if one moved since it last
+    /// held them (nothing otherwise, and nothing for a client without a
+    /// lease): callers run it after they carve objects and before they
+    /// publish them. One roundtrip, about once per quarter chunk.
+    pub async fn record_marks<M: Memory>(&mut self, mem: &M, lease: Option<&mut Held>) -> Result<(), LeaseError> {
+        match lease {
+            Some(h) if self.unrecorded() => {
+                let (head, extra) = (self.head, self.extra);
+                self.record(mem, h, head, extra).await
+            }
+            _ => {
+                self.recorded = self.moves;
+                Ok(())
+            }
         }
-        p[HEAD_WORDS] = n as u64;
-        p
     }
 
     /// Takes over the chunks of a payload an id's previous holder gave it
-    /// back with (only a released id's: a crashed holder may have carved
-    /// them further). Each is used when its node is first opened, if it
-    /// [`fits`](Carry::fits) the node's region.
+    /// back with (a released id's, from their bumps). Each is used when its
+    /// node is first opened, if it [`fits`](Carry::fits) the node's region.
     pub fn take_over(&mut self, payload: &Payload) {
-        let n = (payload[HEAD_WORDS] as usize).min(MAX_CARRIED);
-        for i in 0..n {
-            let w = &payload[HEAD_WORDS + 1 + 3 * i..HEAD_WORDS + 4 + 3 * i];
-            let c = Carry { node: NodeId((w[0] >> 8) as u16), class: w[0] as u8, bump: w[1], end: w[2] };
-            if ((c.class as usize) <= CLASSES || c.class == ARENA_CLASS) && w[0] >> 24 == 0 {
-                let _ = self.adopted.push(c);
-            }
+        for c in carries(payload) {
+            let _ = self.adopted.push(c);
         }
+    }
+
+    /// Takes over the size classes' chunks of the last record of an id's
+    /// holder that crashed, from their marks: nothing it published lies
+    /// above them. (Chunks of other classes, the callers' own, are not:
+    /// their users carve them without marks.) The number taken over.
+    pub fn take_over_marked(&mut self, payload: &Payload) -> usize {
+        let before = self.adopted.len();
+        for c in carries(payload).filter(|c| (c.class as usize) < CLASSES) {
+            let _ = self.adopted.push(c);
+        }
+        self.adopted.len() - before
     }
 
     /// The chunk of the caller's own (class [`CLASSES`]) on `node` that was
@@ -515,6 +646,31 @@ impl SlabAllocator {
             let _ = s.classes[i].1.free.push(addr.offset);
         }
     }
+}
+
+/// A lease payload of `head` and `chunks`, as many as fit.
+fn payload(head: [u64; HEAD_WORDS], chunks: impl Iterator<Item = Carry>) -> Payload {
+    let mut p = [0u64; PAYLOAD_WORDS];
+    p[..HEAD_WORDS].copy_from_slice(&head);
+    let mut n = 0;
+    for c in chunks.take(MAX_CARRIED) {
+        let at = HEAD_WORDS + 1 + 3 * n;
+        p[at..at + 3].copy_from_slice(&[(c.node.0 as u64) << 8 | c.class as u64, c.bump, c.end]);
+        n += 1;
+    }
+    p[HEAD_WORDS] = n as u64;
+    p
+}
+
+/// The chunks a lease payload names (unchecked: each is checked against
+/// its node's region before use, [`Carry::fits`]), of the known classes.
+fn carries(payload: &Payload) -> impl Iterator<Item = Carry> + '_ {
+    let n = (payload[HEAD_WORDS] as usize).min(MAX_CARRIED);
+    (0..n).filter_map(move |i| {
+        let w = &payload[HEAD_WORDS + 1 + 3 * i..HEAD_WORDS + 4 + 3 * i];
+        let c = Carry { node: NodeId((w[0] >> 8) as u16), class: w[0] as u8, bump: w[1], end: w[2] };
+        (((c.class as usize) <= CLASSES || c.class == ARENA_CLASS) && w[0] >> 24 == 0).then_some(c)
+    })
 }
 
 /// Where a class goes on when its node has no chunk left (`failed`
@@ -628,6 +784,44 @@ mod tests {
         let mut next = SlabAllocator::new();
         next.take_over(&p);
         assert_eq!(next.carried().count(), 1);
+    }
+
+    /// Marks: carving past a chunk's mark moves it a quarter chunk ahead,
+    /// and only then is a record due; a record names each chunk from its
+    /// mark, a hand-over from its bump; the next holder after a crash
+    /// carves from the mark, above every object carved before it.
+    #[test]
+    fn marks_move_a_quarter_chunk_ahead_and_a_crashed_holders_next_carves_above_them() {
+        use crate::sim::{Sim, SimConfig};
+        use crate::substrate::space::Region;
+
+        let chunk = 4 << 10;
+        let mut sim = Sim::new(SimConfig { nodes: 1, node_size: 1 << 20, ..SimConfig::default() });
+        let mem = sim.client();
+        sim.block_on(async move {
+            Region::format_fresh(&mem, NodeId(0), 1 << 20, chunk).await.unwrap();
+            let mut slab = SlabAllocator::new();
+            let first = slab.alloc(&mem, NodeId(0), 64).await.unwrap().offset;
+            assert!(slab.unrecorded(), "a fresh chunk's first object moves its mark");
+            slab.record_marks(&mem, None).await.unwrap();
+            // The rest of the first quarter: no record due.
+            for _ in 1..16 {
+                slab.alloc_local(NodeId(0), 64).unwrap();
+                assert!(!slab.unrecorded());
+            }
+            let past = slab.alloc_local(NodeId(0), 64).unwrap().offset;
+            assert_eq!(past, first + 1024);
+            assert!(slab.unrecorded(), "an object past the mark moves it");
+            let chunk_of = |p: &Payload| carries(p).find(|c| c.class == 0).unwrap();
+            let marked = slab.marked([0; HEAD_WORDS], None);
+            assert_eq!(chunk_of(&marked).bump, first + 2048, "a quarter chunk ahead of the last mark");
+            assert_eq!(chunk_of(&slab.hand_over([0; HEAD_WORDS], None)).bump, past + 64);
+            let mut next = SlabAllocator::new();
+            assert_eq!(next.take_over_marked(&marked), 1);
+            let resumed = next.alloc(&mem, NodeId(0), 64).await.unwrap().offset;
+            assert_eq!(resumed, first + 2048);
+        })
+        .unwrap();
     }
 
     /// Objects on several nodes at once: chunks are taken together when

@@ -1,5 +1,6 @@
 use super::*;
 use crate::sim::{Sim, SimConfig, SimMemory};
+use crate::substrate::space::slab::SlabAllocator;
 
 const NODES: [NodeId; 3] = [NodeId(0), NodeId(1), NodeId(2)];
 
@@ -41,7 +42,7 @@ fn cached_entries_answer_only_known_segments_and_agree_with_entries() {
             logs.cached_entries(&NODES, client, p, &mut out).then_some(out)
         };
         let unknown = cached(&logs, 5, place(1, 3, 10));
-        let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(&mut slab), NODES.len()).await;
+        let made = logs.entries(&mem, &NODES, 5, place(1, 3, 10), Some(slab.unleased()), NODES.len()).await;
         let made: heapless::Vec<RemoteAddr, MAX_REPLICAS> = made.into_iter().map(|e| e.unwrap().unwrap()).collect();
         let same_segment = cached(&logs, 5, place(1, 4, 10));
         let next_segment = cached(&logs, 5, place(2, 0, 20));
@@ -69,7 +70,8 @@ fn entries_are_found_by_time_and_checked_by_header() {
         // Segment 0 from time 10, segment 1 from time 50, on node 0.
         let (w0, w1) = (Meta::new(12, 2, 5), Meta::new(55, 2, 5));
         for (m, p) in [(w0, place(0, 2, 10)), (w1, place(1, 2, 50))] {
-            let e = writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), NODES.len()).await[0].unwrap().unwrap();
+            let e =
+                writer.entries(&mem, &NODES[..1], 5, p, Some(slab.unleased()), NODES.len()).await[0].unwrap().unwrap();
             let header = EntryHeader::of(m, 0, 1, b"v");
             mem.write(RemoteAddr::new(e.node, e.offset + 8), &header.encode()).await.unwrap();
         }
@@ -105,7 +107,7 @@ fn guesses_take_the_latest_start_not_the_largest_number() {
         // Segment 1 from time 10, then segment 0 (a number given back
         // and reused) from time 50, on node 0.
         for p in [place(1, 0, 10), place(0, 0, 50)] {
-            writer.entries(&mem, &NODES[..1], 5, p, Some(&mut slab), 1).await[0].unwrap().unwrap();
+            writer.entries(&mem, &NODES[..1], 5, p, Some(slab.unleased()), 1).await[0].unwrap().unwrap();
         }
         let mut reader = Logs::new();
         reader.locate(&mem, NodeId(0), Meta::new(12, 3, 5)).await.unwrap().unwrap();
@@ -186,7 +188,7 @@ fn concurrent_creations_agree() {
         let found = found.clone();
         sim.spawn(&m.clone(), async move {
             let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
-            let got = logs.entries(&m, &NODES, 9, place(0, 1, 7), Some(&mut slab), NODES.len()).await;
+            let got = logs.entries(&m, &NODES, 9, place(0, 1, 7), Some(slab.unleased()), NODES.len()).await;
             let got: alloc::vec::Vec<RemoteAddr> = got.into_iter().map(|e| e.unwrap().unwrap()).collect();
             found.borrow_mut().push(got);
         });
@@ -206,7 +208,8 @@ fn usage_counts_segments_in_use_and_given_back() {
         let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
         let fresh = logs.usage(&mem, NodeId(0)).await.unwrap();
         for (client, segment, nodes) in [(5, 0, &NODES[..]), (5, 1, &NODES[..]), (9, 0, &NODES[..1])] {
-            for e in logs.entries(&mem, nodes, client, place(segment, 0, 10), Some(&mut slab), nodes.len()).await {
+            for e in logs.entries(&mem, nodes, client, place(segment, 0, 10), Some(slab.unleased()), nodes.len()).await
+            {
                 e.unwrap().unwrap();
             }
         }
@@ -254,7 +257,7 @@ fn given_back_segments_count_their_own_bytes() {
             format(&mem, NodeId(0), small).await.unwrap();
             let (mut logs, mut slab) = (Logs::new(), SlabAllocator::new());
             for segment in 0..2 {
-                for e in logs.entries(&mem, &NODES[..1], 5, place(segment, 0, 10), Some(&mut slab), 1).await {
+                for e in logs.entries(&mem, &NODES[..1], 5, place(segment, 0, 10), Some(slab.unleased()), 1).await {
                     e.unwrap().unwrap();
                 }
             }

@@ -147,7 +147,7 @@ impl<M: Memory, C: Clock> FuseeClient<M, C> {
             let end = self.seat.index.carried().map_or(offset + len, |c| c.end);
             Anchor {
                 range: (offset, end),
-                payload: Box::new(log::anchor_payload(&self.seat, offset, end, self.log.last)),
+                payload: Box::new(log::anchor_payload(&mut self.seat, offset, end, self.log.last)),
             }
         });
         Ok((offset, location, anchor))

@@ -91,10 +91,12 @@ fn anchor_check(prev: u64, start: u64, end: u64) -> u64 {
 
 /// The lease payload that anchors the log at the chunk `start..end`
 /// (`start`: its first object), `prev` the last entry before it.
-pub(super) fn anchor_payload<C>(seat: &Seat<C, SnapshotIndex>, start: u64, end: u64, prev: u64) -> Payload {
+/// Every later record of the client carries it again
+/// ([`SlabAllocator::marked`]).
+pub(super) fn anchor_payload<C>(seat: &mut Seat<C, SnapshotIndex>, start: u64, end: u64, prev: u64) -> Payload {
     let node = seat.index.header().sites()[0].node;
     let carry = Carry { node, class: ARENA_CLASS, bump: start, end };
-    seat.slab.hand_over([LOG_TAG, prev, anchor_check(prev, start, end)], Some(carry))
+    seat.slab.marked([LOG_TAG, prev, anchor_check(prev, start, end)], Some(carry))
 }
 
 /// The anchor a lease payload names, checked (it comes from remote

@@ -600,6 +600,8 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
                 .push(self.seat.slab.alloc_local(node, size).unwrap_or(RemoteAddr::new(node, NO_REPLICA)));
         }
         if place.replicas.iter().all(|r| r.offset != NO_REPLICA) {
+            // Recorded before the index names them (`crate::substrate::space::slab`).
+            self.seat.record_marks(&self.mem).await?;
             return Ok(place);
         }
         // Rarely (a client's first objects, a chunk used up): the others'
@@ -625,6 +627,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
             }
             return Err(error.unwrap_or(KvError::Unavailable));
         }
+        self.seat.record_marks(&self.mem).await?;
         Ok(place)
     }
 }
