@@ -7,6 +7,7 @@ use crate::index::layout::{Block, COMBINED_BYTES, Geometry, KeyHash, MAX_KEY, Sl
 use crate::index::probe::{AfterLoss, Choice, View, after_lost_change};
 use crate::index::{Change, Entry, Expect, Index, IndexError, Insert};
 use crate::substrate::join::join2;
+use crate::substrate::mutant::mutant;
 use crate::substrate::space::region::Region;
 use crate::substrate::space::roots;
 use crate::substrate::space::slab::{CLASSES, Carry};
@@ -75,6 +76,10 @@ pub struct RaceIndex {
     /// Free part of the current chunk for key blocks.
     bump: u64,
     end: u64,
+    /// The chunk's mark, at or above `bump` once [`RaceIndex::reserve`]
+    /// made room (`crate::substrate::space::slab`'s marks: what the
+    /// lease record of a leased client says of the chunk).
+    mark: u64,
     /// Unpublished blocks for reuse: (offset, size).
     spare: heapless::Vec<(u64, u64), SPARES>,
 }
@@ -98,7 +103,7 @@ impl RaceIndex {
         }
         let buf = mem.read(RemoteAddr::new(node, header), crate::index::HEADER_BYTES as usize).await?;
         let geo = Geometry::decode(node, header, &buf, region.size)?;
-        Ok(RaceIndex { geo, region, bump: 0, end: 0, spare: heapless::Vec::new() })
+        Ok(RaceIndex { geo, region, bump: 0, end: 0, mark: 0, spare: heapless::Vec::new() })
     }
 
     /// Opens the index of `node`, creating it with `cfg` if there is none.
@@ -188,12 +193,47 @@ impl RaceIndex {
         })
     }
 
+    /// The same from its mark, for a record taken while this client works
+    /// (see [`RaceIndex::reserve`]).
+    pub fn marked(&self) -> Option<Carry> {
+        // (Mutant `index-marks-are-bumps`: the record names the chunk from
+        // where carving stood, below the block the change publishes.)
+        let from = if mutant!("index-marks-are-bumps") { self.bump } else { self.mark.max(self.bump) };
+        self.carried().map(|c| Carry { bump: from, ..c })
+    }
+
     /// Goes on carving key blocks from `c`, a chunk this client's id's
-    /// previous holder carried, if it fits the region.
+    /// previous holder carried (from its bump if released, from its mark
+    /// if crashed), if it fits the region.
     pub fn adopt(&mut self, c: Carry) {
         if c.class as usize == CLASSES && c.fits(&self.region) {
-            (self.bump, self.end) = (c.bump, c.end);
+            (self.bump, self.end, self.mark) = (c.bump, c.end, c.bump);
         }
+    }
+
+    /// Makes sure that the next insert or update of a key of `key_len`
+    /// bytes carves its block below the chunk's mark (an insert or update
+    /// takes one block at most): takes a new chunk if the current one has
+    /// no room, and moves the mark a quarter chunk ahead if the block would
+    /// pass it. Whether the mark moved: a leased client then records it
+    /// (`crate::kv::seat`) before the operation publishes the block. (Key
+    /// blocks published above a mark the record does not hold would be
+    /// carved again by the id's next holder after a crash.)
+    pub async fn reserve<M: Memory>(&mut self, mem: &M, key_len: usize) -> Result<bool, IndexError> {
+        let size = crate::index::block_alloc(key_len);
+        if self.spare.iter().any(|&(_, s)| s == size) {
+            return Ok(false);
+        }
+        if self.end.saturating_sub(self.bump) < size {
+            let chunk = self.region.alloc_chunk(mem).await?;
+            (self.bump, self.end, self.mark) = (chunk.offset, chunk.offset + self.region.chunk, chunk.offset);
+        }
+        if self.bump + size <= self.mark {
+            return Ok(false);
+        }
+        let step = (self.region.chunk / 4).max(size);
+        self.mark = self.end.min((self.bump + size).max(self.mark + step));
+        Ok(true)
     }
 
     /// A block for `key` -> `location`, from the spares or the current chunk.
@@ -204,8 +244,7 @@ impl RaceIndex {
             None => {
                 if self.end.saturating_sub(self.bump) < size {
                     let chunk = self.region.alloc_chunk(mem).await?;
-                    self.bump = chunk.offset;
-                    self.end = chunk.offset + self.region.chunk;
+                    (self.bump, self.end, self.mark) = (chunk.offset, chunk.offset + self.region.chunk, chunk.offset);
                 }
                 self.bump += size;
                 self.bump - size

@@ -69,6 +69,14 @@ pub trait SeatIndex: Sized {
     fn carried(&self) -> Option<Carry>;
     /// Goes on carving blocks from `c`, the id's previous holder's.
     fn adopt(&mut self, c: Carry);
+    /// Whether a crashed holder's carried chunk of this index is taken over
+    /// from its mark (FUSEE's log recovery takes its own arena chunk over).
+    const MARKED: bool;
+    /// Makes room below the mark of the chunk this client carves the
+    /// index's blocks from, for one change of a key of `key_len` bytes: the
+    /// chunk with its new mark if the mark moved (to be recorded before
+    /// the change).
+    fn reserve<M: Memory>(&mut self, mem: &M, key_len: usize) -> impl Future<Output = Result<Option<Carry>, KvError>>;
 }
 
 impl SeatIndex for RaceIndex {
@@ -84,6 +92,12 @@ impl SeatIndex for RaceIndex {
 
     fn adopt(&mut self, c: Carry) {
         RaceIndex::adopt(self, c)
+    }
+
+    const MARKED: bool = true;
+
+    async fn reserve<M: Memory>(&mut self, mem: &M, key_len: usize) -> Result<Option<Carry>, KvError> {
+        Ok(RaceIndex::reserve(self, mem, key_len).await?.then(|| self.marked()).flatten())
     }
 }
 
@@ -101,6 +115,14 @@ impl SeatIndex for SnapshotIndex {
 
     fn adopt(&mut self, c: Carry) {
         SnapshotIndex::adopt(self, c);
+    }
+
+    const MARKED: bool = false;
+
+    /// Nothing: FUSEE's log recovery finds how far a crashed holder carved
+    /// its arena chunk.
+    async fn reserve<M: Memory>(&mut self, _: &M, _: usize) -> Result<Option<Carry>, KvError> {
+        Ok(None)
     }
 }
 
@@ -170,6 +192,9 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
                     }
                     Resumed::Crashed => {
                         slab.take_over_marked(&h.resume().payload);
+                        if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS).filter(|_| I::MARKED) {
+                            index.adopt(c);
+                        }
                     }
                     Resumed::Fresh => {}
                 }
@@ -196,6 +221,16 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
     /// they are published. Nothing for a given id.
     pub async fn record_marks<M: Memory>(&mut self, mem: &M) -> Result<(), KvError> {
         self.slab.record_marks(mem, self.lease.as_mut()).await.map_err(KvError::Lease)
+    }
+
+    /// Makes room below its mark for the index's block of one change of a
+    /// key of `key_len` bytes, and records the marks if one moved: before
+    /// each index change that may carve a block.
+    pub async fn reserve_index<M: Memory>(&mut self, mem: &M, key_len: usize) -> Result<(), KvError> {
+        if let Some(c) = self.index.reserve(mem, key_len).await? {
+            self.slab.set_extra(Some(c));
+        }
+        self.record_marks(mem).await
     }
 
     /// Gives the leased id back, with the partly used chunks for its next

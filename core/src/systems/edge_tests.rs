@@ -478,9 +478,9 @@ fn a_lease_that_cannot_be_renewed_says_so() {
 }
 
 /// A client that crashes leaves its partly used chunks to its id's next
-/// holder, from the marks its lease record names: the next holder's
-/// inserts take no chunk of their own (but the one-copy index's, below),
-/// and every key of both reads its
+/// holder, from the marks its lease record names (the one-copy index's
+/// chunk of key blocks too): the next holder's inserts take no chunk of
+/// their own, and every key of both reads its
 /// value (an object carved again under a published one would give one
 /// key the other's value). Checked on every store whose clients carve
 /// their own objects; the mutant `marks-are-bumps` (records that name
@@ -534,13 +534,7 @@ fn a_crashed_clients_chunks_go_to_its_ids_next_holder() {
             for i in 0..20 {
                 b.insert(&key("b", i), &value("b", i)).await.unwrap();
             }
-            // (The one-copy index's key blocks come from a chunk of its
-            // own, which is not taken over after a crash: one more chunk
-            // on the index's node.)
-            let index_chunk = if system.replicated_index() { 0 } else { CHUNK };
-            let mut allowed = taken.clone();
-            allowed[0] += index_chunk;
-            assert_eq!(cursors().await, allowed, "{system}: the next holder took chunks of its own");
+            assert_eq!(cursors().await, taken, "{system}: the next holder took chunks of its own");
             for who in ["a", "b"] {
                 for i in 0..20 {
                     match b.get(&key(who, i)).await {

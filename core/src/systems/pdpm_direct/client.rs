@@ -577,6 +577,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
             self.cache.insert(key, entry.location, Cached { entry, place: k.place });
             return Ok(Existing::Written);
         }
+        self.seat.reserve_index(&self.mem, key.len()).await?;
         let swung = Box::pin(self.seat.index.update(&self.mem, key, Expect::Entry(entry), fresh)).await?;
         Ok(match swung {
             Change::Done { now: Some(now), .. } => Existing::Swung(now),
@@ -600,8 +601,9 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
                 .push(self.seat.slab.alloc_local(node, size).unwrap_or(RemoteAddr::new(node, NO_REPLICA)));
         }
         if place.replicas.iter().all(|r| r.offset != NO_REPLICA) {
-            // Recorded before the index names them (`crate::substrate::space::slab`).
-            self.seat.record_marks(&self.mem).await?;
+            // Recorded before the index names them, with room for the
+            // index's block (`crate::substrate::space::slab`).
+            self.seat.reserve_index(&self.mem, key.len()).await?;
             return Ok(place);
         }
         // Rarely (a client's first objects, a chunk used up): the others'
@@ -627,7 +629,7 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
             }
             return Err(error.unwrap_or(KvError::Unavailable));
         }
-        self.seat.record_marks(&self.mem).await?;
+        self.seat.reserve_index(&self.mem, key.len()).await?;
         Ok(place)
     }
 }

@@ -239,7 +239,9 @@ impl<M: Memory, C: Clock> KvClient for RawClient<M, C> {
         let node = node_of(key, 0, self.nodes);
         let size = RawRegister::size(self.limits.max_value as u64);
         let addr = self.seat.slab.alloc(&self.mem, node, size).await?;
-        self.seat.record_marks(&self.mem).await?;
+        // Recorded before the index names it, with room for the index's
+        // block (`crate::substrate::space::slab`).
+        self.seat.reserve_index(&self.mem, key.len()).await?;
         let reg = RawRegister { addr, max_value: self.limits.max_value as u64, tag };
         let mut failed = None;
         let (mem, index) = (&self.mem, &mut self.seat.index);
