@@ -180,6 +180,7 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
         let lease = match who {
             Who::Id(_) => None,
             Who::Lease(h) => {
+                slab.resume_from(&h.resume().payload);
                 // Go on carving the chunks a released id's last holder left;
                 // a crashed one's from their marks (not the index's, which
                 // carves without marks).

@@ -431,6 +431,7 @@ impl<C: Clock> ClientCtx<C> {
     pub fn leased(held: Held, clock: C) -> Result<Self, ClientError> {
         let mut ctx = Self::new(held.id, clock)?;
         let resume = held.resume();
+        ctx.slab.resume_from(&resume.payload);
         // The claim recorded the predecessor's cursor as taken.
         let (cursor, last) = Cursor::decode(&resume.payload);
         ctx.named = (cursor.segment, cursor.start);

@@ -409,3 +409,41 @@ fn a_site_left_out_as_late_is_taken_at_renewal() {
         assert_eq!(kept, Ok(()), "stalled after open: {stall_after_open}");
     }
 }
+
+/// A holder that records only marks (its allocator's, before it writes
+/// words of its own) repeats the words its claim resumed: after it crashes
+/// too, the id's next holder still finds where the last holder with words
+/// stood (a SWARM client's log cursor), and the chunks from their marks.
+#[test]
+fn a_record_of_marks_keeps_the_words_the_claim_resumed() {
+    use crate::substrate::space::slab::{HEAD_WORDS, SlabAllocator};
+    let mut sim = sim(4);
+    let mem = sim.client();
+    let (head, chunks) = sim
+        .block_on(async move {
+            let t = table(&mem).await;
+            let c = clk(&mem);
+            let mut a = t.claim(&mem, &c, Want::Id(1), 1).await.unwrap();
+            let mut slab = SlabAllocator::new();
+            slab.record(&mem, &mut a, [7, 8, 9], None).await.unwrap();
+            mem.sleep(AFTER_GRACE_NS).await;
+            // A crashed; B takes its id over and carves before any words.
+            let mut b = t.claim(&mem, &c, Want::Id(1), 2).await.unwrap();
+            let mut slab = SlabAllocator::new();
+            slab.resume_from(&b.resume().payload);
+            slab.take_over_marked(&b.resume().payload);
+            slab.alloc(&mem, NodeId(0), 64).await.unwrap();
+            assert!(slab.unrecorded());
+            slab.record_marks(&mem, Some(&mut b)).await.unwrap();
+            mem.sleep(AFTER_GRACE_NS).await;
+            // B crashed too.
+            let next = t.claim(&mem, &c, Want::Id(1), 3).await.unwrap();
+            let p = next.resume().payload;
+            let mut words = [0; HEAD_WORDS];
+            words.copy_from_slice(&p[..HEAD_WORDS]);
+            (words, p[HEAD_WORDS])
+        })
+        .unwrap();
+    assert_eq!(head, [7, 8, 9], "the words A recorded");
+    assert_eq!(chunks, 1, "B's chunk, from its mark");
+}

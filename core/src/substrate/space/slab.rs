@@ -554,6 +554,15 @@ impl SlabAllocator {
         payload(head, extra.into_iter().chain(self.open_chunks(true)))
     }
 
+    /// Starts from the record an id's claim left (its predecessor's words,
+    /// copied): until this client records words of its own, its records of
+    /// the marks repeat those, so that the id's next holder still finds
+    /// where the predecessor stood (a SWARM client's log cursor, FUSEE's
+    /// anchor).
+    pub fn resume_from(&mut self, payload: &Payload) {
+        self.head.copy_from_slice(&payload[..HEAD_WORDS]);
+    }
+
     /// Sets the caller's own chunk that every record carries
     /// ([`marked`](Self::marked)), from its mark: a record is due if it
     /// changed.
