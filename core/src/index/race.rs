@@ -10,7 +10,7 @@ use crate::substrate::join::join2;
 use crate::substrate::mutant::mutant;
 use crate::substrate::space::region::Region;
 use crate::substrate::space::roots;
-use crate::substrate::space::slab::{CLASSES, Carry};
+use crate::substrate::space::slab::{CLASSES, Carry, mark_past};
 use crate::{MAX_PIPELINE, Memory, NodeId, Op, RemoteAddr};
 
 /// How many times in a row an operation may lose a CAS to other clients
@@ -224,16 +224,22 @@ impl RaceIndex {
         if self.spare.iter().any(|&(_, s)| s == size) {
             return Ok(false);
         }
+        self.room_for(mem, size).await?;
+        if self.bump + size <= self.mark {
+            return Ok(false);
+        }
+        self.mark = mark_past(self.mark, self.bump + size, self.end, self.region.chunk);
+        Ok(true)
+    }
+
+    /// Takes a new chunk for key blocks if the current one has no room for
+    /// `size` bytes (its mark at its start: nothing recorded of it yet).
+    async fn room_for<M: Memory>(&mut self, mem: &M, size: u64) -> Result<(), IndexError> {
         if self.end.saturating_sub(self.bump) < size {
             let chunk = self.region.alloc_chunk(mem).await?;
             (self.bump, self.end, self.mark) = (chunk.offset, chunk.offset + self.region.chunk, chunk.offset);
         }
-        if self.bump + size <= self.mark {
-            return Ok(false);
-        }
-        let step = (self.region.chunk / 4).max(size);
-        self.mark = self.end.min((self.bump + size).max(self.mark + step));
-        Ok(true)
+        Ok(())
     }
 
     /// A block for `key` -> `location`, from the spares or the current chunk.
@@ -242,10 +248,7 @@ impl RaceIndex {
         let offset = match self.spare.iter().position(|&(_, s)| s == size) {
             Some(i) => self.spare.swap_remove(i).0,
             None => {
-                if self.end.saturating_sub(self.bump) < size {
-                    let chunk = self.region.alloc_chunk(mem).await?;
-                    (self.bump, self.end, self.mark) = (chunk.offset, chunk.offset + self.region.chunk, chunk.offset);
-                }
+                self.room_for(mem, size).await?;
                 self.bump += size;
                 self.bump - size
             }

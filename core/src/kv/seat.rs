@@ -69,9 +69,6 @@ pub trait SeatIndex: Sized {
     fn carried(&self) -> Option<Carry>;
     /// Goes on carving blocks from `c`, the id's previous holder's.
     fn adopt(&mut self, c: Carry);
-    /// Whether a crashed holder's carried chunk of this index is taken over
-    /// from its mark (FUSEE's log recovery takes its own arena chunk over).
-    const MARKED: bool;
     /// Makes room below the mark of the chunk this client carves the
     /// index's blocks from, for one change of a key of `key_len` bytes: the
     /// chunk with its new mark if the mark moved (to be recorded before
@@ -94,8 +91,6 @@ impl SeatIndex for RaceIndex {
         RaceIndex::adopt(self, c)
     }
 
-    const MARKED: bool = true;
-
     async fn reserve<M: Memory>(&mut self, mem: &M, key_len: usize) -> Result<Option<Carry>, KvError> {
         Ok(RaceIndex::reserve(self, mem, key_len).await?.then(|| self.marked()).flatten())
     }
@@ -116,8 +111,6 @@ impl SeatIndex for SnapshotIndex {
     fn adopt(&mut self, c: Carry) {
         SnapshotIndex::adopt(self, c);
     }
-
-    const MARKED: bool = false;
 
     /// Nothing: FUSEE's log recovery finds how far a crashed holder carved
     /// its arena chunk.
@@ -182,22 +175,18 @@ impl<C: Clock, I: SeatIndex> Seat<C, I> {
             Who::Lease(h) => {
                 slab.resume_from(&h.resume().payload);
                 // Go on carving the chunks a released id's last holder left;
-                // a crashed one's from their marks (not the index's, which
-                // carves without marks).
+                // a crashed one's from their marks (the one-copy index's
+                // too; never FUSEE's arena chunk, which its log recovery
+                // takes over).
                 match h.resume().state {
-                    Resumed::Released => {
-                        slab.take_over(&h.resume().payload);
-                        if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS) {
-                            index.adopt(c);
-                        }
-                    }
+                    Resumed::Released => slab.take_over(&h.resume().payload),
                     Resumed::Crashed => {
                         slab.take_over_marked(&h.resume().payload);
-                        if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS).filter(|_| I::MARKED) {
-                            index.adopt(c);
-                        }
                     }
                     Resumed::Fresh => {}
+                }
+                if let Some(c) = slab.take_extra_of(INDEX_NODE, I::CARRY_CLASS) {
+                    index.adopt(c);
                 }
                 Some(h)
             }

@@ -43,8 +43,8 @@
 //!   roundtrips.
 //! - New replicas are not cleared: they come from fresh chunks of nodes
 //!   that start zeroed (or from above a crashed holder's marks, where it
-//!   wrote nothing: it writes an object only once its mark is recorded). Writers' log entries are recycled
-//!   ([`crate::swarm::recycle`]: a value that stays moves to its object's
+//!   wrote nothing: it writes an object only once its mark is recorded).
+//!   Writers' log entries are recycled ([`crate::swarm::recycle`]: a value that stays moves to its object's
 //!   home copy), but objects, descriptors and index blocks are not yet: a
 //!   deleted key's replicas stay claimed (issue #20). Recycling them will
 //!   need the paper's pre-cleared buffers.
@@ -545,10 +545,7 @@ impl<P: Protocol, M: Memory, C: Clock> Replicated<P, M, C> {
             }
         }
         // Recorded before the new descriptor names them.
-        if restored && self.io.ctx.record_marks(&self.io.mem).await.is_err() {
-            return None;
-        }
-        if !restored {
+        if !restored || self.io.ctx.record_marks(&self.io.mem).await.is_err() {
             return None;
         }
         let Ok(desc) = self.index.alloc_record(&self.io.mem, DESCRIPTOR_BYTES).await else { return None };

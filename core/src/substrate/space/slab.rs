@@ -158,9 +158,9 @@ impl Class {
     }
 
     /// An object of `obj` bytes from the free list, or the current chunk
-    /// if it has room; and whether the mark moved (by `step`, or to the
-    /// object's end if that is further).
-    fn take(&mut self, obj: u64, step: u64) -> Option<(u64, bool)> {
+    /// (of `chunk` bytes) if it has room; and whether the mark moved
+    /// ([`mark_past`]).
+    fn take(&mut self, obj: u64, chunk: u64) -> Option<(u64, bool)> {
         if let Some(off) = self.free.pop() {
             return Some((off, false));
         }
@@ -170,7 +170,7 @@ impl Class {
         self.bump += obj;
         let moved = self.bump > self.mark;
         if moved {
-            self.mark = self.end.min(self.bump.max(self.mark + step));
+            self.mark = mark_past(self.mark, self.bump, self.end, chunk);
         }
         Some((self.bump - obj, moved))
     }
@@ -188,16 +188,10 @@ struct NodeSlabs {
 }
 
 impl NodeSlabs {
-    /// How far a mark moves ahead: a quarter chunk.
-    fn step(&self) -> u64 {
-        (self.region.chunk / 4).max(MIN_OBJECT)
-    }
-
     /// An object of class `i` (its place in `classes`) of `obj` bytes, as
     /// [`Class::take`].
     fn take(&mut self, i: usize, obj: u64) -> Option<(u64, bool)> {
-        let step = self.step();
-        self.classes[i].1.take(obj, step)
+        self.classes[i].1.take(obj, self.region.chunk)
     }
 
     /// Class `class`'s state, if it is in use.
@@ -237,6 +231,14 @@ pub struct SlabAllocator {
     /// of the marks carries again.
     head: [u64; HEAD_WORDS],
     extra: Option<Carry>,
+}
+
+/// Where a chunk's mark moves when carving reaches `reach` past it: a
+/// quarter chunk (of `chunk` bytes) ahead, or to `reach` if that is
+/// further, never past the chunk's `end`. The one rule for every chunk
+/// carved under marks (the slab's, the one-copy index's key blocks).
+pub fn mark_past(mark: u64, reach: u64, end: u64, chunk: u64) -> u64 {
+    end.min(reach.max(mark + chunk / 4))
 }
 
 /// An allocator with the lease its marks are recorded in

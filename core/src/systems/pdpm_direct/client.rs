@@ -600,35 +600,33 @@ impl<M: Memory, C: Clock> PdpmClient<M, C> {
                 .replicas
                 .push(self.seat.slab.alloc_local(node, size).unwrap_or(RemoteAddr::new(node, NO_REPLICA)));
         }
-        if place.replicas.iter().all(|r| r.offset != NO_REPLICA) {
-            // Recorded before the index names them, with room for the
-            // index's block (`crate::substrate::space::slab`).
-            self.seat.reserve_index(&self.mem, key.len()).await?;
-            return Ok(place);
-        }
         // Rarely (a client's first objects, a chunk used up): the others'
         // new chunks, all at once.
-        let short: heapless::Vec<usize, MAX_REPLICAS> =
-            (0..nodes.len()).filter(|&i| place.replicas[i].offset == NO_REPLICA).collect();
-        let (short_nodes, sizes): (heapless::Vec<_, MAX_REPLICAS>, heapless::Vec<u64, MAX_REPLICAS>) =
-            short.iter().map(|&i| (nodes[i], size)).unzip();
-        let (mem, slab) = (&self.mem, &mut self.seat.slab);
-        let got = cold(|| slab.alloc_each(mem, &short_nodes, &sizes, usize::MAX)).await;
-        let mut error = None;
-        for (&i, r) in short.iter().zip(got) {
-            match r {
-                Ok(a) => place.replicas[i] = a,
-                Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() && i > 0 => {}
-                Err(e) => error = error.or(Some(KvError::from(e))),
+        if place.replicas.iter().any(|r| r.offset == NO_REPLICA) {
+            let short: heapless::Vec<usize, MAX_REPLICAS> =
+                (0..nodes.len()).filter(|&i| place.replicas[i].offset == NO_REPLICA).collect();
+            let (short_nodes, sizes): (heapless::Vec<_, MAX_REPLICAS>, heapless::Vec<u64, MAX_REPLICAS>) =
+                short.iter().map(|&i| (nodes[i], size)).unzip();
+            let (mem, slab) = (&self.mem, &mut self.seat.slab);
+            let got = cold(|| slab.alloc_each(mem, &short_nodes, &sizes, usize::MAX)).await;
+            let mut error = None;
+            for (&i, r) in short.iter().zip(got) {
+                match r {
+                    Ok(a) => place.replicas[i] = a,
+                    Err(AllocError::Region(RegionError::Mem(e))) if !e.is_request_error() && i > 0 => {}
+                    Err(e) => error = error.or(Some(KvError::from(e))),
+                }
+            }
+            let real = place.replicas.iter().filter(|r| r.offset != NO_REPLICA).count();
+            if error.is_some() || real < majority(self.replicas) {
+                for r in place.replicas.iter().filter(|r| r.offset != NO_REPLICA) {
+                    self.seat.slab.free(*r, size);
+                }
+                return Err(error.unwrap_or(KvError::Unavailable));
             }
         }
-        let real = place.replicas.iter().filter(|r| r.offset != NO_REPLICA).count();
-        if error.is_some() || real < majority(self.replicas) {
-            for r in place.replicas.iter().filter(|r| r.offset != NO_REPLICA) {
-                self.seat.slab.free(*r, size);
-            }
-            return Err(error.unwrap_or(KvError::Unavailable));
-        }
+        // Recorded before the index names them, with room for the
+        // index's block (`crate::substrate::space::slab`).
         self.seat.reserve_index(&self.mem, key.len()).await?;
         Ok(place)
     }
