@@ -17,6 +17,7 @@ use crate::Memory;
 use crate::index::{RaceIndex, SnapshotIndex};
 use crate::substrate::clock::Clock;
 use crate::substrate::lease::{Held, Resume, Resumed};
+use crate::substrate::mutant::mutant;
 use crate::substrate::space::slab::{ARENA_CLASS, CLASSES, Carry, HEAD_WORDS, SlabAllocator};
 
 /// The id of client `who` of the store `cfg`, checked: ids run from 1 to
@@ -145,22 +146,30 @@ pub struct Seat<C, I = RaceIndex> {
 
 impl<C: Clock, I: SeatIndex> Seat<C, I> {
     /// Opens the index for client `who` of the store `cfg` (nothing is
-    /// allocated). If the index cannot be opened, a leased id is given back
-    /// at once, with what its previous holder handed over, rather than held
-    /// until its lease ends.
+    /// allocated). If the index cannot be opened, a leased id that its
+    /// previous holder gave back (or never had one) is given back at once,
+    /// with what that holder handed over, rather than held until its lease
+    /// ends. One whose holder crashed is left to lapse instead: its record
+    /// still holds the crashed holder's (the claim copied it), so the id's
+    /// next holder takes the chunks over from their marks, and FUSEE
+    /// recovers the log, as if this client had never claimed it. Given
+    /// back, they would be lost, or taken from where carving stood.
     pub async fn open<M: Memory>(mem: &M, cfg: &StoreConfig, who: Who, clock: C) -> Result<Self, KvError> {
         let id = check_id(&who, cfg)?;
         let mut index = match I::open_for(mem, cfg, id).await {
             Ok(index) => index,
             Err(e) => {
                 if let Who::Lease(h) = who {
-                    // A released id's chunks go on to the next holder; a
-                    // crashed holder's may have been carved further: none.
+                    // (Mutant `crashed-claim-given-back`: given back with
+                    // nothing, the crashed holder's chunks are lost.)
                     let payload = match h.resume().state {
-                        Resumed::Released => h.resume().payload,
-                        _ => SlabAllocator::new().hand_over([0; HEAD_WORDS], None),
+                        Resumed::Crashed if !mutant!("crashed-claim-given-back") => None,
+                        Resumed::Crashed => Some(SlabAllocator::new().hand_over([0; HEAD_WORDS], None)),
+                        _ => Some(h.resume().payload),
                     };
-                    let _ = h.release(mem, &payload).await;
+                    if let Some(p) = payload {
+                        let _ = h.release(mem, &p).await;
+                    }
                 }
                 return Err(e);
             }

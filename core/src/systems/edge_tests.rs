@@ -487,7 +487,23 @@ fn a_lease_that_cannot_be_renewed_says_so() {
 /// each chunk from where carving stood, not from its mark) fails it.
 #[test]
 fn a_crashed_clients_chunks_go_to_its_ids_next_holder() {
-    use crate::substrate::lease::{LeaseError, Want};
+    crashed_chunks_go_to_the_next_holder(false);
+}
+
+/// The same, with a claimer in between that cannot open the index (its
+/// root words gone for a moment): it gives the id back with the crashed
+/// holder's chunks from their marks, or leaves it to lapse (the stores of
+/// `kv::seat`, whose record may name FUSEE's log), so that its next holder
+/// still takes them over. The mutant `crashed-claim-given-back` (given back with
+/// nothing, as before) fails it.
+#[test]
+fn a_claimer_that_cannot_open_the_index_leaves_a_crashed_holders_chunks() {
+    crashed_chunks_go_to_the_next_holder(true);
+}
+
+fn crashed_chunks_go_to_the_next_holder(failed_claim: bool) {
+    use crate::substrate::lease::{LeaseError, Resumed, Want};
+    use crate::substrate::space::roots;
     let mut seen = 0;
     for &system in ALL {
         if system.server().is_some() || up_front(system) {
@@ -509,15 +525,8 @@ fn a_crashed_clients_chunks_go_to_its_ids_next_holder() {
                 }
                 c
             };
-            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
-            let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
-            for i in 0..20 {
-                a.insert(&key("a", i), &value("a", i)).await.unwrap();
-            }
-            // Crashed: never closed, its lease left to expire.
-            core::mem::forget(a);
-            let held = loop {
-                match claim(&mem, &cfg, &clk, Want::Id(1), 8).await {
+            let claim_1 = async |nonce: u32| loop {
+                match claim(&mem, &cfg, &clk, Want::Id(1), nonce).await {
                     Ok(h) => break h,
                     Err(KvError::Lease(LeaseError::Taken { free_in_ms, .. })) => {
                         mem.sleep((free_in_ms + 1) * 1_000_000).await
@@ -525,7 +534,36 @@ fn a_crashed_clients_chunks_go_to_its_ids_next_holder() {
                     Err(e) => panic!("{system}: {e}"),
                 }
             };
-            assert_eq!(held.resume().state, crate::substrate::lease::Resumed::Crashed);
+            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
+            let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
+            for i in 0..20 {
+                a.insert(&key("a", i), &value("a", i)).await.unwrap();
+            }
+            // Crashed: never closed, its lease left to expire.
+            core::mem::forget(a);
+            if failed_claim {
+                // A claimer finds no index (every replica's root word
+                // cleared for a moment) and fails.
+                let roots: Vec<_> = (0..3).map(|n| Region::root_slot(NodeId(n), roots::INDEX).unwrap()).collect();
+                let mut kept = Vec::new();
+                for &at in &roots {
+                    kept.push(crate::substrate::memory::read_word(&mem, at).await.unwrap());
+                    mem.write(at, &0u64.to_le_bytes()).await.unwrap();
+                }
+                let held = claim_1(9).await;
+                assert_eq!(held.resume().state, Resumed::Crashed);
+                let failed = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await;
+                assert!(failed.is_err(), "{system}: a client connected without an index");
+                for (&at, w) in roots.iter().zip(kept) {
+                    mem.write(at, &w.to_le_bytes()).await.unwrap();
+                }
+            }
+            let held = claim_1(8).await;
+            // (The stores of `kv::replicated` give the id back at once,
+            // with the crashed holder's chunks from their marks.)
+            if !failed_claim {
+                assert_eq!(held.resume().state, Resumed::Crashed);
+            }
             let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
             // Its first write opens its own log segment (the crashed
             // holder's stay in use until they are recycled).
