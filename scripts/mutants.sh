@@ -33,6 +33,7 @@ MUTANTS=(
   "marks-are-bumps||not linearizable|cargo test -p swarm-core --release --lib systems::tests::swarm_kv_campaign_3_replicas"
   "index-marks-are-bumps||raw: a-|cargo test -p swarm-core --release --lib systems::edge_tests::a_crashed_clients_chunks"
   "crashed-claim-given-back||took chunks of its own|cargo test -p swarm-core --release --lib systems::edge_tests::a_claimer_that_cannot_open"
+  "inherited-left-in-use||segments in use once the one-command holder closed|cargo test -p swarm-core --release --lib systems::edge_tests::a_one_command_holder"
   "ack-one||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "guessed-unlocked||not linearizable|cargo test -p swarm-core --release --lib swarm::safeguess::tests::campaign_3_replicas"
   "abd-no-write-back||not linearizable|cargo test -p swarm-core --release --lib baselines::abd::tests::campaign_3_replicas"

@@ -84,6 +84,7 @@ use alloc::vec::Vec;
 
 use crate::substrate::clock::Clock;
 use crate::substrate::join::join_vec;
+use crate::substrate::memory::pause;
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::swarm::client::ClientCtx;
@@ -180,6 +181,9 @@ pub struct Recycler {
     /// Whether the directory rows were read (the numbers a predecessor left
     /// in use are known).
     adopted: bool,
+    /// The numbers a predecessor left in use and stopped writing in (a
+    /// crashed holder's), until this client gives them back.
+    inherited: SegmentSet,
     /// When each segment was last given back, ns (0: never by this client).
     freed: Vec<u64>,
     /// When the segments given back and unused for [`HOLD_R`] recycling
@@ -223,6 +227,12 @@ const MAX_REWRITES: usize = 1 << 16;
 /// segments (1.6 s on shm).
 pub const HOLD_R: u64 = 16;
 
+/// How long a client that gives its id back goes on recycling the
+/// segments a crashed predecessor left, at most, in recycling delays after
+/// it read them: a write is resolved in about 3 R and its segment given
+/// back R later ([`ClientCtx::settle_inherited`]).
+pub const SETTLE_R: u64 = 6;
+
 impl Recycler {
     /// A recycler with delay `delay_ns` ([`crate::swarm::client::recycle_delay_ns`]).
     pub fn new(delay_ns: u64) -> Self {
@@ -232,6 +242,7 @@ impl Recycler {
             pending: VecDeque::new(),
             segs: Vec::new(),
             adopted: false,
+            inherited: SegmentSet::default(),
             freed: Vec::new(),
             next_release: 0,
             rewrites: Vec::new(),
@@ -310,9 +321,26 @@ impl Recycler {
                 *self.seg(s) = Seg::Used { start, pending: 0, last: 0, open: true, scan };
             } else {
                 *self.seg(s) = Seg::Inherited { start };
+                self.inherited.insert(s);
             }
         }
         self.adopted = true;
+    }
+
+    /// Whether a segment a predecessor stopped writing in (one a crashed
+    /// holder left) is still in use: not yet marked free where it could be.
+    pub fn holds_inherited(&mut self) -> bool {
+        let segs = &self.segs;
+        let left: Vec<u32> = self
+            .inherited
+            .iter()
+            .filter(|&s| matches!(segs.get(s as usize), Some(Seg::Used { .. } | Seg::Inherited { .. })))
+            .collect();
+        self.inherited = SegmentSet::default();
+        for s in &left {
+            self.inherited.insert(*s);
+        }
+        !left.is_empty()
     }
 
     /// The segment a released id's holder goes on in (`s`, started at
@@ -479,6 +507,26 @@ impl<C: Clock> ClientCtx<C> {
         }
         self.free_segments(mem, &mut rec, now).await;
         *self.recycle = rec;
+    }
+
+    /// Before a client gives its id back: goes on recycling, for at most
+    /// [`SETTLE_R`] recycling delays, until the segments a crashed
+    /// predecessor left are given back. Otherwise holders that each run
+    /// one command (`swarm kv put`) would hand them on for ever, as none
+    /// lives a few delays; a crash would cost a segment on every node until
+    /// a longer-lived holder came. A memory without a clock waits for none.
+    pub async fn settle_inherited<M: Memory>(&mut self, mem: &M) {
+        let mut until = None;
+        while self.recycle.holds_inherited() && !mutant!("inherited-left-in-use") {
+            self.recycle(mem).await;
+            // Timed from the first pass, which reads the segments.
+            let Some(now) = mem.now_ns() else { return };
+            let until = *until.get_or_insert(now.saturating_add(SETTLE_R * self.delay()));
+            if now >= until {
+                return;
+            }
+            pause(mem, self.delay() / 4).await;
+        }
     }
 
     /// What the probes of write `p` call for: its entries recycled, it

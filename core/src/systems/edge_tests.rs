@@ -501,6 +501,70 @@ fn a_claimer_that_cannot_open_the_index_leaves_a_crashed_holders_chunks() {
     crashed_chunks_go_to_the_next_holder(true);
 }
 
+/// A client whose id's previous holder crashed leaves the log segment
+/// that holder wrote in to be recycled by some later holder; a holder that
+/// runs one command, as `swarm kv put` does, lives too short for that, so
+/// it recycles the segment before it gives the id back
+/// (`ClientCtx::settle_inherited`): after it closes, the id holds its own
+/// segment alone on every node. The mutant `inherited-left-in-use` (it
+/// gives the id back at once) leaves two.
+#[test]
+fn a_one_command_holder_gives_back_the_segment_a_crashed_one_left() {
+    use crate::substrate::lease::{LeaseError, Resumed, Want};
+    let mut seen = 0;
+    for &system in ALL {
+        if !logs(system) {
+            continue;
+        }
+        seen += 1;
+        let mut cfg = config(system, 1);
+        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+        let mut sim = setup(&cfg, 8 << 20);
+        let mem = sim.client();
+        sim.block_on(async move {
+            let clk = clock(&mem, 0);
+            let in_use = async || {
+                let nodes = [NodeId(0), NodeId(1), NodeId(2)];
+                let mut each = [0; 3];
+                writerlog::Logs::new().in_use_on(&mem, &nodes, 1, 3, |n, _, _| each[n] += 1).await;
+                each
+            };
+            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
+            let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
+            for i in 0..20u32 {
+                a.insert(format!("k{i}").as_bytes(), b"a's").await.unwrap();
+            }
+            // Crashed: never closed, its lease left to expire.
+            core::mem::forget(a);
+            let held = loop {
+                match claim(&mem, &cfg, &clk, Want::Id(1), 8).await {
+                    Ok(h) => break h,
+                    Err(KvError::Lease(LeaseError::Taken { free_in_ms, .. })) => {
+                        mem.sleep((free_in_ms + 1) * 1_000_000).await
+                    }
+                    Err(e) => panic!("{system}: {e}"),
+                }
+            };
+            assert_eq!(held.resume().state, Resumed::Crashed);
+            let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
+            b.update(b"k0", b"b's").await.unwrap().unwrap();
+            assert_eq!(in_use().await, [2; 3], "{system}: the crashed holder's segment and the next one's");
+            b.close().await.unwrap();
+            assert_eq!(in_use().await, [1; 3], "{system}: segments in use once the one-command holder closed");
+            let mut c = connect_any(mem.clone(), &cfg, Who::Id(1), clock(&mem, 0)).await.unwrap();
+            for i in 0..20u32 {
+                let want: &[u8] = if i == 0 { b"b's" } else { b"a's" };
+                match c.get(format!("k{i}").as_bytes()).await {
+                    Ok(Got::Found(v)) => assert_eq!(v.as_ref(), want, "{system}: k{i}"),
+                    other => panic!("{system}: k{i}: {other:?}"),
+                }
+            }
+        })
+        .unwrap();
+    }
+    assert!(seen >= 2, "systems checked: {seen}");
+}
+
 fn crashed_chunks_go_to_the_next_holder(failed_claim: bool) {
     use crate::substrate::lease::{LeaseError, Resumed, Want};
     use crate::substrate::space::roots;

@@ -709,7 +709,10 @@ impl<P: Protocol, M: Memory, C: Clock> KvClient for Replicated<P, M, C> {
         Err(KvError::Contended)
     }
 
+    /// Recycles what a crashed predecessor left first
+    /// ([`ClientCtx::settle_inherited`]), then gives the id back.
     async fn close(&mut self) -> Result<(), KvError> {
+        self.io.ctx.settle_inherited(&self.io.mem).await;
         self.io.ctx.release(&self.io.mem, self.index.carried()).await.map_err(client_error)
     }
 
