@@ -501,6 +501,43 @@ fn a_claimer_that_cannot_open_the_index_leaves_a_crashed_holders_chunks() {
     crashed_chunks_go_to_the_next_holder(true);
 }
 
+/// Runs `body` on a fresh store of each system `pick` chooses (one
+/// writer, the shortest lease, 8 MiB nodes); how many it ran on.
+fn on_each_short_lease<F: core::future::Future<Output = ()> + 'static>(
+    pick: impl Fn(System) -> bool,
+    body: impl Fn(System, StoreConfig, SimMemory) -> F,
+) -> usize {
+    let mut seen = 0;
+    for &system in ALL.iter().filter(|&&s| pick(s)) {
+        seen += 1;
+        let mut cfg = config(system, 1);
+        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
+        let mut sim = setup(&cfg, 8 << 20);
+        let mem = sim.client();
+        sim.block_on(body(system, cfg, mem)).unwrap();
+    }
+    seen
+}
+
+/// Claims id 1 of `cfg`'s store for `system` once its holder's lease (and
+/// grace) is over.
+async fn claim_lapsed(
+    mem: &SimMemory,
+    cfg: &StoreConfig,
+    clk: &crate::check::SimClock,
+    nonce: u32,
+    system: System,
+) -> crate::substrate::lease::Held {
+    use crate::substrate::lease::{LeaseError, Want};
+    loop {
+        match claim(mem, cfg, clk, Want::Id(1), nonce).await {
+            Ok(h) => return h,
+            Err(KvError::Lease(LeaseError::Taken { free_in_ms, .. })) => mem.sleep((free_in_ms + 1) * 1_000_000).await,
+            Err(e) => panic!("{system}: {e}"),
+        }
+    }
+}
+
 /// A client whose id's previous holder crashed leaves the log segment
 /// that holder wrote in to be recycled by some later holder; a holder that
 /// runs one command, as `swarm kv put` does, lives too short for that, so
@@ -510,144 +547,104 @@ fn a_claimer_that_cannot_open_the_index_leaves_a_crashed_holders_chunks() {
 /// gives the id back at once) leaves two.
 #[test]
 fn a_one_command_holder_gives_back_the_segment_a_crashed_one_left() {
-    use crate::substrate::lease::{LeaseError, Resumed, Want};
-    let mut seen = 0;
-    for &system in ALL {
-        if !logs(system) {
-            continue;
+    use crate::substrate::lease::{Resumed, Want};
+    let seen = on_each_short_lease(logs, |system, cfg, mem| async move {
+        let clk = clock(&mem, 0);
+        let in_use = async || {
+            let nodes = [NodeId(0), NodeId(1), NodeId(2)];
+            let mut each = [0; 3];
+            writerlog::Logs::new().in_use_on(&mem, &nodes, 1, 3, |n, _, _| each[n] += 1).await;
+            each
+        };
+        let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
+        let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
+        for i in 0..20u32 {
+            a.insert(format!("k{i}").as_bytes(), b"a's").await.unwrap();
         }
-        seen += 1;
-        let mut cfg = config(system, 1);
-        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
-        let mut sim = setup(&cfg, 8 << 20);
-        let mem = sim.client();
-        sim.block_on(async move {
-            let clk = clock(&mem, 0);
-            let in_use = async || {
-                let nodes = [NodeId(0), NodeId(1), NodeId(2)];
-                let mut each = [0; 3];
-                writerlog::Logs::new().in_use_on(&mem, &nodes, 1, 3, |n, _, _| each[n] += 1).await;
-                each
-            };
-            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
-            let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
-            for i in 0..20u32 {
-                a.insert(format!("k{i}").as_bytes(), b"a's").await.unwrap();
+        // Crashed: never closed, its lease left to expire.
+        core::mem::forget(a);
+        let held = claim_lapsed(&mem, &cfg, &clk, 8, system).await;
+        assert_eq!(held.resume().state, Resumed::Crashed);
+        let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
+        b.update(b"k0", b"b's").await.unwrap().unwrap();
+        assert_eq!(in_use().await, [2; 3], "{system}: the crashed holder's segment and the next one's");
+        b.close().await.unwrap();
+        assert_eq!(in_use().await, [1; 3], "{system}: segments in use once the one-command holder closed");
+        let mut c = connect_any(mem.clone(), &cfg, Who::Id(1), clock(&mem, 0)).await.unwrap();
+        for i in 0..20u32 {
+            let want: &[u8] = if i == 0 { b"b's" } else { b"a's" };
+            match c.get(format!("k{i}").as_bytes()).await {
+                Ok(Got::Found(v)) => assert_eq!(v.as_ref(), want, "{system}: k{i}"),
+                other => panic!("{system}: k{i}: {other:?}"),
             }
-            // Crashed: never closed, its lease left to expire.
-            core::mem::forget(a);
-            let held = loop {
-                match claim(&mem, &cfg, &clk, Want::Id(1), 8).await {
-                    Ok(h) => break h,
-                    Err(KvError::Lease(LeaseError::Taken { free_in_ms, .. })) => {
-                        mem.sleep((free_in_ms + 1) * 1_000_000).await
-                    }
-                    Err(e) => panic!("{system}: {e}"),
-                }
-            };
-            assert_eq!(held.resume().state, Resumed::Crashed);
-            let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
-            b.update(b"k0", b"b's").await.unwrap().unwrap();
-            assert_eq!(in_use().await, [2; 3], "{system}: the crashed holder's segment and the next one's");
-            b.close().await.unwrap();
-            assert_eq!(in_use().await, [1; 3], "{system}: segments in use once the one-command holder closed");
-            let mut c = connect_any(mem.clone(), &cfg, Who::Id(1), clock(&mem, 0)).await.unwrap();
-            for i in 0..20u32 {
-                let want: &[u8] = if i == 0 { b"b's" } else { b"a's" };
-                match c.get(format!("k{i}").as_bytes()).await {
-                    Ok(Got::Found(v)) => assert_eq!(v.as_ref(), want, "{system}: k{i}"),
-                    other => panic!("{system}: k{i}: {other:?}"),
-                }
-            }
-        })
-        .unwrap();
-    }
+        }
+    });
     assert!(seen >= 2, "systems checked: {seen}");
 }
 
 fn crashed_chunks_go_to_the_next_holder(failed_claim: bool) {
-    use crate::substrate::lease::{LeaseError, Resumed, Want};
+    use crate::substrate::lease::{Resumed, Want};
     use crate::substrate::space::roots;
-    let mut seen = 0;
-    for &system in ALL {
-        if system.server().is_some() || up_front(system) {
-            continue;
+    let carving = |system: System| system.server().is_none() && !up_front(system);
+    let seen = on_each_short_lease(carving, move |system, cfg, mem| async move {
+        let clk = clock(&mem, 0);
+        let key = |who: &str, i: u32| format!("{who}-{i}").into_bytes();
+        let value = |who: &str, i: u32| format!("{who} wrote {i}").into_bytes();
+        let cursors = async || {
+            let mut c = Vec::new();
+            for n in 0..3 {
+                c.push(Region::open(&mem, NodeId(n)).await.unwrap().cursor);
+            }
+            c
+        };
+        let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
+        let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
+        for i in 0..20 {
+            a.insert(&key("a", i), &value("a", i)).await.unwrap();
         }
-        seen += 1;
-        let mut cfg = config(system, 1);
-        cfg.lease_ms = crate::kv::config::MIN_LEASE_MS;
-        let mut sim = setup(&cfg, 8 << 20);
-        let mem = sim.client();
-        sim.block_on(async move {
-            let clk = clock(&mem, 0);
-            let key = |who: &str, i: u32| format!("{who}-{i}").into_bytes();
-            let value = |who: &str, i: u32| format!("{who} wrote {i}").into_bytes();
-            let cursors = async || {
-                let mut c = Vec::new();
-                for n in 0..3 {
-                    c.push(Region::open(&mem, NodeId(n)).await.unwrap().cursor);
-                }
-                c
-            };
-            let claim_1 = async |nonce: u32| loop {
-                match claim(&mem, &cfg, &clk, Want::Id(1), nonce).await {
-                    Ok(h) => break h,
-                    Err(KvError::Lease(LeaseError::Taken { free_in_ms, .. })) => {
-                        mem.sleep((free_in_ms + 1) * 1_000_000).await
-                    }
-                    Err(e) => panic!("{system}: {e}"),
-                }
-            };
-            let held = claim(&mem, &cfg, &clk, Want::Id(1), 7).await.unwrap();
-            let mut a = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await.unwrap();
+        // Crashed: never closed, its lease left to expire.
+        core::mem::forget(a);
+        if failed_claim {
+            // A claimer finds no index (every replica's root word
+            // cleared for a moment) and fails.
+            let roots: Vec<_> = (0..3).map(|n| Region::root_slot(NodeId(n), roots::INDEX).unwrap()).collect();
+            let mut kept = Vec::new();
+            for &at in &roots {
+                kept.push(crate::substrate::memory::read_word(&mem, at).await.unwrap());
+                mem.write(at, &0u64.to_le_bytes()).await.unwrap();
+            }
+            let held = claim_lapsed(&mem, &cfg, &clk, 9, system).await;
+            assert_eq!(held.resume().state, Resumed::Crashed);
+            let failed = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await;
+            assert!(failed.is_err(), "{system}: a client connected without an index");
+            for (&at, w) in roots.iter().zip(kept) {
+                mem.write(at, &w.to_le_bytes()).await.unwrap();
+            }
+        }
+        let held = claim_lapsed(&mem, &cfg, &clk, 8, system).await;
+        // (The stores of `kv::replicated` give the id back at once,
+        // with the crashed holder's chunks from their marks.)
+        if !failed_claim {
+            assert_eq!(held.resume().state, Resumed::Crashed);
+        }
+        let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
+        // Its first write opens its own log segment (the crashed
+        // holder's stay in use until they are recycled).
+        b.update(&key("a", 0), &value("a", 0)).await.unwrap().unwrap();
+        let taken = cursors().await;
+        for i in 0..20 {
+            b.insert(&key("b", i), &value("b", i)).await.unwrap();
+        }
+        assert_eq!(cursors().await, taken, "{system}: the next holder took chunks of its own");
+        for who in ["a", "b"] {
             for i in 0..20 {
-                a.insert(&key("a", i), &value("a", i)).await.unwrap();
-            }
-            // Crashed: never closed, its lease left to expire.
-            core::mem::forget(a);
-            if failed_claim {
-                // A claimer finds no index (every replica's root word
-                // cleared for a moment) and fails.
-                let roots: Vec<_> = (0..3).map(|n| Region::root_slot(NodeId(n), roots::INDEX).unwrap()).collect();
-                let mut kept = Vec::new();
-                for &at in &roots {
-                    kept.push(crate::substrate::memory::read_word(&mem, at).await.unwrap());
-                    mem.write(at, &0u64.to_le_bytes()).await.unwrap();
-                }
-                let held = claim_1(9).await;
-                assert_eq!(held.resume().state, Resumed::Crashed);
-                let failed = connect_any(mem.clone(), &cfg, Who::Lease(held), clock(&mem, 0)).await;
-                assert!(failed.is_err(), "{system}: a client connected without an index");
-                for (&at, w) in roots.iter().zip(kept) {
-                    mem.write(at, &w.to_le_bytes()).await.unwrap();
+                match b.get(&key(who, i)).await {
+                    Ok(Got::Found(v)) => assert_eq!(v.as_ref(), &value(who, i)[..], "{system}: {who}-{i}"),
+                    other => panic!("{system}: {who}-{i}: {other:?}"),
                 }
             }
-            let held = claim_1(8).await;
-            // (The stores of `kv::replicated` give the id back at once,
-            // with the crashed holder's chunks from their marks.)
-            if !failed_claim {
-                assert_eq!(held.resume().state, Resumed::Crashed);
-            }
-            let mut b = connect_any(mem.clone(), &cfg, Who::Lease(held), clk).await.unwrap();
-            // Its first write opens its own log segment (the crashed
-            // holder's stay in use until they are recycled).
-            b.update(&key("a", 0), &value("a", 0)).await.unwrap().unwrap();
-            let taken = cursors().await;
-            for i in 0..20 {
-                b.insert(&key("b", i), &value("b", i)).await.unwrap();
-            }
-            assert_eq!(cursors().await, taken, "{system}: the next holder took chunks of its own");
-            for who in ["a", "b"] {
-                for i in 0..20 {
-                    match b.get(&key(who, i)).await {
-                        Ok(Got::Found(v)) => assert_eq!(v.as_ref(), &value(who, i)[..], "{system}: {who}-{i}"),
-                        other => panic!("{system}: {who}-{i}: {other:?}"),
-                    }
-                }
-            }
-            b.close().await.unwrap();
-        })
-        .unwrap();
-    }
+        }
+        b.close().await.unwrap();
+    });
     assert!(seen >= 4, "systems checked: {seen}");
 }
