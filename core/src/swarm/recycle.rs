@@ -331,16 +331,15 @@ impl Recycler {
     /// holder left) is still in use: not yet marked free where it could be.
     pub fn holds_inherited(&mut self) -> bool {
         let segs = &self.segs;
-        let left: Vec<u32> = self
+        let done: Vec<u32> = self
             .inherited
             .iter()
-            .filter(|&s| matches!(segs.get(s as usize), Some(Seg::Used { .. } | Seg::Inherited { .. })))
+            .filter(|&s| !matches!(segs.get(s as usize), Some(Seg::Used { .. } | Seg::Inherited { .. })))
             .collect();
-        self.inherited = SegmentSet::default();
-        for s in &left {
-            self.inherited.insert(*s);
+        for s in done {
+            self.inherited.remove(s);
         }
-        !left.is_empty()
+        !self.inherited.is_empty()
     }
 
     /// The segment a released id's holder goes on in (`s`, started at
