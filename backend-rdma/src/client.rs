@@ -497,6 +497,10 @@ impl<N: Nic> Memory for RdmaMemory<N> {
         Some(swarm_mapped::monotonic_ns())
     }
 
+    fn coarse_now_ns(&self) -> Option<u64> {
+        Some(swarm_mapped::coarse_ns())
+    }
+
     fn timeout_ns(&self) -> Option<u64> {
         Some(u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX))
     }

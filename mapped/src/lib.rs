@@ -26,6 +26,8 @@
 //!   roundtrip latency and a time-out for stalled nodes; its read buffers
 //!   are pooled [`MappedBuf`]s; it runs [`Persistence`] hooks around its
 //!   accesses ([`Coherent`], none, by default).
+//! - [`monotonic_ns`] and [`coarse_ns`]: the process's clock, the time of
+//!   `Memory::now_ns` and `Memory::coarse_now_ns` for every handle.
 //! - [`check_private`]: whether a directory or file that a cluster lives in
 //!   is this user's alone, which the backends that map files ask before
 //!   they use one.
@@ -72,6 +74,7 @@
 mod atomic;
 mod buf;
 mod bytes;
+mod clock;
 mod control;
 mod error;
 mod memory;
@@ -84,9 +87,10 @@ pub mod persist;
 pub use atomic::RawMapping;
 pub use atomic::{WORD, Words};
 pub use buf::MappedBuf;
+pub use clock::{coarse_ns, monotonic_ns};
 pub use control::{Control, Fault, control_bytes};
 pub use error::MappedError;
-pub use memory::{DEFAULT_TIMEOUT, MappedMemory, monotonic_ns, poll_alarm};
+pub use memory::{DEFAULT_TIMEOUT, MappedMemory, poll_alarm};
 pub use nodes::{MAX_NODE_SIZE, MAX_NODES, Nodes, check_config};
 #[cfg(not(loom))]
 pub use owner::{check_private, private};

@@ -41,7 +41,6 @@
 //! hooks run.
 
 use std::future::{Future, poll_fn};
-use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -50,6 +49,7 @@ use swarm_core::substrate::memory::check_pipeline;
 use swarm_core::{MemError, MemErrorKind, Memory, NodeId, Op, OpOutput, Outputs, RemoteAddr};
 
 use crate::atomic::AtomicU64;
+use crate::clock::{coarse_ns, monotonic_ns};
 use crate::persist::{Coherent, Persistence};
 use crate::{Fault, MappedBuf, Nodes, bytes};
 
@@ -403,6 +403,10 @@ impl<P: Persistence> Memory for MappedMemory<P> {
         Some(monotonic_ns())
     }
 
+    fn coarse_now_ns(&self) -> Option<u64> {
+        Some(coarse_ns())
+    }
+
     fn timeout_ns(&self) -> Option<u64> {
         Some(u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX))
     }
@@ -420,11 +424,4 @@ pub fn poll_alarm(cx: &mut Context<'_>, at_ns: u64) -> Poll<()> {
     }
     cx.waker().wake_by_ref();
     Poll::Pending
-}
-
-/// Nanoseconds since this process first asked: the clock of
-/// [`Memory::now_ns`] for every handle of the process.
-pub fn monotonic_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }

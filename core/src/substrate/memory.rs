@@ -201,6 +201,16 @@ pub trait Memory {
         None
     }
 
+    /// [`Memory::now_ns`] as it read up to a few milliseconds ago (a clock
+    /// tick), where the backend has that for less: never more than what
+    /// `now_ns` reads at the same moment or later. For a time that is only
+    /// compared with a later `now_ns`, where reading early errs on the
+    /// safe side (the start of a read, [`crate::swarm::client::ClientCtx::fresh`]).
+    /// `now_ns` by default.
+    fn coarse_now_ns(&self) -> Option<u64> {
+        self.now_ns()
+    }
+
     /// How long an operation may stay pending before the backend fails it
     /// (its time-out), ns: also the longest after its posting that an
     /// operation may still land, which fences that wait out operations
@@ -260,6 +270,10 @@ impl<M: Memory + ?Sized> Memory for &M {
 
     fn now_ns(&self) -> Option<u64> {
         (**self).now_ns()
+    }
+
+    fn coarse_now_ns(&self) -> Option<u64> {
+        (**self).coarse_now_ns()
     }
 
     fn timeout_ns(&self) -> Option<u64> {

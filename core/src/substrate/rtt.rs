@@ -149,6 +149,10 @@ impl<M: Memory> Memory for Counted<M> {
         self.mem.now_ns()
     }
 
+    fn coarse_now_ns(&self) -> Option<u64> {
+        self.mem.coarse_now_ns()
+    }
+
     fn timeout_ns(&self) -> Option<u64> {
         self.mem.timeout_ns()
     }

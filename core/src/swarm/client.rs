@@ -495,9 +495,11 @@ impl<C: Clock> ClientCtx<C> {
         }
     }
 
-    /// Notes the start of a read, for [`ClientCtx::fresh`].
+    /// Notes the start of a read, for [`ClientCtx::fresh`]: on the coarse
+    /// clock, which every read pays for, and which can only make the
+    /// read look older than it is.
     pub fn note_read<M: Memory>(&mut self, mem: &M) {
-        self.read_at = mem.now_ns();
+        self.read_at = mem.coarse_now_ns();
     }
 
     /// Remembers a write of this client, so that its log entries are
