@@ -489,6 +489,10 @@ impl<C: Clock> ClientCtx<C> {
     /// Whether a reader may still act (write back, lock) on what its last
     /// read found: within R/2 of its start ([`crate::swarm::recycle`]).
     pub fn fresh<M: Memory>(&self, mem: &M) -> bool {
+        // (The mutant `stale-write-back` does not check.)
+        if mutant!("stale-write-back") {
+            return true;
+        }
         match (mem.now_ns(), self.read_at) {
             (Some(now), Some(at)) => now.saturating_sub(at) <= self.delay / 2,
             _ => true,

@@ -1081,6 +1081,50 @@ mod tests {
         assert_eq!(fresh_read(&mut sim, reg), (Ok((old, alloc::vec![1; 16])), 1));
     }
 
+    /// A reader acts on what its read found (here, writes back a tuple
+    /// that one replica holds) only within R/2 of the read's start
+    /// ([`ClientCtx::fresh`]): later, the writer may have recycled the
+    /// tuple's entries. With R below a roundtrip, every write-back would
+    /// come too late, so the read writes nothing back and fails; with R
+    /// as a store sets it, the same read writes the tuple back. (The
+    /// mutant `stale-write-back`, a reader that does not check, writes it
+    /// back either way.)
+    #[test]
+    fn a_reader_writes_back_only_soon_after_its_read() {
+        for (delay, wrote_back) in [(RTT, false), (crate::swarm::client::recycle_delay_ns(None), true)] {
+            let (mut sim, reg) = fixed_rtt_register(7, Layout::new(1, 64).unwrap());
+            let (_, new) = old_then_new(&mut sim, &reg, &[1], false);
+            let m = sim.client();
+            let (read, before, after) = sim
+                .block_on(async move {
+                    let words = || async {
+                        let mut words = Vec::new();
+                        for (i, rep) in reg.replicas.iter().enumerate() {
+                            words.push(rep.probe(&m, &reg.layout.of_replica(i), 1).await.unwrap().max.unhomed());
+                        }
+                        words
+                    };
+                    let before = words().await;
+                    let mut ctx = ClientCtx::new(2, || 0).unwrap();
+                    ctx.configure(delay, reg.layout);
+                    let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await.map(|(meta, _)| meta);
+                    (read, before, words().await)
+                })
+                .unwrap();
+            assert_eq!(before.iter().filter(|&&w| w == new).count(), 1, "the set-up: one holder");
+            if wrote_back {
+                assert_eq!(read, Ok(new), "R = {delay} ns");
+                assert!(
+                    after.iter().filter(|&&w| w == new).count() >= 2,
+                    "R = {delay} ns: not written back: {after:?}"
+                );
+            } else {
+                assert_eq!(after, before, "R = {delay} ns: written back after R/2");
+                assert!(read.is_err(), "R = {delay} ns: read {read:?}");
+            }
+        }
+    }
+
     /// A read whose first majority holds the newest tuple on one replica
     /// only, with that copy spoiled (as a write that lands later than the
     /// timing assumption allows spoils one, `crate::swarm::recycle`),
