@@ -19,7 +19,6 @@ use crate::substrate::clock::{Clock, MAX_SKEW_NS};
 use crate::substrate::exec::{Heavy, cold};
 use crate::substrate::late::NodeView;
 use crate::substrate::lease::{Held, LeaseError, Resumed};
-#[cfg(feature = "alloc")]
 use crate::substrate::mutant::mutant;
 use crate::substrate::quorum::{MAX_REPLICAS, majority};
 use crate::substrate::space::slab::{Carry, Carver, SlabAllocator};
