@@ -84,6 +84,7 @@ MUTANTS=(
   "pool-untagged||a block in the pool has impossible links|cargo test -p swarm-core --release --lib substrate::space::pool::tests::concurrent"
   "restart-narrow||the read failed with every node up|cargo test -p swarm-core --release --lib swarm::maxreg::tests::a_read_that_finds"
   "stale-write-back||written back after R/2|cargo test -p swarm-core --release --lib swarm::maxreg::tests::a_reader_writes_back_only"
+  "stale-write-back||locked after R/2|cargo test -p swarm-core --release --lib swarm::maxreg::tests::a_reader_locks_a_guessed"
   "index-ride-unchecked||the lookup answered the left-out replica's old location|cargo test -p swarm-core --release --lib index::snapshot::tests::a_ride_that_finds"
 )
 

@@ -1125,6 +1125,36 @@ mod tests {
         }
     }
 
+    /// The same rule for a reader's lock (the rare path of a Safe-Guess
+    /// read, [`crate::swarm::safeguess`]): a GUESSED tuple on every
+    /// replica, whose writer stopped before verifying it, is returned only
+    /// once the reader locked its timestamp, and a reader locks only within
+    /// R/2 of the read that found it. With R below a roundtrip it never
+    /// does, and the read gives up at wait-freedom's bound; with R as a
+    /// store sets it, the read locks and returns the tuple. (The mutant
+    /// `stale-write-back` locks either way.)
+    #[test]
+    fn a_reader_locks_a_guessed_tuple_only_soon_after_its_read() {
+        for (delay, locks) in [(RTT, false), (crate::swarm::client::recycle_delay_ns(None), true)] {
+            let (mut sim, reg) = fixed_rtt_register(7, Layout::new(1, 64).unwrap());
+            let (_, new) = old_then_new(&mut sim, &reg, &[0, 1, 2], false);
+            let m = sim.client();
+            let read = sim
+                .block_on(async move {
+                    let mut ctx = ClientCtx::new(2, || 0).unwrap();
+                    ctx.configure(delay, reg.layout);
+                    let read = crate::swarm::safeguess::read(&mut ctx, &m, &reg, &mut RegCache::default()).await;
+                    read.map(|(meta, v)| (meta, v.to_vec()))
+                })
+                .unwrap();
+            if locks {
+                assert_eq!(read, Ok((new, alloc::vec![2; 16])), "R = {delay} ns");
+            } else {
+                assert!(matches!(read, Err(RegError::NotWaitFree)), "R = {delay} ns: locked after R/2: {read:?}");
+            }
+        }
+    }
+
     /// A read whose first majority holds the newest tuple on one replica
     /// only, with that copy spoiled (as a write that lands later than the
     /// timing assumption allows spoils one, `crate::swarm::recycle`),
