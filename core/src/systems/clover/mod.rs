@@ -196,24 +196,30 @@
 //!   The paper's version is not linearizable: its writer links the copies
 //!   one by one, so a reader of a linked copy and a later reader of one not
 //!   linked yet see the new and then the old value. A linearizable one
-//!   needs a commit that readers of any copy agree on. The design we mean
-//!   to build: the writer CASes the primary's tail to an *intent* naming
-//!   the new version (after its copies are written: the paper's in-progress
-//!   bit, which orders writers), then the backups' tails to links, and a
-//!   version counts as committed once linked on a majority (the intent
-//!   counting for the primary), so an update takes 3 roundtrips and the
-//!   intent is cleared in the background. A reader of the primary that
-//!   meets an intent helps (links the backups, one roundtrip more) rather
-//!   than return the old version, since a reader of a backup may already
-//!   have returned the new one; a reader whose primary is down reads the
-//!   backups' chains and returns the newest version linked on one of them
-//!   (committed: the primary was linked first), helping it to a majority.
-//!   Writes still need the primary (so its chain is never behind, and a
-//!   stalled primary that comes back serves as before); failover of writes
-//!   needs a view change with a fence, as the replicated index's. Open
-//!   questions: the group's addresses in each buffer (a reader of a backup
-//!   must know where the next version's copy is on its node), GC of the
-//!   backups' chains, and old cursors without the primary's cell.
+//!   needs a commit that readers of any copy agree on. The design chosen
+//!   (the stop-57 note in issue #22 argues it against two others):
+//!   - *Layout.* A node's group memory is cut into R columns, and the R
+//!     copies of a version lie at one offset, in column j on node p + j
+//!     (p the key's primary): one link word names every copy.
+//!   - *Write* (3 roundtrips): WRITE the R copies (a majority, the
+//!     primary's among them); CAS the primary copy of the tail from tail
+//!     to an *intent* naming the new version (the paper's in-progress bit,
+//!     which orders writers); CAS the backup copies from tail to a link.
+//!     The version is committed once a majority of the old tail's copies
+//!     name it, the intent counting for the primary; the intent becomes a
+//!     link in the background.
+//!   - *Read, primary up* (1 roundtrip): the primary copy's word; an
+//!     intent is helped to a majority (a reader of a backup may have
+//!     returned its version already) before the reader goes on.
+//!   - *Read, primary down:* a majority of each version's copies, following
+//!     any link among them (a committed version is linked on a majority,
+//!     so every majority meets one), helping a link found on fewer. Holes
+//!     in one backup's chain do not matter: a walk reads copies per
+//!     version, not one backup's chain.
+//!   - *Also:* the key's cell written to every copy's column; GC freeing a
+//!     group only once its successor is committed; campaigns that crash the
+//!     primary. Writes still need the primary; their failover needs a view
+//!     change with a fence, as the replicated index's.
 //! - **Shortcuts ahead of the head**: the paper's shortcut may name a
 //!   version newer than the oldest one not freed (the writers write it);
 //!   ours is the MS's head, which serves restarts, not a cursor that is
