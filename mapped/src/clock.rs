@@ -26,17 +26,15 @@ pub fn coarse_ns() -> u64 {
 mod imp {
     use std::sync::OnceLock;
 
-    /// `clock_gettime(id)`, in ns. Through libc (glibc's vDSO call), not
-    /// rustix, whose own vDSO reader crashes under valgrind
-    /// (bytecodealliance/rustix#1559).
-    fn read(id: libc::clockid_t) -> u64 {
+    /// `clock_gettime(id)`, in ns, if the kernel has that clock. Through
+    /// libc (glibc's vDSO call), not rustix, whose own vDSO reader crashes
+    /// under valgrind (bytecodealliance/rustix#1559).
+    fn read(id: libc::clockid_t) -> Option<u64> {
         let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `t` is a valid, writable timespec that outlives the call,
-        // which writes nothing else; both clocks exist on every Linux since
-        // 2.6.32, and a failure leaves `t` at zero (a time in the past,
-        // which no caller mistakes for a later one).
-        unsafe { libc::clock_gettime(id, &mut t) };
-        (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64)
+        // which writes nothing else.
+        let rc = unsafe { libc::clock_gettime(id, &mut t) };
+        (rc == 0).then(|| (t.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec as u64))
     }
 
     pub fn origin() -> u64 {
@@ -44,12 +42,14 @@ mod imp {
         *ORIGIN.get_or_init(precise)
     }
 
+    /// Every Linux has it (std's `Instant` relies on it the same way).
     pub fn precise() -> u64 {
-        read(libc::CLOCK_MONOTONIC)
+        read(libc::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is readable")
     }
 
+    /// A kernel without it (or that refuses it) gets the precise clock.
     pub fn coarse() -> u64 {
-        read(libc::CLOCK_MONOTONIC_COARSE)
+        read(libc::CLOCK_MONOTONIC_COARSE).unwrap_or_else(precise)
     }
 }
 
