@@ -1081,6 +1081,20 @@ mod tests {
         assert_eq!(fresh_read(&mut sim, reg), (Ok((old, alloc::vec![1; 16])), 1));
     }
 
+    /// R below a roundtrip (a reader may never act on what it read: every
+    /// write-back or lock would come after R/2) and R as a store sets it,
+    /// each with whether the reader may act.
+    fn delays() -> [(u64, bool); 2] {
+        [(RTT, false), (crate::swarm::client::recycle_delay_ns(None), true)]
+    }
+
+    /// A fresh reader (client 2) of `reg` whose recycling delay is `delay`.
+    fn reader_with_delay(delay: u64, reg: &Register) -> ClientCtx<impl Clock> {
+        let mut ctx = ClientCtx::new(2, || 0).unwrap();
+        ctx.configure(delay, reg.layout);
+        ctx
+    }
+
     /// A reader acts on what its read found (here, writes back a tuple
     /// that one replica holds) only within R/2 of the read's start
     /// ([`ClientCtx::fresh`]): later, the writer may have recycled the
@@ -1091,7 +1105,7 @@ mod tests {
     /// back either way.)
     #[test]
     fn a_reader_writes_back_only_soon_after_its_read() {
-        for (delay, wrote_back) in [(RTT, false), (crate::swarm::client::recycle_delay_ns(None), true)] {
+        for (delay, wrote_back) in delays() {
             let (mut sim, reg) = fixed_rtt_register(7, Layout::new(1, 64).unwrap());
             let (_, new) = old_then_new(&mut sim, &reg, &[1], false);
             let m = sim.client();
@@ -1105,8 +1119,7 @@ mod tests {
                         words
                     };
                     let before = words().await;
-                    let mut ctx = ClientCtx::new(2, || 0).unwrap();
-                    ctx.configure(delay, reg.layout);
+                    let mut ctx = reader_with_delay(delay, &reg);
                     let read = reg.read(&mut ctx, &m, &mut RegCache::default()).await.map(|(meta, _)| meta);
                     (read, before, words().await)
                 })
@@ -1135,14 +1148,13 @@ mod tests {
     /// `stale-write-back` locks either way.)
     #[test]
     fn a_reader_locks_a_guessed_tuple_only_soon_after_its_read() {
-        for (delay, locks) in [(RTT, false), (crate::swarm::client::recycle_delay_ns(None), true)] {
+        for (delay, locks) in delays() {
             let (mut sim, reg) = fixed_rtt_register(7, Layout::new(1, 64).unwrap());
             let (_, new) = old_then_new(&mut sim, &reg, &[0, 1, 2], false);
             let m = sim.client();
             let read = sim
                 .block_on(async move {
-                    let mut ctx = ClientCtx::new(2, || 0).unwrap();
-                    ctx.configure(delay, reg.layout);
+                    let mut ctx = reader_with_delay(delay, &reg);
                     let read = crate::swarm::safeguess::read(&mut ctx, &m, &reg, &mut RegCache::default()).await;
                     read.map(|(meta, v)| (meta, v.to_vec()))
                 })
